@@ -1,0 +1,72 @@
+"""SparkSession factory: local[*] by default, any master URL to scale out."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+MASTER_ENV = "HARNESS_SPARK_MASTER"
+DEFAULT_MASTER = "local[*]"
+
+# Spark's default console logging buries the checker's output; keep warnings off stderr
+# unless something is actually broken.
+_LOG4J = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+def _log4j_file() -> Path:
+    path = Path(tempfile.gettempdir()) / f"harness-checker-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != _LOG4J:
+        path.write_text(_LOG4J)
+    return path
+
+
+def resolve_master(explicit: str | None = None, configured: str | None = None) -> str:
+    """--spark-master beats HARNESS_SPARK_MASTER beats the test config beats local[*]."""
+    return explicit or os.environ.get(MASTER_ENV) or configured or DEFAULT_MASTER
+
+
+def get_session(
+    master: str | None = None,
+    configured: str | None = None,
+    driver_memory: str = "4g",
+    shuffle_partitions: int = 8,
+) -> SparkSession:
+    """Return a quiet, Arrow-enabled session.
+
+    An already running session is reused unless a master was asked for explicitly (argument
+    or environment) and differs from the running one: JVM start-up costs seconds, and tests
+    share one session.
+    """
+    active = SparkSession.getActiveSession()
+    wanted_explicitly = master or os.environ.get(MASTER_ENV)
+    if active is not None:
+        if not wanted_explicitly or active.sparkContext.master == wanted_explicitly:
+            return active
+        active.stop()
+    log_opt = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    session = (
+        SparkSession.builder.master(resolve_master(master, configured))
+        .appName("harness-checker")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.driver.extraJavaOptions", log_opt)
+        .config("spark.executor.extraJavaOptions", log_opt)
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,347 @@
+"""The anomaly checks as Spark DataFrame joins and window functions (see definitions.py).
+
+No Python runs per row: every check is a plan of joins, aggregations and windows over the
+Parquet tables written by ingest.py; only counts, capped examples and the (normally small)
+set of acked-but-unread records come back to the driver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from checkers.definitions import EXAMPLES, READ_FS
+from checkers.verdict import CheckOutput
+
+P = "partition"
+
+
+def _rows(df: DataFrame, order: list[str], cap: int = EXAMPLES) -> list[dict]:
+    return [r.asDict(recursive=True) for r in df.orderBy(*order).limit(cap).collect()]
+
+
+def _found(df: DataFrame, order: list[str]) -> tuple[int, list[dict]]:
+    return df.count(), _rows(df, order)
+
+
+class SparkChecks:
+    def __init__(self, spark: SparkSession, ops_path: Path, reads_path: Path, acks: str) -> None:
+        self.ops = spark.read.parquet(str(ops_path))
+        self.reads = spark.read.parquet(str(reads_path))
+        sends = self.ops.filter(F.col("f") == "send")
+        self.sends = sends
+        self.acked = sends.filter((F.col("type") == "ok") & F.col("offset").isNotNull()).select(
+            P,
+            "value",
+            "offset",
+            "process",
+            F.col("index").alias("ack_index"),
+            F.col("time").alias("ack_time"),
+            "invoke_time",
+            "node",
+            "epoch",
+            F.coalesce(F.col("acks"), F.lit(acks)).alias("acks"),
+        )
+        # One row per distinct (partition, offset, value) anyone saw; most checks start here.
+        obs = self.reads.select(P, "offset", "value", F.lit(True).alias("is_read"), "index")
+        obs = obs.unionByName(
+            self.acked.select(
+                P, "offset", "value", F.lit(False).alias("is_read"), F.col("ack_index").alias("index")
+            )
+        )
+        self.cells = (
+            obs.groupBy(P, "offset", "value")
+            .agg(F.max("is_read").alias("read"), F.min("index").alias("first_op"))
+            .cache()
+        )
+        self.read_set = self.cells.filter("read").select(P, "value")
+
+    # -- per-anomaly plans -------------------------------------------------------------
+
+    def inconsistent_offsets(self) -> DataFrame:
+        return (
+            self.cells.groupBy(P, "offset")
+            .agg(
+                F.count("*").alias("n"),
+                F.sort_array(F.collect_list(F.struct("value", "first_op"))).alias("values"),
+            )
+            .filter("n > 1")
+            .drop("n")
+        )
+
+    def duplicate(self) -> DataFrame:
+        return (
+            self.cells.groupBy(P, "value")
+            .agg(
+                F.count("*").alias("n"),
+                F.sort_array(F.collect_list(F.struct("offset", "first_op"))).alias("offsets"),
+            )
+            .filter("n > 1")
+            .drop("n")
+        )
+
+    def unread(self) -> DataFrame:
+        max_read = self.reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
+        return self.acked.join(self.read_set, [P, "value"], "left_anti").join(
+            F.broadcast(max_read), P, "left"
+        )
+
+    def _read_steps(self) -> DataFrame:
+        """Reads that break the per-process sequence, with the offset they should have had."""
+        w = Window.partitionBy("process", P).orderBy("index", "pos")
+        expected = F.when(
+            (F.col("pos") == 0) & F.col("from_offset").isNotNull(), F.col("from_offset")
+        ).otherwise(F.lag("offset").over(w) + 1)
+        return (
+            self.reads.select(
+                "index", "process", P, "offset", "value", "pos", "from_offset", "invoke_time"
+            )
+            .withColumn("prev_op", F.lag("index").over(w))
+            .withColumn("expected", expected)
+            .filter(F.col("offset") != F.col("expected"))
+            .cache()
+        )
+
+    def nonmonotonic_poll(self, steps: DataFrame) -> DataFrame:
+        return steps.filter(F.col("offset") < F.col("expected")).select(
+            "process", P, F.col("index").alias("op"), "prev_op", "expected", "offset", "value"
+        )
+
+    def poll_skip(self, steps: DataFrame) -> DataFrame:
+        known = self.cells.select(P, "offset").distinct()
+        known = known.withColumn(
+            "prev_known", F.lag("offset").over(Window.partitionBy(P).orderBy("offset"))
+        )
+        jumps = steps.filter(F.col("offset") > F.col("expected"))
+        return (
+            jumps.join(known, [P, "offset"])
+            .filter(F.col("prev_known") >= F.col("expected"))
+            .select(
+                "process",
+                P,
+                F.col("index").alias("op"),
+                "prev_op",
+                "expected",
+                "offset",
+                F.col("prev_known").alias("skipped_offset"),
+            )
+        )
+
+    def nonmonotonic_send(self) -> DataFrame:
+        w = Window.partitionBy("process", P).orderBy("ack_index")
+        return (
+            self.acked.withColumn("prev_offset", F.lag("offset").over(w))
+            .withColumn("prev_op", F.lag("ack_index").over(w))
+            .filter(F.col("offset") <= F.col("prev_offset"))
+            .select(
+                "process", P, F.col("ack_index").alias("op"), "offset", "prev_op", "prev_offset"
+            )
+        )
+
+    def aborted_read(self) -> DataFrame:
+        failed = self.sends.filter(F.col("type") == "fail").select(
+            "value", F.col("index").alias("fail_op"), "error"
+        )
+        maybe_done = self.sends.filter(F.col("type").isin("ok", "info")).select("value")
+        failed = failed.join(maybe_done, "value", "left_anti")
+        return (
+            self.cells.filter("read")
+            .join(failed, "value")
+            .select(P, "offset", "value", F.col("first_op").alias("read_op"), "fail_op", "error")
+        )
+
+    def stale_read(self, steps: DataFrame, inconsistent: DataFrame) -> DataFrame:
+        visible = self.acked.filter(F.col("acks") == "all").join(
+            self.read_set, [P, "value"], "left_semi"
+        )
+        missed = F.struct(
+            "offset", "value", F.col("ack_index").alias("ack_op"), "ack_time"
+        ).alias("missed")
+        parts = [self._stale_hwm(visible, missed), self._stale_other_value(visible, inconsistent)]
+        gaps = steps.filter(
+            (F.col("offset") > F.col("expected"))
+            & ((F.col("pos") > 0) | F.col("from_offset").isNotNull())
+        )
+        if gaps.limit(1).count():
+            parts.append(self._stale_skipped(visible, gaps, missed))
+        stale = parts[0]
+        for p in parts[1:]:
+            stale = stale.unionByName(p)
+        # One row per read op: the lowest missed offset is its example.
+        w = Window.partitionBy("op").orderBy(F.col("missed.offset"), "kind")
+        return stale.withColumn("rn", F.row_number().over(w)).filter("rn = 1").drop("rn")
+
+    def _polls(self) -> DataFrame:
+        return self.ops.filter(
+            F.col("f").isin(*READ_FS) & (F.col("type") == "ok") & F.col("invoke_time").isNotNull()
+        )
+
+    def _stale_hwm(self, visible: DataFrame, missed: Column) -> DataFrame:
+        sends = visible.select(
+            P, F.col("ack_time").alias("t"), F.lit(1).alias("kind_order"), missed
+        )
+        polls = self._polls().select(
+            P,
+            F.col("invoke_time").alias("t"),
+            F.lit(0).alias("kind_order"),
+            F.col("index").alias("op"),
+            "process",
+            "hwm",
+            F.col("invoke_offset").alias("from_offset"),
+        )
+        # Polls sort before sends at the same instant: a read must begin strictly after the ack.
+        w = Window.partitionBy(P).orderBy("t", "kind_order").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
+        )
+        ev = sends.unionByName(polls, allowMissingColumns=True)
+        ev = ev.withColumn("latest", F.max("missed").over(w))
+        off = F.col("latest.offset")
+        return ev.filter(
+            (F.col("kind_order") == 0)
+            & F.col("hwm").isNotNull()
+            & (F.col("hwm") <= off)
+            & (F.col("from_offset").isNull() | (F.col("from_offset") <= off))
+        ).select(
+            "op",
+            "process",
+            P,
+            F.col("t").alias("invoke_time"),
+            "from_offset",
+            "hwm",
+            F.lit("hwm-behind").alias("kind"),
+            F.col("latest").alias("missed"),
+        )
+
+    def _stale_other_value(self, visible: DataFrame, inconsistent: DataFrame) -> DataFrame:
+        hits = self.reads.join(inconsistent.select(P, "offset"), [P, "offset"], "left_semi")
+        v = visible.select(
+            P,
+            "offset",
+            F.col("value").alias("sent_value"),
+            F.col("ack_index").alias("ack_op"),
+            "ack_time",
+        )
+        polls = self._polls().select(F.col("index"), "hwm")
+        return (
+            hits.join(v, [P, "offset"])
+            .filter((F.col("value") != F.col("sent_value")) & (F.col("invoke_time") > F.col("ack_time")))
+            .join(polls, "index")
+            .select(
+                F.col("index").alias("op"),
+                "process",
+                P,
+                "invoke_time",
+                "from_offset",
+                "hwm",
+                F.lit("other-value").alias("kind"),
+                F.struct(
+                    "offset", F.col("sent_value").alias("value"), "ack_op", "ack_time"
+                ).alias("missed"),
+            )
+        )
+
+    def _stale_skipped(self, visible: DataFrame, gaps: DataFrame, missed: Column) -> DataFrame:
+        sends = visible.select(P, F.col("offset").alias("key"), F.lit(1).alias("kind_order"), missed)
+        g = gaps.select(
+            P,
+            F.col("expected").alias("key"),
+            F.lit(0).alias("kind_order"),
+            F.col("index").alias("op"),
+            "process",
+            "invoke_time",
+            "from_offset",
+            (F.col("offset") - 1).alias("hi"),
+        )
+        # For each gap, the first visible acked record at or after the gap's start.
+        w = Window.partitionBy(P).orderBy("key", "kind_order").rowsBetween(
+            Window.currentRow, Window.unboundedFollowing
+        )
+        ev = sends.unionByName(g, allowMissingColumns=True)
+        ev = ev.withColumn("next", F.first("missed", ignorenulls=True).over(w))
+        polls = self._polls().select(F.col("index").alias("op"), "hwm")
+        return (
+            ev.filter(
+                (F.col("kind_order") == 0)
+                & (F.col("next.offset") <= F.col("hi"))
+                & (F.col("next.ack_time") < F.col("invoke_time"))
+            )
+            .join(polls, "op")
+            .select(
+                "op",
+                "process",
+                P,
+                "invoke_time",
+                "from_offset",
+                "hwm",
+                F.lit("skipped").alias("kind"),
+                F.col("next").alias("missed"),
+            )
+        )
+
+    # -- evidence about the run as a whole -------------------------------------------
+
+    def complete_partitions(self) -> set[int]:
+        """Partitions with a final-poll that read up to the high watermark it reported."""
+        final = self.ops.filter((F.col("f") == "final-poll") & (F.col("type") == "ok"))
+        last = (
+            self.reads.filter(F.col("f") == "final-poll")
+            .groupBy("index")
+            .agg(F.max("offset").alias("max_off"))
+        )
+        complete = (
+            F.col("hwm").isNull()
+            | (F.col("hwm") <= 0)
+            | (F.col("max_off") + 1 >= F.col("hwm"))
+            | (F.col("max_off").isNull() & (F.col("invoke_offset") >= F.col("hwm")))
+        )
+        rows = (
+            final.join(last, "index", "left")
+            .filter(complete & F.col(P).isNotNull())
+            .select(P)
+            .distinct()
+            .collect()
+        )
+        return {r[P] for r in rows}
+
+    def stats(self) -> dict:
+        counts = self.ops.groupBy("f", "type").count().collect()
+        by = {f"{r['f']}:{r['type']}": r["count"] for r in counts}
+        acked = self.acked.groupBy(P).count().collect()
+        info_read = (
+            self.sends.filter(F.col("type") == "info")
+            .join(self.read_set, [P, "value"], "left_semi")
+            .count()
+        )
+        return {
+            "ops": sum(by.values()),
+            "ops_by_f_type": dict(sorted(by.items())),
+            "reads": self.reads.count(),
+            "acked_by_partition": {str(r[P]): r["count"] for r in sorted(acked, key=lambda r: r[P])},
+            "info_sends_read": info_read,
+        }
+
+
+def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str) -> CheckOutput:
+    c = SparkChecks(spark, ops_path, reads_path, acks)
+    steps = c._read_steps()
+    inconsistent = c.inconsistent_offsets()
+    anomalies = {
+        "inconsistent-offsets": _found(inconsistent, [P, "offset"]),
+        "duplicate": _found(c.duplicate(), [P, "value"]),
+        "nonmonotonic-poll": _found(c.nonmonotonic_poll(steps), ["op", "offset"]),
+        "poll-skip": _found(c.poll_skip(steps), ["op", "offset"]),
+        "nonmonotonic-send": _found(c.nonmonotonic_send(), ["op"]),
+        "aborted-read": _found(c.aborted_read(), [P, "offset", "value"]),
+        "stale-read": _found(c.stale_read(steps, inconsistent), ["op"]),
+    }
+    out = CheckOutput(
+        anomalies=anomalies,
+        unread=c.unread().toPandas(),
+        complete_partitions=c.complete_partitions(),
+        stats=c.stats(),
+    )
+    steps.unpersist()
+    c.cells.unpersist()
+    return out

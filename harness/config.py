@@ -1,0 +1,541 @@
+"""Test configuration: one plain dict resolved from layers, later layers winning key by key.
+
+1. the embedded default profile (harness/profiles/default.toml),
+2. a TOML test file or a profile name (`--config FILE.toml` / `--config fast`),
+3. `--set table.key=value` overrides, in command-line order,
+4. the named flags `--nodes`, `--nemesis`, `--time-limit`, `--seed`.
+
+The result is validated against SCHEMA; every error is a ConfigError naming the key, where it
+was set (file and line, or the command-line item) and what was expected. The resolved dict is
+what test.json records and what a reproduction validates again, so validate() accepts its own
+output unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time
+from pathlib import Path
+from typing import Any
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
+
+KNOWN_FAULTS = (
+    "kill", "pause", "restart", "partition",
+    "power-loss", "page-cache-loss", "torn-power-loss", "outage",
+)
+KNOWN_ANOMALIES = (
+    "lost-write", "unseen", "inconsistent-offsets", "duplicate", "nonmonotonic-poll",
+    "poll-skip", "nonmonotonic-send", "aborted-read", "stale-read",
+)
+TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
+TOP = ""  # the table holding the top-level keys in SCHEMA
+
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+class ConfigError(ValueError):
+    """A bad configuration; the message says which key, where it was set, what was expected."""
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None,
+                 line: int | None = None) -> None:
+        where = f"{source} line {line}" if source and line else source
+        super().__init__(f"{where}: {message}" if where else message)
+        self.key, self.source, self.line = key, source, line
+
+
+class _Invalid(Exception):
+    """Raised by a field check; the caller adds the key and the origin."""
+
+
+@dataclass(frozen=True)
+class Field:
+    expected: str
+    check: Callable[[Any], Any]  # returns the normalised value or raises _Invalid
+
+
+def _int(lo: int, hi: int) -> Field:
+    def check(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise _Invalid
+        return v
+    return Field(f"an integer in {lo}..{hi}", check)
+
+
+def _number(lo: float, hi: float) -> Field:
+    """A number > lo (exclusive) and <= hi."""
+    def check(v: Any) -> int | float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo < v <= hi:
+            raise _Invalid
+        return v
+    return Field(f"a number > {lo} and <= {hi}", check)
+
+
+def _fraction() -> Field:
+    def check(v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            raise _Invalid
+        return float(v)
+    return Field("a number in 0..1", check)
+
+
+def _bool() -> Field:
+    def check(v: Any) -> bool:
+        if not isinstance(v, bool):
+            raise _Invalid
+        return v
+    return Field("true or false", check)
+
+
+def _choice(*options: str) -> Field:
+    def check(v: Any) -> str:
+        if v not in options:
+            raise _Invalid
+        return v
+    return Field("one of " + ", ".join(repr(o) for o in options), check)
+
+
+def _pattern(regex: re.Pattern[str], what: str, reserved: Iterable[str] = ()) -> Field:
+    banned = frozenset(reserved)
+
+    def check(v: Any) -> str:
+        if not isinstance(v, str) or not regex.fullmatch(v) or v in banned:
+            raise _Invalid
+        return v
+    return Field(what, check)
+
+
+def _nonempty_str() -> Field:
+    def check(v: Any) -> str:
+        if not isinstance(v, str) or not v.strip():
+            raise _Invalid
+        return v
+    return Field("a non-empty string", check)
+
+
+def _names(known: Sequence[str], what: str) -> Field:
+    def check(v: Any) -> list[str]:
+        if not isinstance(v, list) or any(x not in known for x in v) or len(set(v)) != len(v):
+            raise _Invalid(_suggest_in_list(v, known))
+        return list(v)
+    return Field(f"a list of distinct {what} from: {', '.join(known)}", check)
+
+
+def _acks() -> Field:
+    aliases = {0: "0", 1: "1", -1: "all", "-1": "all", "0": "0", "1": "1", "all": "all"}
+
+    def check(v: Any) -> str:
+        if isinstance(v, bool) or v not in aliases:
+            raise _Invalid
+        return aliases[v]
+    return Field('"0", "1" or "all" (0, 1 and -1 also accepted)', check)
+
+
+def _weights() -> Field:
+    def check(v: Any) -> dict[str, float]:
+        if not isinstance(v, dict):
+            raise _Invalid
+        bad = [k for k in v if k not in KNOWN_FAULTS]
+        if bad:
+            raise _Invalid(_suggest_in_list(bad, KNOWN_FAULTS))
+        out = {}
+        for k, w in v.items():
+            if isinstance(w, bool) or not isinstance(w, int | float) or w < 0:
+                raise _Invalid(f"weight of {k!r} must be a number >= 0")
+            out[k] = float(w)
+        return out
+    return Field(f"a table of fault kind -> weight >= 0, kinds from: {', '.join(KNOWN_FAULTS)}",
+                 check)
+
+
+SCHEMA: dict[str, dict[str, Field]] = {
+    TOP: {
+        "name": _pattern(_NAME, "a name of letters, digits, '_', '.', '-' (not 'latest')",
+                         reserved=("latest",)),
+        "nodes": _int(2, 64),
+        "time_limit": _number(0, 7 * 86400),
+        "seed": _int(0, _INT64),
+    },
+    "topic": {
+        "name": _pattern(_TOPIC, "a Kafka topic name ([A-Za-z0-9._-], up to 249)",
+                         reserved=(".", "..")),
+        "partitions": _int(1, 1000),
+        "replication_factor": _int(1, 63),
+    },
+    "system": {
+        "min.insync.replicas": _int(1, 63),
+        "eligible.leader.replicas.enable": _bool(),
+        "unclean.leader.election.enable": _bool(),
+        "unclean.recovery.strategy": _choice("none", "proactive", "balanced", "manual"),
+        "unclean.recovery.timeout.ms": _int(1, _INT32),
+        "replica.lag.time.max.ms": _int(1, _INT32),
+        "broker.session.timeout.ms": _int(1, _INT32),
+        "broker.heartbeat.interval.ms": _int(1, _INT32),
+        "replica.fetch.wait.max.ms": _int(1, _INT32),
+        "replica.fetch.max.records": _int(1, _INT32),
+        "request.timeout.ms": _int(1, _INT32),
+        "flush.messages": _int(1, _INT64),
+        "flush.ms": _int(1, _INT64),
+        "segment.bytes": _int(64, _INT32),
+        "replica.truncation": _choice("leader-epoch", "high-watermark"),
+        "unclean.shutdown.detection": _bool(),
+        "isr.update": _choice("controller", "local-first"),
+    },
+    "workload": {
+        "acks": _acks(),
+        "rate": _number(0, 1_000_000),
+        "producers": _int(1, 1000),
+        "consumers": _int(0, 1000),
+        "request_timeout_ms": _int(1, _INT32),
+        "final_read_timeout": _number(0, 86400),
+    },
+    "nemesis": {
+        "faults": _names(KNOWN_FAULTS, "fault kinds"),
+        "interval": _number(0, 86400),
+        "duration": _number(0, 86400),
+        "targets": _choice(*TARGET_MODES),
+        "shrink_first": _fraction(),
+        "weights": _weights(),
+    },
+    "checker": {
+        "allow": _names(KNOWN_ANOMALIES, "anomaly names"),
+        "spark_master": _nonempty_str(),
+    },
+}
+# Fields whose value is a table merged key by key across layers rather than replaced.
+_MERGED = {("nemesis", "weights")}
+
+
+@dataclass(frozen=True)
+class _Origin:
+    source: str
+    line: int | None = None
+
+
+Provenance = dict[str, _Origin]  # full dotted key -> where its current value came from
+
+
+def full_key(table: str, key: str) -> str:
+    return f"{table}.{key}" if table else key
+
+
+# ---- public entry points -------------------------------------------------------------------
+
+def load_config(path: str | Path | None = None, sets: Sequence[str] = (),
+                overrides: Mapping[str, Any] | None = None,
+                overrides_source: str = "command line") -> dict[str, Any]:
+    """Resolve default profile <- `path` (file or profile name) <- `sets` <- `overrides`.
+
+    `overrides` maps dotted keys to already-typed values, e.g. {"nodes": 3, "nemesis.faults":
+    ["kill"]}; the CLI flags arrive this way, a campaign's matrix entries may too."""
+    config: dict[str, Any] = {}
+    prov: Provenance = {}
+    _apply_file(config, prov, DEFAULT_PROFILE)
+    if path is not None:
+        _apply_file(config, prov, resolve_config_path(path))
+    for item in sets:
+        key, value = parse_set(item)
+        _apply_layer(config, prov, _layer_from_dotted(key, value), _Origin(f"--set {item}"), {})
+    for key, value in (overrides or {}).items():
+        _apply_layer(config, prov, _layer_from_dotted(key, value),
+                     _Origin(f"{overrides_source} ({key})"), {})
+    return validate(config, prov)
+
+
+def from_args(args: Any) -> dict[str, Any]:
+    """Resolve the config of `harness run` from its parsed argparse namespace."""
+    flags: dict[str, Any] = {}
+    if getattr(args, "nodes", None) is not None:
+        flags["nodes"] = args.nodes
+    if getattr(args, "nemesis", None) is not None:
+        flags["nemesis.faults"] = parse_fault_list(args.nemesis)
+    if getattr(args, "time_limit", None) is not None:
+        flags["time_limit"] = args.time_limit
+    if getattr(args, "seed", None) is not None:
+        flags["seed"] = args.seed
+    return load_config(getattr(args, "config", None), getattr(args, "set", None) or (), flags,
+                       overrides_source="command-line flag")
+
+
+def default_config() -> dict[str, Any]:
+    return load_config()
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """A file path, or the name of a profile in harness/profiles (`fast` or `fast.toml`)."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    profile = PROFILE_DIR / (p.name if p.suffix == ".toml" else f"{p.name}.toml")
+    if p.parent == Path(".") and profile.is_file():
+        return profile
+    known = ", ".join(sorted(x.stem for x in PROFILE_DIR.glob("*.toml")))
+    raise ConfigError(f"no such config file, and not a profile name (profiles: {known})",
+                      source=str(path))
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """`"system.min.insync.replicas=2"` -> ("system.min.insync.replicas", 2).
+
+    The value is read as a TOML value when it is one (numbers, booleans, quoted strings,
+    arrays, inline tables), otherwise kept as the literal string (`acks=all` -> "all")."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError("expected KEY=VALUE with a dotted KEY such as system.min.insync.replicas=2",
+                          source=f"--set {item}")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, raw
+    # Dates and times are TOML scalars, but no setting takes one: keep what the user typed.
+    if isinstance(value, date | datetime | time):
+        return key, raw
+    return key, value
+
+
+def parse_fault_list(text: str) -> list[str]:
+    """`--nemesis kill,partition` -> ["kill", "partition"]; "none" or "" -> []."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    return [] if items == ["none"] else items
+
+
+def system_args(config: Mapping[str, Any]) -> list[str]:
+    """The `--config K=V` arguments every node gets, e.g. ["--config", "min.insync.replicas=2"]."""
+    out: list[str] = []
+    for key, value in config["system"].items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        out += ["--config", f"{key}={text}"]
+    return out
+
+
+def brokers(config: Mapping[str, Any]) -> int:
+    """Number of brokers: every node but n1, which runs the controller."""
+    return int(config["nodes"]) - 1
+
+
+# ---- layers --------------------------------------------------------------------------------
+
+def _apply_file(config: dict[str, Any], prov: Provenance, path: Path) -> None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read: {e}", source=str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(e))
+        line = int(m.group(1)) if m else None
+        raise ConfigError(f"malformed TOML: {e}", source=str(path), line=line) from None
+    _apply_layer(config, prov, data, _Origin(str(path)), _key_lines(text))
+
+
+def _layer_from_dotted(key: str, value: Any) -> dict[str, Any]:
+    """("system.flush.ms", 5) -> {"system": {"flush.ms": 5}}; ("nemesis.weights.kill", 2) ->
+    {"nemesis": {"weights": {"kill": 2}}}. Kafka names in [system] keep their dots."""
+    parts = key.split(".")
+    if len(parts) > 1 and parts[0] == "system":
+        return {"system": {".".join(parts[1:]): value}}
+    layer: Any = value
+    for part in reversed(parts):
+        layer = {part: layer}
+    return layer
+
+
+def _apply_layer(config: dict[str, Any], prov: Provenance, data: Mapping[str, Any],
+                 origin: _Origin, lines: Mapping[str, int]) -> None:
+    for name, value in data.items():
+        if name in SCHEMA[TOP]:
+            config[name] = value
+            prov[name] = _Origin(origin.source, lines.get(name))
+        elif name in SCHEMA:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name}: expected a table of settings, got {value!r}",
+                                  key=name, source=origin.source, line=lines.get(name))
+            items = _flatten(value) if name == "system" else value
+            for key, v in items.items():
+                _set(config.setdefault(name, {}), prov, name, key, v, origin, lines)
+        else:
+            raise _unknown(name, origin, lines.get(name))
+
+
+def _set(table: dict[str, Any], prov: Provenance, name: str, key: str, value: Any,
+         origin: _Origin, lines: Mapping[str, int]) -> None:
+    fk = full_key(name, key)
+    if key not in SCHEMA[name]:
+        raise _unknown(fk, origin, lines.get(fk))
+    if (name, key) in _MERGED and isinstance(value, dict) and isinstance(table.get(key), dict):
+        table[key] = {**table[key], **value}
+    else:
+        table[key] = value
+    prov[fk] = _Origin(origin.source, lines.get(fk))
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML reads `min.insync.replicas = 2` as {"min": {"insync": {"replicas": 2}}}."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def _unknown(fk: str, origin: _Origin, line: int | None) -> ConfigError:
+    known = [full_key(t, k) for t, fields in SCHEMA.items() for k in fields]
+    tail = fk.split(".", 1)[-1]
+    # A known key in the wrong table (`acks` under [system]) is the likeliest mistake.
+    same_name = [k for k in known if k.endswith("." + tail) or k == tail]
+    close = same_name or difflib.get_close_matches(fk, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    tables = ", ".join(f"[{t}]" for t in SCHEMA if t)
+    return ConfigError(f"unknown key {fk!r}{hint} (tables: {tables})",
+                       key=fk, source=origin.source, line=line)
+
+
+def _suggest_in_list(values: Any, known: Sequence[str]) -> str:
+    if not isinstance(values, list):
+        return ""
+    for v in values:
+        if v not in known:
+            close = difflib.get_close_matches(str(v), known, n=1, cutoff=0.5)
+            return f"unknown {v!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+    return "duplicates" if len(set(map(str, values))) != len(values) else ""
+
+
+_KEY_LINE = re.compile(r"""\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=""")
+_HEADER = re.compile(r"\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+
+
+def _key_parts(text: str) -> list[str]:
+    parts = re.findall(r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'""", text)
+    return [p[1:-1] if p[:1] in "\"'" else p for p in parts]
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Best-effort map of full dotted key -> line number, for error messages only."""
+    out: dict[str, int] = {}
+    table: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            table = _key_parts(header.group(1))
+            out.setdefault(".".join(table), number)
+            continue
+        m = _KEY_LINE.match(line)
+        if m:
+            out.setdefault(".".join(table + _key_parts(m.group(1))), number)
+    return out
+
+
+# ---- validation ----------------------------------------------------------------------------
+
+def validate(config: Mapping[str, Any], prov: Provenance | None = None) -> dict[str, Any]:
+    """Check every key, normalise values (acks -> str), check relations between keys.
+
+    Returns a new dict in SCHEMA order; raises ConfigError on the first problem."""
+    prov = prov or {}
+    out: dict[str, Any] = {}
+    for name in config:
+        if name not in SCHEMA and name not in SCHEMA[TOP]:
+            raise _unknown(name, prov.get(name, _Origin("config")), None)
+    for key, field in SCHEMA[TOP].items():
+        out[key] = _checked(key, config, field, prov, required=True)
+    for table, fields in SCHEMA.items():
+        if not table:
+            continue
+        given = config.get(table, {})
+        if not isinstance(given, Mapping):
+            raise _bad(table, given, "a table of settings", prov)
+        for key in given:
+            if key not in fields:
+                raise _unknown(full_key(table, key), prov.get(full_key(table, key),
+                                                               _Origin("config")), None)
+        # [system] keys are optional: a missing one takes the node's own default.
+        out[table] = {key: _checked(full_key(table, key), given, field, prov,
+                                    required=table != "system", local=key)
+                      for key, field in fields.items() if table != "system" or key in given}
+    _check_relations(out, prov)
+    return out
+
+
+def _checked(fk: str, table: Mapping[str, Any], field: Field, prov: Provenance, *,
+             required: bool, local: str | None = None) -> Any:
+    key = local or fk
+    if key not in table:
+        if required:
+            raise ConfigError(f"{fk}: missing; expected {field.expected}", key=fk,
+                              source=_where(fk, prov).source)
+        return None
+    try:
+        return field.check(table[key])
+    except _Invalid as e:
+        raise _bad(fk, table[key], field.expected, prov, str(e)) from None
+
+
+def _bad(fk: str, value: Any, expected: str, prov: Provenance, detail: str = "") -> ConfigError:
+    origin = _where(fk, prov)
+    extra = f" ({detail})" if detail else ""
+    return ConfigError(f"{fk}: expected {expected}, got {value!r}{extra}", key=fk,
+                       source=origin.source, line=origin.line)
+
+
+def _where(fk: str, prov: Provenance) -> _Origin:
+    return prov.get(fk, _Origin("config"))
+
+
+def _relation_error(fk: str, message: str, prov: Provenance) -> ConfigError:
+    origin = _where(fk, prov)
+    return ConfigError(f"{fk}: {message}", key=fk, source=origin.source, line=origin.line)
+
+
+def _check_relations(c: Mapping[str, Any], prov: Provenance) -> None:
+    n_brokers = c["nodes"] - 1
+    rf = c["topic"]["replication_factor"]
+    if rf > n_brokers:
+        culprit = _later("topic.replication_factor", "nodes", prov)
+        raise _relation_error(culprit, f"topic.replication_factor = {rf} needs at least "
+                              f"{rf} brokers, but nodes = {c['nodes']} gives {n_brokers} "
+                              "(n1 runs the controller)", prov)
+    system = c["system"]
+    misr = system.get("min.insync.replicas")
+    if misr is not None and misr > rf:
+        culprit = _later("system.min.insync.replicas", "topic.replication_factor", prov)
+        raise _relation_error(culprit, f"min.insync.replicas = {misr} exceeds "
+                              f"topic.replication_factor = {rf}", prov)
+    beat, session = (system.get("broker.heartbeat.interval.ms"),
+                     system.get("broker.session.timeout.ms"))
+    if beat is not None and session is not None and beat >= session:
+        culprit = _later("system.broker.heartbeat.interval.ms", "system.broker.session.timeout.ms",
+                         prov)
+        raise _relation_error(culprit, f"broker.heartbeat.interval.ms = {beat} must be less "
+                              f"than broker.session.timeout.ms = {session}", prov)
+    nemesis = c["nemesis"]
+    if nemesis["faults"] and not any(nemesis["weights"].get(f, 1.0) > 0 for f in nemesis["faults"]):
+        raise _relation_error("nemesis.weights", "every fault in nemesis.faults has weight 0",
+                              prov)
+    if "outage" in nemesis["faults"] and n_brokers < 2:
+        raise _relation_error("nemesis.faults", "outage hits several brokers at once and "
+                              f"needs nodes >= 3, got nodes = {c['nodes']}", prov)
+
+
+def _later(a: str, b: str, prov: Provenance) -> str:
+    """Of two related keys, blame the one set by the more specific layer (command line, then
+    a test file, then the defaults), so the message points at what the user just changed."""
+    def rank(fk: str) -> int:
+        source = _where(fk, prov).source
+        if source.startswith(("--set", "command-line")):
+            return 2
+        return 0 if source in ("config", str(DEFAULT_PROFILE)) else 1
+    return b if rank(b) > rank(a) else a

@@ -1,0 +1,94 @@
+"""One sshd per netns host: its configuration, and starting them all in parallel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+PRIVSEP_DIR = Path("/run/sshd")
+
+
+@dataclass(frozen=True)
+class SshdSpec:
+    netns: str
+    address: str
+    config_dir: Path  # holds sshd_config, the host key, the pidfile and the log
+    authorized_keys: Path
+
+    @property
+    def config(self) -> Path:
+        return self.config_dir / "sshd_config"
+
+    @property
+    def host_key(self) -> Path:
+        return self.config_dir / "ssh_host_ed25519_key"
+
+    @property
+    def log(self) -> Path:
+        return self.config_dir / "sshd.log"
+
+
+def render_config(spec: SshdSpec) -> str:
+    # StrictModes is off because the cluster directory sits under /tmp, which sshd's
+    # ownership walk rejects (world-writable); the files themselves are 0600 in a root-owned
+    # 0700 tree, which is what StrictModes would have enforced.
+    return "\n".join([
+        f"ListenAddress {spec.address}:22",
+        f"HostKey {spec.host_key}",
+        f"PidFile {spec.config_dir / 'sshd.pid'}",
+        f"AuthorizedKeysFile {spec.authorized_keys}",
+        "AuthenticationMethods publickey",
+        "PubkeyAuthentication yes",
+        "PermitRootLogin prohibit-password",
+        "AllowUsers root",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitEmptyPasswords no",
+        "UsePAM no",
+        "StrictModes no",
+        "UseDNS no",
+        "PermitUserEnvironment no",
+        "AllowTcpForwarding no",
+        "AllowAgentForwarding no",
+        "X11Forwarding no",
+        "PermitTunnel no",
+        "PrintMotd no",
+        # The harness multiplexes many concurrent commands over one connection per host.
+        "MaxSessions 128",
+        "MaxStartups 64:30:128",
+        "LogLevel INFO",
+        "Subsystem sftp internal-sftp",
+        "",
+    ])
+
+
+def write_config(spec: SshdSpec) -> None:
+    spec.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    spec.config.write_text(render_config(spec))
+
+
+def start_all(specs: list[SshdSpec]) -> None:
+    """Start every sshd at once and wait for all of them.
+
+    sshd binds its listening socket before it daemonizes, so once the launching process has
+    exited the host accepts connections: no polling needed.
+    """
+    PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
+    procs = []
+    for spec in specs:
+        argv = ["ip", "netns", "exec", spec.netns, SSHD, "-f", str(spec.config), "-E", str(spec.log)]
+        procs.append((spec, subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
+        )))
+    failures = []
+    for spec, proc in procs:
+        out, _ = proc.communicate(timeout=30)
+        if proc.returncode != 0:
+            log = spec.log.read_text(errors="replace")[-2000:] if spec.log.exists() else ""
+            failures.append(f"{spec.netns}: sshd exited {proc.returncode}: {out.decode().strip()} {log}")
+    if failures:
+        raise RuntimeError("could not start sshd: " + "; ".join(failures))

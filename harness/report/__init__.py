@@ -1,0 +1,24 @@
+"""HTML reports: one per run folder, an index per campaign folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.report.render import render_run
+
+
+def report_path(path: Path) -> Path:
+    """(Re)write the HTML of a run folder (report.html) or a campaign folder (index.html).
+
+    Returns the HTML file written. Raises ValueError when `path` is neither.
+    """
+    path = Path(path)
+    if (path / "campaign.json").is_file():
+        # Imported here: harness.index itself builds on this package.
+        from harness.index import render_campaign
+
+        return render_campaign(path)
+    if path.is_dir() and any((path / n).exists() for n in ("test.json", "history.jsonl")):
+        return render_run(path)
+    raise ValueError(f"{path}: neither a run folder (test.json or history.jsonl) "
+                     "nor a campaign folder (campaign.json)")

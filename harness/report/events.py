@@ -1,0 +1,70 @@
+"""Per-partition leader / ISR / ELR series from the run's merged events.jsonl."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Event kinds worth listing in the report's event table (everything else is routine).
+NOTABLE_KINDS = ("unclean-election", "unclean-recovery", "truncate", "broker-fenced",
+                 "log-recovery")
+
+
+@dataclass
+class PartitionSeries:
+    times: list[float] = field(default_factory=list)  # seconds since run start
+    leaders: list[int | None] = field(default_factory=list)
+    epochs: list[int | None] = field(default_factory=list)
+    isr: list[int] = field(default_factory=list)
+    elr: list[int] = field(default_factory=list)
+
+    @property
+    def leader_changes(self) -> int:
+        return sum(1 for a, b in zip(self.leaders, self.leaders[1:], strict=False) if a != b)
+
+
+@dataclass
+class EventSummary:
+    partitions: dict[str, PartitionSeries] = field(default_factory=dict)  # "topic-partition"
+    counts: dict[str, int] = field(default_factory=dict)  # kind -> events
+    notable: list[dict[str, Any]] = field(default_factory=list)
+    notable_total: int = 0
+    bad_lines: list[str] = field(default_factory=list)
+
+
+def scan_events(path: Path, notable_cap: int = 200) -> EventSummary:
+    """Stream the events file; lines that are not JSON objects with a `time` are named."""
+    summary = EventSummary()
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as exc:
+                summary.bad_lines.append(f"{path.name} line {lineno}: invalid JSON ({exc.msg})")
+                continue
+            if not isinstance(event, dict) or not isinstance(event.get("time"), int | float):
+                summary.bad_lines.append(f"{path.name} line {lineno}: no numeric `time`")
+                continue
+            _feed(summary, event, notable_cap)
+    return summary
+
+
+def _feed(summary: EventSummary, event: dict[str, Any], notable_cap: int) -> None:
+    kind = str(event.get("kind", "?"))
+    summary.counts[kind] = summary.counts.get(kind, 0) + 1
+    if kind == "partition-change":
+        key = f"{event.get('topic', '?')}-{event.get('partition', '?')}"
+        series = summary.partitions.setdefault(key, PartitionSeries())
+        series.times.append(event["time"] / 1e9)
+        series.leaders.append(event.get("leader"))
+        series.epochs.append(event.get("leader_epoch"))
+        series.isr.append(len(event.get("isr") or []))
+        series.elr.append(len(event.get("elr") or []))
+    elif kind in NOTABLE_KINDS:
+        summary.notable_total += 1
+        if len(summary.notable) < notable_cap:
+            summary.notable.append(event)

@@ -1,0 +1,52 @@
+"""Read the checker's loss.parquet: a capped table for display plus times for the plot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+COLUMNS = ("value", "partition", "offset", "ack_time", "node", "epoch", "kind", "faults",
+           "explanation", "on_disk")
+
+
+@dataclass
+class LossTable:
+    total: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the first `cap`, by ack time
+    columns: list[str] = field(default_factory=list)
+    ack_times_s: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> times
+
+
+def read_loss(path: Path, cap: int = 200) -> LossTable:
+    """Read `path`; columns beyond the known ones are kept, missing ones are left out."""
+    table = pq.read_table(path)
+    result = LossTable(total=table.num_rows)
+    present = [c for c in COLUMNS if c in table.column_names]
+    result.columns = present + [c for c in table.column_names if c not in COLUMNS]
+    if "ack_time" in table.column_names and table.num_rows:
+        table = table.take(pc.sort_indices(table, sort_keys=[("ack_time", "ascending")],
+                                           null_placement="at_end"))
+    kinds = (pc.cast(table.column("kind"), "string") if "kind" in table.column_names
+             else pa.array(["lost"] * table.num_rows, pa.string()))
+    for entry in pc.value_counts(kinds).to_pylist():
+        result.by_kind[str(entry["values"])] = int(entry["counts"])
+    if "ack_time" in table.column_names:
+        seconds = _seconds(table.column("ack_time"))
+        for kind in result.by_kind:
+            mask = pc.fill_null(pc.equal(kinds, kind), False).to_numpy(zero_copy_only=False)
+            chosen = seconds[mask]
+            result.ack_times_s[kind] = chosen[~np.isnan(chosen)]
+    result.rows = table.slice(0, cap).select(result.columns).to_pylist()
+    return result
+
+
+def _seconds(column: pa.ChunkedArray) -> np.ndarray:
+    # ack_time is the history's clock: integer ns since the run started (nulls become NaN).
+    return pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False) / 1e9

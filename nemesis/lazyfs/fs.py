@@ -1,0 +1,208 @@
+"""FUSE adapter: maps kernel requests onto the Store and injects I/O faults."""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mfusepy
+
+from nemesis.lazyfs.node import Node
+from nemesis.lazyfs.store import Store
+
+# Largest write the kernel may send in one request: big sequential appends
+# arrive as few large writes instead of many 4 KiB ones.
+MAX_WRITE = 1 << 20
+
+
+@dataclass
+class Faults:
+    """I/O faults switched on and off through the control socket."""
+
+    slow_fsync_ms: int = 0
+    eio_write: bool = False
+    eio_fsync: bool = False
+
+
+@dataclass
+class Handle:
+    node: Node
+    append: bool
+    generation: int
+
+
+class LazyOps(mfusepy.Operations):
+    use_ns = True
+
+    def __init__(self, store: Store, on_ready: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.faults = Faults()
+        self._on_ready = on_ready
+        self._handles: dict[int, Handle] = {}
+        self._next_fh = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def init_with_config(self, conn_info: Any, config_3: Any) -> None:
+        # Reads must reach us (the kernel page cache would hide a power loss),
+        # and sizes must never be served from a stale kernel attribute cache.
+        if config_3 is not None:
+            config_3.direct_io = 1
+            config_3.kernel_cache = 0
+            config_3.auto_cache = 0
+            config_3.entry_timeout = 0.0
+            config_3.attr_timeout = 0.0
+            config_3.negative_timeout = 0.0
+            config_3.hard_remove = 1
+            config_3.nullpath_ok = 1
+        if conn_info is not None:
+            conn_info.max_write = MAX_WRITE
+        if self._on_ready is not None:
+            self._on_ready()
+
+    def destroy(self, path: str) -> None:
+        self.store.flush_all()  # a clean unmount is a clean shutdown
+
+    # ---- handles -------------------------------------------------------
+
+    def _new_handle(self, node: Node, flags: int) -> int:
+        self.store.opened(node)
+        with self._lock:
+            fh = next(self._next_fh)
+            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND), self.store.generation)
+        return fh
+
+    def _handle(self, fh: int) -> Handle:
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise mfusepy.FuseOSError(errno.EBADF)
+        if handle.generation != self.store.generation:
+            # the file was open across a power loss: that process is gone
+            raise mfusepy.FuseOSError(errno.EIO)
+        return handle
+
+    def _node(self, path: str | None, fh: int | None) -> Node:
+        if fh:
+            return self._handle(fh).node
+        if path is None:
+            raise mfusepy.FuseOSError(errno.EBADF)
+        return self.store.lookup(path)
+
+    # ---- attributes and namespace ---------------------------------------
+
+    def getattr(self, path: str | None, fh: int | None = None) -> dict[str, int]:
+        return self._node(path, fh).attrs()
+
+    def readdir(self, path: str, fh: int) -> list[str]:
+        return [".", "..", *self.store.readdir(path)]
+
+    def mkdir(self, path: str, mode: int) -> int:
+        uid, gid, _ = mfusepy.fuse_get_context()
+        self.store.mkdir(path, mode, uid, gid)
+        return 0
+
+    def rmdir(self, path: str) -> int:
+        self.store.rmdir(path)
+        return 0
+
+    def unlink(self, path: str) -> int:
+        self.store.unlink(path)
+        return 0
+
+    def rename(self, old: str, new: str) -> int:
+        self.store.rename(old, new)
+        return 0
+
+    def chmod(self, path: str | None, mode: int) -> int:
+        node = self._node(path, None)
+        self.store.set_attrs(node, mode=(node.mode & ~0o7777) | (mode & 0o7777))
+        return 0
+
+    def chown(self, path: str | None, uid: int, gid: int) -> int:
+        node = self._node(path, None)
+        self.store.set_attrs(node, uid=node.uid if uid < 0 else uid, gid=node.gid if gid < 0 else gid)
+        return 0
+
+    def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
+        node = self._node(path, None)
+        atime, mtime = times if times is not None else (time.time_ns(),) * 2
+        self.store.set_attrs(node, atime=atime, mtime=mtime)
+        return 0
+
+    def statfs(self, path: str) -> dict[str, int]:
+        st = os.statvfs(self.store.tree.root)
+        keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail", "f_namemax")
+        return {k: getattr(st, k) for k in keys}
+
+    # ---- files ---------------------------------------------------------
+
+    def create(self, path: str, mode: int, flags: int) -> int:
+        uid, gid, _ = mfusepy.fuse_get_context()
+        try:
+            node = self.store.create(path, mode, uid, gid)
+        except FileExistsError:
+            if flags & os.O_EXCL:
+                raise
+            return self.open(path, flags)
+        return self._new_handle(node, flags)
+
+    def open(self, path: str, flags: int) -> int:
+        node = self.store.lookup(path)
+        if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
+            self.store.truncate(node, 0)
+        return self._new_handle(node, flags)
+
+    def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
+        return self.store.read(self._handle(fh).node, offset, size)
+
+    def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
+        handle = self._handle(fh)
+        if self.faults.eio_write:
+            raise mfusepy.FuseOSError(errno.EIO)
+        return self.store.write(handle.node, offset, data, append=handle.append)
+
+    def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
+        self.store.truncate(self._node(path, fh), length)
+        return 0
+
+    def flush(self, path: str | None, fh: int) -> int:
+        return 0  # close() makes nothing durable
+
+    def release(self, path: str | None, fh: int) -> int:
+        with self._lock:
+            handle = self._handles.pop(fh, None)
+        if handle is not None and handle.generation == self.store.generation:
+            self.store.released(handle.node)
+        return 0
+
+    def fsync(self, path: str | None, datasync: int, fh: int) -> int:
+        node = self._handle(fh).node
+        self._fsync_faults()
+        self.store.fsync(node)
+        return 0
+
+    def opendir(self, path: str) -> int:
+        if not self.store.lookup(path).is_dir:
+            raise mfusepy.FuseOSError(errno.ENOTDIR)
+        return 0
+
+    def releasedir(self, path: str | None, fh: int) -> int:
+        return 0
+
+    def fsyncdir(self, path: str | None, datasync: int, fh: int) -> int:
+        self._fsync_faults()
+        self.store.commit_journal()
+        return 0
+
+    def _fsync_faults(self) -> None:
+        if self.faults.slow_fsync_ms:
+            time.sleep(self.faults.slow_fsync_ms / 1000)
+        if self.faults.eio_fsync:
+            raise mfusepy.FuseOSError(errno.EIO)

@@ -1,0 +1,210 @@
+"""Mounting, daemonizing and unmounting lossy filesystems.
+
+A daemon is a `python -m nemesis.lazyfs mount ... --foreground` child in its own
+session. It writes SOCK.pid next to its control socket and a registry entry
+keyed by the mountpoint, so `umount MOUNTPOINT` can find and wait for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import mfusepy
+
+from nemesis.lazyfs.control import Controller, ControlServer, LazyFSClient, LazyFSError
+from nemesis.lazyfs.flusher import Flusher
+from nemesis.lazyfs.fs import LazyOps
+from nemesis.lazyfs.store import Store
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 20.0
+EXIT_TIMEOUT_S = 20.0
+
+
+@dataclass
+class MountOptions:
+    backing: str
+    mountpoint: str
+    control: str
+    flush_interval_ms: int = 0
+    dirty_limit_bytes: int = 0
+    sync_backing: bool = True
+
+
+def registry_dir() -> str:
+    return os.environ.get("LAZYFS_RUN_DIR") or os.path.join(tempfile.gettempdir(), "lazyfs-mounts")
+
+
+def _registry_file(mountpoint: str) -> str:
+    key = hashlib.sha1(os.path.realpath(mountpoint).encode()).hexdigest()[:16]
+    return os.path.join(registry_dir(), key + ".json")
+
+
+def pidfile_for(control: str) -> str:
+    return control + ".pid"
+
+
+def is_mounted(mountpoint: str) -> bool:
+    """True if mountpoint is in the mount table (also when its daemon is dead)."""
+    target = os.path.realpath(mountpoint)
+    with open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            point = fields[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+            if point == target:
+                return True
+    return False
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def run_foreground(opts: MountOptions) -> None:
+    """Mount and serve until unmounted; flushes everything on a clean unmount."""
+    for path, what in ((opts.backing, "backing directory"), (opts.mountpoint, "mountpoint")):
+        if not os.path.isdir(path):
+            raise NotADirectoryError(f"{what} {path!r} is not a directory")
+    if is_mounted(opts.mountpoint):
+        raise RuntimeError(f"{opts.mountpoint} is already mounted; run `umount` on it first")
+    store = Store(opts.backing, sync_backing=opts.sync_backing, dirty_limit=opts.dirty_limit_bytes)
+    control: list[ControlServer] = []
+    flusher = Flusher(store, opts.flush_interval_ms) if opts.flush_interval_ms > 0 else None
+    registry = _registry_file(opts.mountpoint)
+
+    def on_ready() -> None:
+        _write_json(pidfile_for(opts.control), {"pid": os.getpid()})
+        os.makedirs(registry_dir(), exist_ok=True)
+        _write_json(registry, {"pid": os.getpid(), "control": os.path.abspath(opts.control),
+                               "mountpoint": os.path.realpath(opts.mountpoint),
+                               "backing": os.path.realpath(opts.backing)})
+        server = ControlServer(opts.control, Controller(store, ops.faults))
+        server.start()
+        control.append(server)
+        if flusher is not None:
+            flusher.start()
+
+    ops = LazyOps(store, on_ready)
+    options: dict[str, Any] = {"foreground": True, "fsname": "lazyfs", "subtype": "lazyfs"}
+    if os.getuid() == 0:
+        options["allow_other"] = True  # brokers may run as another user
+    try:
+        mfusepy.FUSE(ops, opts.mountpoint, **options)
+    finally:
+        if flusher is not None:
+            flusher.stop()
+        for server in control:
+            server.stop()
+        _remove(pidfile_for(opts.control))
+        _remove(registry)
+
+
+def spawn_daemon(opts: MountOptions) -> int:
+    """Start a daemon for opts and return its pid once the mount serves requests."""
+    log_path = opts.control + ".log"
+    argv = [sys.executable, "-m", "nemesis.lazyfs", "mount", opts.backing, opts.mountpoint,
+            "--control", opts.control, "--foreground",
+            "--flush-interval-ms", str(opts.flush_interval_ms),
+            "--dirty-limit-bytes", str(opts.dirty_limit_bytes)]
+    if not opts.sync_backing:
+        argv.append("--no-sync-backing")
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+                                start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    client = LazyFSClient(opts.control, timeout=2.0)
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"lazyfs daemon exited with {proc.returncode}:\n{_tail(log_path)}")
+        try:
+            if client.ping()["pid"] == proc.pid and is_mounted(opts.mountpoint):
+                return proc.pid
+        except (OSError, LazyFSError, ValueError):
+            pass
+        time.sleep(0.02)
+    proc.kill()
+    raise TimeoutError(f"lazyfs daemon not ready after {READY_TIMEOUT_S}s:\n{_tail(log_path)}")
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc})"
+
+
+def unmount(mountpoint: str, timeout: float = EXIT_TIMEOUT_S) -> dict[str, Any]:
+    """Unmount cleanly, lazily if the daemon is dead or the mount busy; wait for the daemon."""
+    entry = _read_registry(mountpoint)
+    result: dict[str, Any] = {"mountpoint": os.path.realpath(mountpoint), "unmounted": False, "lazy": False}
+    if is_mounted(mountpoint):
+        done = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True)
+        if done.returncode != 0:
+            lazy = subprocess.run(["fusermount3", "-uz", mountpoint], capture_output=True, text=True)
+            if lazy.returncode != 0:
+                raise RuntimeError(f"cannot unmount {mountpoint}: {done.stderr.strip()}; {lazy.stderr.strip()}")
+            result["lazy"] = True
+        result["unmounted"] = True
+    pid = entry.get("pid") if entry else None
+    if isinstance(pid, int):
+        result["daemon"] = _await_exit(pid, timeout)
+    _remove(_registry_file(mountpoint))
+    return result
+
+
+def _read_registry(mountpoint: str) -> dict[str, Any] | None:
+    try:
+        with open(_registry_file(mountpoint)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _is_our_daemon(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"nemesis.lazyfs" in argv and b"mount" in argv
+
+
+def _await_exit(pid: int, timeout: float) -> str:
+    """Wait for a daemon to finish its final flush; kill it if it hangs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _is_our_daemon(pid) or _is_zombie(pid):
+            return "exited"
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    return "killed"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

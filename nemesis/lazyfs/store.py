@@ -1,0 +1,428 @@
+"""The lossy filesystem's state: namespace, page cache, and what is durable.
+
+Durable state is exactly the backing directory. Everything else (unflushed
+writes, truncations, cached sizes, pending namespace operations) lives here in
+memory and is lost by `lose_unsynced` or partly kept by `torn`. See
+docs/lazyfs.md for the durability model. All public methods take `self.lock`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import stat
+import threading
+from typing import Any
+
+from nemesis.lazyfs.journal import BackingTree, Op
+from nemesis.lazyfs.node import Node, node_from_stat
+from nemesis.lazyfs.torn import MODES, kept_pieces
+
+
+def _err(code: int, path: str) -> OSError:
+    return OSError(code, os.strerror(code), path)
+
+
+def _split(path: str) -> tuple[str, str]:
+    parent, name = os.path.split(path.rstrip("/") or "/")
+    return parent or "/", name
+
+
+class Store:
+    def __init__(self, backing: str, sync_backing: bool = True, dirty_limit: int = 0) -> None:
+        if not os.path.isdir(backing):
+            raise NotADirectoryError(f"backing directory {backing!r} does not exist")
+        self.tree = BackingTree(backing)
+        self.sync_backing = sync_backing
+        self.dirty_limit = dirty_limit
+        self.lock = threading.RLock()
+        self.journal: list[Op] = []
+        self.dirty: set[Node] = set()
+        self.total_dirty = 0
+        self.generation = 0
+        self._with_fd: set[Node] = set()
+        self.root = self._load()
+
+    # ---- loading -------------------------------------------------------
+
+    def _load(self) -> Node:
+        """Rebuild the namespace from the backing directory (the durable state)."""
+        self.tree.index.clear()
+        root = node_from_stat(os.stat(self.tree.root), "/", None, "/")
+        self.tree.index["/"] = root
+        self._load_dir(root, "/")
+        return root
+
+    def _load_dir(self, node: Node, rel: str) -> None:
+        with os.scandir(self.tree.real(rel)) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                    continue  # only regular files and directories are modelled
+                child_rel = os.path.join(rel, entry.name)
+                child = node_from_stat(st, entry.name, node, child_rel)
+                node.children[entry.name] = child
+                self.tree.index[child_rel] = child
+                if child.is_dir:
+                    self._load_dir(child, child_rel)
+
+    # ---- lookup --------------------------------------------------------
+
+    def lookup(self, path: str) -> Node:
+        with self.lock:
+            node = self.root
+            for part in path.strip("/").split("/"):
+                if not part:
+                    continue
+                if not node.is_dir:
+                    raise _err(errno.ENOTDIR, path)
+                child = node.children.get(part)
+                if child is None:
+                    raise _err(errno.ENOENT, path)
+                node = child
+            return node
+
+    def _parent_of(self, path: str) -> tuple[Node, str]:
+        parent_path, name = _split(path)
+        parent = self.lookup(parent_path)
+        if not parent.is_dir:
+            raise _err(errno.ENOTDIR, path)
+        return parent, name
+
+    # ---- namespace operations -------------------------------------------
+
+    def create(self, path: str, mode: int, uid: int, gid: int) -> Node:
+        with self.lock:
+            parent, name = self._parent_of(path)
+            if name in parent.children:
+                raise _err(errno.EEXIST, path)
+            node = Node(stat.S_IFREG | stat.S_IMODE(mode), name, parent)
+            node.uid, node.gid = uid, gid
+            parent.children[name] = node
+            parent.touch()
+            self.journal.append(Op("create", path, node=node))
+            return node
+
+    def mkdir(self, path: str, mode: int, uid: int, gid: int) -> None:
+        with self.lock:
+            parent, name = self._parent_of(path)
+            if name in parent.children:
+                raise _err(errno.EEXIST, path)
+            node = Node(stat.S_IFDIR | stat.S_IMODE(mode), name, parent)
+            node.uid, node.gid = uid, gid
+            parent.children[name] = node
+            parent.touch()
+            self.journal.append(Op("mkdir", path, node=node))
+
+    def unlink(self, path: str) -> None:
+        with self.lock:
+            node = self.lookup(path)
+            if node.is_dir:
+                raise _err(errno.EISDIR, path)
+            self._detach(node)
+            self.journal.append(Op("unlink", path))
+
+    def rmdir(self, path: str) -> None:
+        with self.lock:
+            node = self.lookup(path)
+            if not node.is_dir:
+                raise _err(errno.ENOTDIR, path)
+            if node is self.root:
+                raise _err(errno.EBUSY, path)
+            if node.children:
+                raise _err(errno.ENOTEMPTY, path)
+            self._detach(node)
+            self.journal.append(Op("rmdir", path))
+
+    def rename(self, old: str, new: str) -> None:
+        with self.lock:
+            src = self.lookup(old)
+            parent, name = self._parent_of(new)
+            if src is self.root or (src.is_dir and (new + "/").startswith(old.rstrip("/") + "/")):
+                raise _err(errno.EINVAL, new)
+            victim = parent.children.get(name)
+            if victim is src:
+                return
+            if victim is not None:
+                self._check_replace(src, victim, new)
+                self._detach(victim)
+            self._unlink_name(src)
+            src.name, src.parent = name, parent
+            parent.children[name] = src
+            parent.touch()
+            src.ctime = parent.ctime
+            self.journal.append(Op("rename", old, dest=new))
+
+    @staticmethod
+    def _check_replace(src: Node, victim: Node, path: str) -> None:
+        if victim.is_dir and not src.is_dir:
+            raise _err(errno.EISDIR, path)
+        if src.is_dir and not victim.is_dir:
+            raise _err(errno.ENOTDIR, path)
+        if victim.is_dir and victim.children:
+            raise _err(errno.ENOTEMPTY, path)
+
+    @staticmethod
+    def _unlink_name(node: Node) -> None:
+        assert node.parent is not None
+        node.parent.children.pop(node.name, None)
+        node.parent.touch()
+        node.parent = None
+
+    def _detach(self, node: Node) -> None:
+        """Remove a node's name; its cache lives on only while it is open."""
+        self._unlink_name(node)
+        if node.open_count == 0:
+            self._forget(node)
+
+    def _forget(self, node: Node) -> None:
+        """Drop the cache of a file no name and no open handle refers to."""
+        self.total_dirty -= node.extents.dirty_bytes
+        node.extents.truncate(0)
+        self.dirty.discard(node)
+        self._close_fd(node)
+
+    def readdir(self, path: str) -> list[str]:
+        with self.lock:
+            node = self.lookup(path)
+            if not node.is_dir:
+                raise _err(errno.ENOTDIR, path)
+            return list(node.children)
+
+    # ---- file data -----------------------------------------------------
+
+    def opened(self, node: Node) -> None:
+        with self.lock:
+            node.open_count += 1
+
+    def released(self, node: Node) -> None:
+        with self.lock:
+            node.open_count -= 1
+            if node.open_count > 0:
+                return
+            if node.parent is None and node is not self.root:
+                self._forget(node)
+            elif not node.is_dirty:
+                self._close_fd(node)
+
+    def read(self, node: Node, offset: int, size: int) -> bytes:
+        with self.lock:
+            size = max(0, min(size, node.size - offset))
+            if size == 0:
+                return b""
+            out = bytearray(size)
+            limit = min(node.trunc_floor, node.durable_size)
+            if offset < limit:
+                fd = self._fd(node)
+                if fd is not None:
+                    data = os.pread(fd, min(size, limit - offset), offset)
+                    out[: len(data)] = data
+            for start, piece in node.extents.overlapping(offset, size):
+                out[start - offset : start - offset + len(piece)] = piece
+            return bytes(out)
+
+    def write(self, node: Node, offset: int, data: bytes, append: bool = False) -> int:
+        with self.lock:
+            if append:
+                offset = node.size
+            self.total_dirty += node.extents.write(offset, data)
+            node.size = max(node.size, offset + len(data))
+            node.touch()
+            self.dirty.add(node)
+            if self.dirty_limit and self.total_dirty > self.dirty_limit:
+                self.flush_all()
+            return len(data)
+
+    def truncate(self, node: Node, size: int) -> None:
+        with self.lock:
+            if node.is_dir:
+                raise _err(errno.EISDIR, node.label())
+            if size < node.size:
+                self.total_dirty -= node.extents.truncate(size)
+                node.trunc_floor = min(node.trunc_floor, size)
+            node.size = size
+            node.touch()
+            if node.is_dirty:
+                self.dirty.add(node)
+            else:
+                self.dirty.discard(node)
+
+    def set_attrs(self, node: Node, **attrs: Any) -> None:
+        """chmod/chown/utimens: immediate (not modelled as losable)."""
+        with self.lock:
+            for key, value in attrs.items():
+                setattr(node, key, value)
+            node.ctime = max(node.ctime, node.mtime)
+
+    # ---- durability ----------------------------------------------------
+
+    def fsync(self, node: Node) -> None:
+        """fsync/fdatasync: the file's data; plus the journal if its creation is pending."""
+        with self.lock:
+            if node.is_dir:
+                self.commit_journal()
+                return
+            if node.backing is None and node.parent is not None:
+                self.commit_journal()
+            if node.backing is not None and node.is_dirty:
+                self._flush_node(node)
+
+    def commit_journal(self) -> None:
+        with self.lock:
+            dirs: set[str] = set()
+            try:
+                for op in self.journal:
+                    dirs |= self.tree.apply(op)
+            finally:
+                self.journal.clear()
+            self._sync_dirs(dirs)
+
+    def flush_all(self) -> dict[str, Any]:
+        """Make everything durable: the journal, then every file's data."""
+        with self.lock:
+            ops = len(self.journal)
+            self.commit_journal()
+            flushed = {}
+            for node in sorted(self.dirty, key=Node.label):
+                if node.backing is not None:
+                    flushed[node.label()] = node.extents.dirty_bytes
+                    self._flush_node(node)
+            return {"metadata_ops": ops, "files": flushed, "bytes": sum(flushed.values())}
+
+    def _flush_node(self, node: Node) -> None:
+        fd = self._fd(node)
+        assert fd is not None
+        self._write_pieces(fd, node, node.extents.pieces(), truncate=True)
+        if self.sync_backing:
+            os.fsync(fd)
+        self.total_dirty -= node.extents.dirty_bytes
+        node.extents.truncate(0)
+        node.durable_size = node.trunc_floor = node.size
+        self.dirty.discard(node)
+        if node.open_count == 0:
+            self._close_fd(node)
+
+    @staticmethod
+    def _write_pieces(fd: int, node: Node, pieces: list[tuple[int, bytes]], truncate: bool) -> int:
+        """Write pieces to the backing file; returns its new length."""
+        if truncate and node.trunc_floor < node.durable_size:
+            os.ftruncate(fd, node.trunc_floor)
+        length = node.trunc_floor if truncate else node.durable_size
+        for offset, data in pieces:
+            view = memoryview(data)
+            pos = offset
+            while view:
+                done = os.pwrite(fd, view, pos)
+                view, pos = view[done:], pos + done
+            length = max(length, offset + len(data))
+        if truncate and length != node.size:
+            os.ftruncate(fd, node.size)
+            length = node.size
+        return length
+
+    def _sync_dirs(self, dirs: set[str]) -> None:
+        if not self.sync_backing:
+            return
+        for path in sorted(dirs):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue  # removed by a later operation of the same commit
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _fd(self, node: Node) -> int | None:
+        if node.fd is None and node.backing is not None:
+            node.fd = os.open(self.tree.real(node.backing), os.O_RDWR)
+            self._with_fd.add(node)
+        return node.fd
+
+    def _close_fd(self, node: Node) -> None:
+        if node.fd is not None:
+            os.close(node.fd)
+            node.fd = None
+        self._with_fd.discard(node)
+
+    # ---- power loss ----------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        with self.lock:
+            files = {
+                n.label(): {
+                    "unsynced_bytes": n.extents.dirty_bytes,
+                    "size": n.size,
+                    "durable_size": n.durable_size if n.backing is not None else 0,
+                }
+                for n in sorted(self.dirty, key=Node.label)
+            }
+            return {
+                "unsynced_bytes": self.total_dirty,
+                "files": files,
+                "pending_metadata": [op.describe() for op in self.journal],
+            }
+
+    def lose_unsynced(self) -> dict[str, Any]:
+        """Power loss: forget every unflushed write and pending namespace operation."""
+        with self.lock:
+            lost = {n.label(): n.extents.dirty_bytes for n in sorted(self.dirty, key=Node.label)}
+            dropped = [op.describe() for op in self.journal]
+            self._reset()
+            return {
+                "lost_bytes": sum(lost.values()),
+                "files": lost,
+                "dropped_metadata": dropped,
+                "generation": self.generation,
+            }
+
+    def torn(self, seed: int | None = None, mode: str = "prefix") -> dict[str, Any]:
+        """Power loss mid-writeback: a random journal prefix and random parts of the data survive."""
+        if mode not in MODES:
+            raise ValueError(f"unknown torn mode {mode!r}; expected one of {', '.join(MODES)}")
+        with self.lock:
+            if seed is None:
+                seed = random.SystemRandom().randrange(2**32)
+            rng = random.Random(seed)
+            keep_ops = rng.randint(0, len(self.journal))
+            kept_ops = [op.describe() for op in self.journal[:keep_ops]]
+            dropped_ops = [op.describe() for op in self.journal[keep_ops:]]
+            dirs: set[str] = set()
+            for op in self.journal[:keep_ops]:
+                dirs |= self.tree.apply(op)
+            self.journal.clear()
+            self._sync_dirs(dirs)
+            files = {}
+            for node in sorted(self.dirty, key=lambda n: (n.backing is None, n.backing or "", n.label())):
+                unsynced = node.extents.dirty_bytes
+                kept = 0
+                if node.backing is not None:
+                    pieces = kept_pieces(node.extents, rng, mode)
+                    kept = sum(len(d) for _, d in pieces)
+                    fd = self._fd(node)
+                    assert fd is not None
+                    self._write_pieces(fd, node, pieces, truncate=False)
+                    if self.sync_backing:
+                        os.fsync(fd)
+                files[node.label()] = {"unsynced_bytes": unsynced, "kept_bytes": kept, "lost_bytes": unsynced - kept}
+            self._reset()
+            return {
+                "seed": seed,
+                "mode": mode,
+                "lost_bytes": sum(f["lost_bytes"] for f in files.values()),
+                "files": files,
+                "kept_metadata": kept_ops,
+                "dropped_metadata": dropped_ops,
+                "generation": self.generation,
+            }
+
+    def _reset(self) -> None:
+        """Forget all in-memory state and reload the namespace from the backing directory."""
+        for node in list(self._with_fd):
+            self._close_fd(node)
+        self.journal.clear()
+        self.dirty.clear()
+        self.total_dirty = 0
+        self.generation += 1
+        self.root = self._load()

@@ -1,0 +1,150 @@
+"""A broker's data directory: partition logs, the clean-shutdown marker, the HWM checkpoint.
+
+    <data>/<topic>-<partition>/          one SegmentLog per partition replica
+    <data>/clean_shutdown                {"broker_epoch": N}, only after a clean shutdown
+    <data>/replication-offset-checkpoint {"topic-partition": hwm}, for pre-KIP-101 truncation
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from replication.segment_log import (
+    DEFAULT_SEGMENT_BYTES,
+    Fsync,
+    SegmentLog,
+    atomic_write_json,
+    fsync_dir,
+)
+
+CLEAN_MARKER = "clean_shutdown"
+HWM_CHECKPOINT = "replication-offset-checkpoint"
+PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    flush_messages: int | None = None  # flush.messages: fsync once this many are unflushed
+    flush_ms: int | None = None  # flush.ms: fsync data unflushed for this long
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES  # segment.bytes: roll past this size
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, str]) -> LogConfig:
+        """Read `flush.messages`, `flush.ms`, `segment.bytes` (Kafka names); ignore other keys."""
+        return cls(
+            flush_messages=_int_option(config, "flush.messages"),
+            flush_ms=_int_option(config, "flush.ms", minimum=0),
+            segment_bytes=_int_option(config, "segment.bytes") or DEFAULT_SEGMENT_BYTES,
+        )
+
+
+def _int_option(config: Mapping[str, str], key: str, minimum: int = 1) -> int | None:
+    if key not in config:
+        return None
+    try:
+        value = int(config[key])
+    except ValueError:
+        raise ValueError(f"config {key}={config[key]!r}: not an integer") from None
+    if value < minimum:
+        raise ValueError(f"config {key}={value}: must be >= {minimum}")
+    return value
+
+
+class BrokerStore:
+    """Owns a broker's data directory; opens each partition's log at most once."""
+
+    def __init__(
+        self, data_dir: Path, log_config: LogConfig | None = None, *, fsync: Fsync = os.fsync
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.log_config = log_config or LogConfig()
+        self._fsync = fsync
+        self._logs: dict[tuple[str, int], SegmentLog] = {}
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+
+    def open_log(self, topic: str, partition: int) -> SegmentLog:
+        """The partition's log, recovered on first open (see its recovery_info)."""
+        key = (topic, partition)
+        if key not in self._logs:
+            if not topic or "/" in topic or topic in (".", ".."):
+                raise ValueError(f"invalid topic name {topic!r}")
+            cfg = self.log_config
+            self._logs[key] = SegmentLog(
+                self.data_dir / f"{topic}-{partition}",
+                cfg.flush_messages,
+                cfg.flush_ms,
+                cfg.segment_bytes,
+                fsync=self._fsync,
+            )
+        return self._logs[key]
+
+    def existing_partitions(self) -> list[tuple[str, int]]:
+        """(topic, partition) of every partition folder in the data directory, sorted."""
+        found = []
+        for p in self.data_dir.iterdir():
+            m = PARTITION_DIR.match(p.name)
+            if m and p.is_dir():
+                found.append((m["topic"], int(m["partition"])))
+        return sorted(found)
+
+    def close(self, clean: bool) -> None:
+        """Close every open log; clean closes flush them. The marker is separate."""
+        for log in self._logs.values():
+            log.close(clean)
+        self._logs.clear()
+
+    # -- clean-shutdown marker -----------------------------------------------------------
+
+    def write_clean_marker(self, broker_epoch: int) -> None:
+        """Call after every log is flushed: the next start then counts as clean."""
+        atomic_write_json(self.data_dir / CLEAN_MARKER, {"broker_epoch": broker_epoch}, self._fsync)
+
+    def read_and_delete_clean_marker(self) -> int | None:
+        """The broker epoch of the last clean shutdown, or None; the marker is then gone
+        durably, so a crash from now on is an unclean shutdown."""
+        path = self.data_dir / CLEAN_MARKER
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            epoch = json.loads(text)["broker_epoch"]
+            if not isinstance(epoch, int) or isinstance(epoch, bool):
+                raise TypeError(f"broker_epoch is {epoch!r}")
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ValueError(
+                f'{path}: malformed clean-shutdown marker, expected {{"broker_epoch": N}}: {exc}'
+            ) from exc
+        path.unlink()
+        fsync_dir(self.data_dir, self._fsync)
+        return epoch
+
+    # -- high-watermark checkpoint ---------------------------------------------------------
+
+    def write_hwm_checkpoint(self, hwms: Mapping[tuple[str, int], int]) -> None:
+        data = {f"{t}-{p}": hwm for (t, p), hwm in sorted(hwms.items())}
+        atomic_write_json(self.data_dir / HWM_CHECKPOINT, data, self._fsync)
+
+    def read_hwm_checkpoint(self) -> dict[tuple[str, int], int]:
+        """{(topic, partition): hwm}; empty if there is no checkpoint yet."""
+        path = self.data_dir / HWM_CHECKPOINT
+        try:
+            raw = json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ValueError(f"{path}: not JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a JSON object of \"topic-partition\": hwm")
+        out = {}
+        for key, hwm in raw.items():
+            m = PARTITION_DIR.match(key)
+            if not m or not isinstance(hwm, int) or isinstance(hwm, bool) or hwm < 0:
+                raise ValueError(f"{path}: bad entry {key!r}: {hwm!r}")
+            out[(m["topic"], int(m["partition"]))] = hwm
+        return out

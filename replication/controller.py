@@ -1,0 +1,333 @@
+"""The controller as a sans-IO state machine.
+
+It owns the cluster metadata (brokers, topics, partition states) and changes it only through
+`replication.metadata`'s rules. Every change is a `Persist` record that the runtime fsyncs
+before replying; replaying those records rebuilds the state after a restart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from replication import metadata as md
+from replication.config import NodeConfig
+from replication.errors import (
+    FENCED_LEADER_EPOCH,
+    INELIGIBLE_REPLICA,
+    INVALID_REQUEST,
+    INVALID_UPDATE_VERSION,
+    NOT_LEADER,
+    STALE_BROKER_EPOCH,
+    TOPIC_EXISTS,
+    UNKNOWN_BROKER,
+    UNKNOWN_TOPIC,
+)
+from replication.outputs import Event, Output, Persist, Reply
+
+TOPIC_CONFIG_KEYS = ("min.insync.replicas", "unclean.leader.election.enable",
+                     "eligible.leader.replicas.enable", "unclean.recovery.strategy")
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    address: str
+    broker_epoch: int
+    fenced: bool = True
+    shutting_down: bool = False
+    last_heartbeat: int = 0  # ms, in-memory only
+
+
+@dataclass
+class Recovery:
+    """An unclean recovery in progress for one partition: whose log end we asked for."""
+
+    strategy: str
+    targets: tuple[int, ...]
+    started: int
+    replies: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, dict[str, str]] = {}
+        self.partitions: dict[tuple[str, int], md.PartitionState] = {}
+        self.version = 0
+        self.recoveries: dict[tuple[str, int], Recovery] = {}
+        self._manual_reported: set[tuple[str, int]] = set()
+
+    # ---- persistence -------------------------------------------------------------------
+
+    def replay(self, record: dict, now: int) -> None:
+        """Apply a record from the metadata log (on restart) without producing outputs."""
+        self._apply(record, now)
+
+    def _apply(self, record: dict, now: int) -> None:
+        kind = record["type"]
+        if kind == "register":
+            self.brokers[record["broker"]] = BrokerInfo(
+                record["broker"], record["address"], record["broker_epoch"], fenced=True,
+                last_heartbeat=now)
+        elif kind == "fence":
+            b = self.brokers[record["broker"]]
+            b.fenced, b.shutting_down = True, record.get("shutting_down", False)
+        elif kind == "unfence":
+            self.brokers[record["broker"]].fenced = False
+            self.brokers[record["broker"]].shutting_down = False
+        elif kind == "topic":
+            self.topics[record["topic"]] = dict(record["config"])
+        elif kind == "partition":
+            state = md.PartitionState.from_dict(record["state"])
+            self.partitions[state.key] = state
+        else:
+            raise ValueError(f"unknown metadata record type {kind!r}")
+        self.version += 1
+
+    def _commit(self, record: dict, now: int, out: list[Output]) -> None:
+        self._apply(record, now)
+        out.append(Persist(record))
+
+    def restarted(self, now: int) -> None:
+        """After replay: sessions restart from now, so brokers are not fenced for the
+        controller's own downtime."""
+        for b in self.brokers.values():
+            b.last_heartbeat = now
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def rules(self, topic: str) -> md.Rules:
+        cfg = self.config.with_overrides(self.topics.get(topic, {}))
+        return md.Rules(cfg.min_insync_replicas, cfg.eligible_leader_replicas_enable,
+                        cfg.unclean_leader_election_enable)
+
+    def strategy(self, topic: str) -> str:
+        return self.config.with_overrides(self.topics.get(topic, {})).unclean_recovery_strategy
+
+    def unfenced(self) -> set[int]:
+        return {b.broker_id for b in self.brokers.values() if not b.fenced}
+
+    def _set_partition(self, change: md.Change, now: int, out: list[Output]) -> None:
+        state = change.state
+        self._commit({"type": "partition", "state": state.to_dict()}, now, out)
+        out.append(Event("partition-change", {
+            "topic": state.topic, "partition": state.partition, "leader": state.leader,
+            "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch,
+            "isr": list(state.isr), "elr": list(state.elr),
+            "last_known_elr": list(state.last_known_elr), "reason": change.reason}))
+        if change.unclean_election:
+            out.append(Event("unclean-election", {
+                "topic": state.topic, "partition": state.partition, "leader": state.leader,
+                "leader_epoch": state.leader_epoch, "potential_data_loss": True}))
+        if state.leader is not None:
+            self.recoveries.pop(state.key, None)
+
+    def snapshot(self) -> dict:
+        return {
+            "version": self.version,
+            "brokers": {str(b.broker_id): {"address": b.address, "fenced": b.fenced,
+                                           "broker_epoch": b.broker_epoch}
+                        for b in self.brokers.values()},
+            "topics": self.topics,
+            "partitions": [s.to_dict() for s in sorted(self.partitions.values(), key=lambda s: s.key)],
+        }
+
+    # ---- requests ----------------------------------------------------------------------
+
+    def handle(self, token: object, msg: dict, now: int) -> list[Output]:
+        handler = getattr(self, "_on_" + msg.get("type", "").replace("-", "_"), None)
+        if handler is None:
+            return [Reply(token, {"error": INVALID_REQUEST, "message": f"unknown request {msg.get('type')!r}"})]
+        out: list[Output] = []
+        reply = handler(msg, now, out)
+        out.append(Reply(token, reply))
+        return out
+
+    def _on_metadata(self, msg: dict, now: int, out: list[Output]) -> dict:
+        return {"metadata": self.snapshot()}
+
+    def _on_register(self, msg: dict, now: int, out: list[Output]) -> dict:
+        broker_id = int(msg["broker"])
+        clean = msg.get("clean_epoch") is not None
+        if broker_id in self.brokers and not self.brokers[broker_id].fenced:
+            # A new incarnation: the old one must lose leadership and ISR membership first.
+            self._fence(broker_id, "re-registration", now, out)
+        epoch = self.version + 1
+        self._commit({"type": "register", "broker": broker_id, "address": msg["address"],
+                      "broker_epoch": epoch, "clean": clean}, now, out)
+        out.append(Event("broker-registered", {"broker": broker_id, "broker_epoch": epoch, "clean": clean}))
+        if broker_id in self.brokers:
+            self.brokers[broker_id].last_heartbeat = now
+        if not clean:
+            for key in sorted(self.partitions):
+                state = self.partitions[key]
+                if broker_id in state.replicas:
+                    change = md.unclean_registration(state, broker_id, self.rules(state.topic))
+                    if change:
+                        self._set_partition(change, now, out)
+        return {"broker_epoch": epoch}
+
+    def _on_heartbeat(self, msg: dict, now: int, out: list[Output]) -> dict:
+        broker_id = int(msg["broker"])
+        info = self.brokers.get(broker_id)
+        if info is None:
+            return {"error": UNKNOWN_BROKER}
+        if msg.get("broker_epoch") != info.broker_epoch:
+            return {"error": STALE_BROKER_EPOCH}
+        info.last_heartbeat = now
+        for item in msg.get("log_info", []):
+            rec = self.recoveries.get((item["topic"], item["partition"]))
+            if rec is not None and broker_id in rec.targets:
+                rec.replies[broker_id] = (item["epoch"], item["end_offset"])
+        if msg.get("want_shutdown"):
+            if not info.shutting_down or not info.fenced:
+                self._fence(broker_id, "controlled-shutdown", now, out)
+        elif info.fenced:
+            self._commit({"type": "unfence", "broker": broker_id}, now, out)
+            out.append(Event("broker-unfenced", {"broker": broker_id}))
+            self._elect_leaderless(now, out)
+        self._run_recoveries(now, out)
+        reply: dict = {"fenced": info.fenced, "broker_epoch": info.broker_epoch,
+                       "shutdown_ok": bool(msg.get("want_shutdown")) and not any(
+                           s.leader == broker_id for s in self.partitions.values())}
+        if msg.get("metadata_version", -1) != self.version:
+            reply["metadata"] = self.snapshot()
+        asks = [{"topic": k[0], "partition": k[1]} for k, rec in sorted(self.recoveries.items())
+                if broker_id in rec.targets and broker_id not in rec.replies]
+        if asks:
+            reply["log_info_requests"] = asks
+        return reply
+
+    def _on_create_topic(self, msg: dict, now: int, out: list[Output]) -> dict:
+        topic = msg["topic"]
+        if topic in self.topics:
+            return {"error": TOPIC_EXISTS}
+        config = {str(k): str(v) for k, v in (msg.get("config") or {}).items()}
+        unknown = set(config) - set(TOPIC_CONFIG_KEYS)
+        if unknown:
+            return {"error": INVALID_REQUEST, "message": f"unknown topic config {sorted(unknown)}"}
+        try:
+            self.config.with_overrides(config)
+            brokers = sorted(self.unfenced()) or sorted(self.brokers)
+            placement = md.striped_placement(brokers, int(msg["partitions"]), int(msg["replication_factor"]))
+        except ValueError as e:
+            return {"error": INVALID_REQUEST, "message": str(e)}
+        self._commit({"type": "topic", "topic": topic, "config": config}, now, out)
+        for p, replicas in enumerate(placement):
+            state = md.PartitionState(topic, p, replicas, leader=replicas[0], isr=replicas)
+            self._set_partition(md.Change(state, "create"), now, out)
+        return {"partitions": len(placement)}
+
+    def _on_alter_partition(self, msg: dict, now: int, out: list[Output]) -> dict:
+        key = (msg["topic"], int(msg["partition"]))
+        state = self.partitions.get(key)
+        broker = self.brokers.get(int(msg["broker"]))
+        if state is None:
+            return {"error": UNKNOWN_TOPIC}
+        if broker is None or broker.broker_epoch != msg.get("broker_epoch"):
+            return {"error": STALE_BROKER_EPOCH}
+        if state.leader != broker.broker_id:
+            return {"error": NOT_LEADER, "state": state.to_dict()}
+        if msg["leader_epoch"] != state.leader_epoch:
+            return {"error": FENCED_LEADER_EPOCH, "state": state.to_dict()}
+        if msg["partition_epoch"] != state.partition_epoch:
+            return {"error": INVALID_UPDATE_VERSION, "state": state.to_dict()}
+        new_isr = [int(r) for r in msg["isr"]]
+        if broker.broker_id not in new_isr or not set(new_isr) <= set(state.replicas):
+            return {"error": INVALID_REQUEST, "state": state.to_dict()}
+        added = set(new_isr) - set(state.isr)
+        if added - self.unfenced():
+            # Never let a fenced (possibly unclean) replica back in: Unclean Exclusion.
+            return {"error": INELIGIBLE_REPLICA, "state": state.to_dict()}
+        change = md.alter_isr(state, new_isr, self.rules(state.topic))
+        if change.state != state:
+            self._set_partition(change, now, out)
+        return {"state": change.state.to_dict()}
+
+    # ---- fencing, elections, recovery ----------------------------------------------------
+
+    def tick(self, now: int) -> list[Output]:
+        out: list[Output] = []
+        timeout = self.config.broker_session_timeout_ms
+        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            if not b.fenced and now - b.last_heartbeat > timeout:
+                self._fence(b.broker_id, "session-timeout", now, out)
+        self._run_recoveries(now, out)
+        return out
+
+    def _fence(self, broker_id: int, reason: str, now: int, out: list[Output]) -> None:
+        self._commit({"type": "fence", "broker": broker_id,
+                      "shutting_down": reason == "controlled-shutdown"}, now, out)
+        out.append(Event("broker-fenced", {"broker": broker_id, "reason": reason}))
+        unfenced = self.unfenced()
+        for key in sorted(self.partitions):
+            state = self.partitions[key]
+            change = md.fence(state, broker_id, self.rules(state.topic), unfenced)
+            if change:
+                self._set_partition(change, now, out)
+        self._elect_leaderless(now, out)
+
+    def _elect_leaderless(self, now: int, out: list[Output]) -> None:
+        unfenced = self.unfenced()
+        for key in sorted(self.partitions):
+            state = self.partitions[key]
+            change = md.elect_if_leaderless(state, self.rules(state.topic), unfenced)
+            if change:
+                self._set_partition(change, now, out)
+
+    def _recovery_targets(self, state: md.PartitionState, strategy: str) -> tuple[int, ...] | None:
+        """Who to ask for log ends, or None when this partition needs no unclean recovery."""
+        if state.leader is not None:
+            return None
+        rules = self.rules(state.topic)
+        unfenced = self.unfenced()
+        if strategy == "balanced" and rules.elr_enabled and not state.isr and not state.elr:
+            return state.last_known_elr or state.replicas
+        if strategy == "proactive" and md.pick_clean_leader(state, rules, unfenced) is None:
+            return tuple(r for r in state.replicas if r in unfenced)
+        return None
+
+    def _run_recoveries(self, now: int, out: list[Output]) -> None:
+        for key in sorted(self.partitions):
+            state = self.partitions[key]
+            strategy = self.strategy(state.topic)
+            if strategy == "manual" and state.leader is None and not state.isr and not state.elr:
+                if key not in self._manual_reported:
+                    self._manual_reported.add(key)
+                    out.append(Event("unclean-recovery", {
+                        "topic": key[0], "partition": key[1], "strategy": "manual", "leader": None,
+                        "leader_epoch": state.leader_epoch, "candidates": [], "complete": False,
+                        "potential_data_loss": False, "waiting_for_operator": True}))
+                continue
+            targets = self._recovery_targets(state, strategy)
+            if not targets:
+                self.recoveries.pop(key, None)
+                continue
+            rec = self.recoveries.get(key)
+            if rec is None or rec.targets != targets:
+                self.recoveries[key] = rec = Recovery(strategy, targets, started=now)
+            self._maybe_finish_recovery(state, rec, now, out)
+
+    def _maybe_finish_recovery(self, state: md.PartitionState, rec: Recovery, now: int,
+                               out: list[Output]) -> None:
+        unfenced = self.unfenced()
+        complete = set(rec.replies) >= set(rec.targets)
+        if rec.strategy == "balanced" and not complete:
+            return  # balanced waits for every LastKnownELR member: safety before liveness
+        if rec.strategy == "proactive" and not complete and now - rec.started < self.config.unclean_recovery_timeout_ms:
+            return
+        answered = [b for b in rec.targets if b in rec.replies and b in unfenced]
+        if not answered:
+            return
+        order = {b: i for i, b in enumerate(state.replicas)}
+        best = max(answered, key=lambda b: (rec.replies[b][0], rec.replies[b][1], -order[b]))
+        new_state = md.elect_recovered(state, best)
+        self._set_partition(md.Change(new_state, f"unclean-recovery-{rec.strategy}"), now, out)
+        out.append(Event("unclean-recovery", {
+            "topic": state.topic, "partition": state.partition, "strategy": rec.strategy,
+            "leader": best, "leader_epoch": new_state.leader_epoch,
+            "candidates": [{"broker": b, "epoch": e, "end_offset": o} for b, (e, o) in sorted(rec.replies.items())],
+            "complete": complete, "potential_data_loss": True}))
+        self.recoveries.pop(state.key, None)
+
+

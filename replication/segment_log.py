@@ -1,0 +1,304 @@
+"""A partition log in segment files, fsynced only as the flush policy says (like Kafka).
+
+Appends are one positional write of one buffer per call (the data directory may be a slow
+FUSE mount); the page cache holds them until a flush. A segment is fsynced when it is rolled
+and on a clean close. Truncation is not fsynced either, as in Kafka: it becomes durable at the
+next flush. Opening a log recovers it: a torn or corrupt tail is cut off, segments after it
+are deleted, and the leader-epoch cache is checked against the epochs of the records.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from replication.log import EpochCache, Log, Record
+from replication.segment_format import (
+    base_offset_of,
+    encode_records,
+    encoded_size,
+    iter_buffer,
+    scan_segment,
+    segment_name,
+)
+
+DEFAULT_SEGMENT_BYTES = 16 * 1024 * 1024
+CHECKPOINT = "leader-epoch-checkpoint"
+
+Fsync = Callable[[int], None]
+
+
+class CorruptLogError(OSError):
+    """Stored data does not match the log's index or a checkpoint is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryInfo:
+    truncated_bytes: int  # torn/corrupt tail bytes cut off, including deleted segments
+    end_offset: int  # the log end offset after recovery
+    deleted_segments: int  # segments after a corrupt point, removed
+    epoch_cache_rebuilt: bool  # the checkpoint disagreed with the records' epochs
+
+
+def fsync_dir(path: Path, fsync: Fsync = os.fsync) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: Path, obj: Any, fsync: Fsync = os.fsync) -> None:
+    """Replace `path` so that a crash leaves either the old or the new content, durably."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, json.dumps(obj).encode(), 0)
+        fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent, fsync)
+
+
+def _write_all(fd: int, data: bytes, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, position)
+        view, position = view[n:], position + n
+
+
+class _Segment:
+    """One segment file and the positions of its records."""
+
+    def __init__(self, path: Path, base: int, records: Sequence[Record], size: int) -> None:
+        self.path = path
+        self.base = base
+        self.size = size
+        self.positions = array("q")
+        pos = 0
+        for r in records:
+            self.positions.append(pos)
+            pos += encoded_size(r)
+        self.fd: int | None = None
+
+    @property
+    def next_offset(self) -> int:
+        return self.base + len(self.positions)
+
+    def open(self) -> int:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        return self.fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def read(self, offset: int, max_records: int) -> list[Record]:
+        rel = offset - self.base
+        stop = min(len(self.positions), rel + max_records)
+        start = self.positions[rel]
+        end = self.positions[stop] if stop < len(self.positions) else self.size
+        fd = self.fd if self.fd is not None else os.open(self.path, os.O_RDONLY)
+        try:
+            data = os.pread(fd, end - start, start)
+        finally:
+            if fd != self.fd:
+                os.close(fd)
+        records = [r for r, _, _ in iter_buffer(data, offset)]
+        if len(records) != stop - rel:
+            raise CorruptLogError(
+                f"{self.path}: expected records {offset}..{self.base + stop - 1} at bytes "
+                f"{start}..{end}, decoded {len(records)} (file changed under the broker?)"
+            )
+        return records
+
+
+class SegmentLog(Log):
+    """The on-disk log of one partition replica, in `dir`."""
+
+    def __init__(
+        self,
+        dir: Path,
+        flush_messages: int | None = None,
+        flush_ms: int | None = None,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        *,
+        fsync: Fsync = os.fsync,
+    ) -> None:
+        if segment_bytes < 1:
+            raise ValueError(f"segment.bytes must be >= 1, got {segment_bytes}")
+        self.dir = Path(dir)
+        self._segment_bytes = segment_bytes
+        self._fsync = fsync
+        self._data_dirty = False
+        self._dir_dirty = False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        segments, epochs, self.recovery_info = self._recover()
+        self._segments = segments
+        self._bases = [s.base for s in segments]
+        super().__init__(
+            flush_messages=flush_messages,
+            flush_ms=flush_ms,
+            end_offset=segments[-1].next_offset,
+            epochs=epochs,
+        )
+        self._active.open()
+
+    @property
+    def _active(self) -> _Segment:
+        return self._segments[-1]
+
+    # -- storage primitives --------------------------------------------------------------
+
+    def _store(self, records: Sequence[Record]) -> None:
+        buf, positions = encode_records(list(records))
+        if self._active.size > 0 and self._active.size + len(buf) > self._segment_bytes:
+            self._roll()
+        seg = self._active
+        fd = seg.open()
+        try:
+            _write_all(fd, buf, seg.size)
+        except OSError:
+            os.ftruncate(fd, seg.size)  # leave no partial append behind
+            raise
+        seg.positions.extend(seg.size + p for p in positions)
+        seg.size += len(buf)
+        self._data_dirty = True
+
+    def _load(self, offset: int, max_records: int) -> list[Record]:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        out: list[Record] = []
+        while len(out) < max_records and i < len(self._segments):
+            seg = self._segments[i]
+            if offset < seg.next_offset:
+                out.extend(seg.read(offset, max_records - len(out)))
+                offset = seg.next_offset
+            i += 1
+        return out
+
+    def _drop_from(self, offset: int) -> None:
+        i = bisect.bisect_right(self._bases, offset) - 1
+        for seg in self._segments[i + 1 :]:
+            seg.close()
+            seg.path.unlink()
+            self._dir_dirty = True
+        del self._segments[i + 1 :], self._bases[i + 1 :]
+        seg = self._segments[i]
+        rel = offset - seg.base
+        seg.size = seg.positions[rel]
+        del seg.positions[rel:]
+        os.ftruncate(seg.open(), seg.size)
+        self._data_dirty = True
+
+    def _sync(self) -> None:
+        if self._data_dirty:
+            self._fsync(self._active.open())
+            self._data_dirty = False
+        if self._dir_dirty:
+            fsync_dir(self.dir, self._fsync)
+            self._dir_dirty = False
+
+    def _epochs_changed(self) -> None:
+        atomic_write_json(self.dir / CHECKPOINT, self.epoch_entries(), self._fsync)
+
+    def close(self, clean: bool) -> None:
+        if self._closed:
+            return
+        super().close(clean)
+        for seg in self._segments:
+            seg.close()
+
+    # -- rolling and recovery ------------------------------------------------------------
+
+    def _roll(self) -> None:
+        """Start a new segment at the LEO; the finished one is made durable first."""
+        self._sync()
+        self._active.close()
+        base = self.end_offset
+        seg = _Segment(self.dir / segment_name(base), base, [], 0)
+        os.ftruncate(seg.open(), 0)  # a stale file of that name holds nothing of this log
+        self._segments.append(seg)
+        self._bases.append(base)
+        fsync_dir(self.dir, self._fsync)
+        self._mark_flushed()
+
+    def _recover(self) -> tuple[list[_Segment], list[tuple[int, int]], RecoveryInfo]:
+        (self.dir / (CHECKPOINT + ".tmp")).unlink(missing_ok=True)
+        files = sorted(
+            (base, p) for p in self.dir.iterdir() if (base := base_offset_of(p)) is not None
+        )
+        segments: list[_Segment] = []
+        expected, min_epoch, truncated, deleted = 0, 0, 0, 0
+        derived = EpochCache()
+        broken = False
+        for base, path in files:
+            if broken or base != expected:
+                truncated += path.stat().st_size
+                path.unlink()
+                deleted, broken = deleted + 1, True
+                continue
+            records, valid, size = scan_segment(path, min_epoch)
+            if valid < size:
+                os.truncate(path, valid)
+                truncated += size - valid
+                broken = True
+            segments.append(_Segment(path, base, records, valid))
+            for r in records:
+                derived.assign(r.epoch, r.offset)
+            if records:
+                expected, min_epoch = records[-1].offset + 1, records[-1].epoch
+        if not segments:
+            segments.append(_Segment(self.dir / segment_name(0), 0, [], 0))
+            self._dir_dirty = True
+        if truncated:
+            fd = segments[-1].open()
+            self._fsync(fd)
+            fsync_dir(self.dir, self._fsync)
+        rebuilt = self._reconcile_checkpoint(derived, segments[-1].next_offset)
+        info = RecoveryInfo(truncated, segments[-1].next_offset, deleted, rebuilt)
+        return segments, derived.entries(), info
+
+    def _reconcile_checkpoint(self, derived: EpochCache, end_offset: int) -> bool:
+        """Trust the records' epochs; rewrite the checkpoint if it disagrees with them.
+
+        Returns whether it disagreed beyond dropping entries at or past the LEO (which
+        recovery always does, as Kafka does).
+        """
+        path = self.dir / CHECKPOINT
+        stored = _read_checkpoint(path)
+        if stored is None:
+            if derived.entries():
+                atomic_write_json(path, derived.entries(), self._fsync)
+            return False
+        trimmed = EpochCache(stored)
+        trimmed.truncate_from(end_offset)
+        if trimmed.entries() != stored or trimmed.entries() != derived.entries():
+            atomic_write_json(path, derived.entries(), self._fsync)
+        return trimmed.entries() != derived.entries()
+
+
+def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        raw = json.loads(text)
+        entries = [(int(e), int(s)) for e, s in raw]
+        if EpochCache(entries).entries() != entries:
+            raise ValueError("epochs and start offsets must both increase")
+    except (ValueError, TypeError) as exc:
+        raise CorruptLogError(
+            f"{path}: malformed leader-epoch checkpoint (expected a JSON list of "
+            f"[epoch, start_offset] pairs, increasing): {exc}"
+        ) from exc
+    return entries

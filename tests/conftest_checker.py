@@ -1,0 +1,94 @@
+"""Shared pieces of the checker tests: one Spark session and a hand-built history writer.
+
+Imported explicitly by tests/test_checker_*.py (not a conftest.py, so other engineers'
+tests never start a JVM).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from checkers.check import check_path
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from checkers.spark import get_session
+
+    session = get_session("local[2]", shuffle_partitions=4, driver_memory="1g")
+    yield session
+    session.stop()
+
+
+class History:
+    """Builds history.jsonl line by line; each op gets the next index and a later time."""
+
+    def __init__(self) -> None:
+        self.ops: list[dict] = []
+
+    def _op(self, **fields) -> dict:
+        op = {"index": len(self.ops), "time": (len(self.ops) + 1) * 1_000_000, **fields}
+        self.ops.append(op)
+        return op
+
+    def invoke_send(self, process, partition, value) -> None:
+        self._op(process=process, type="invoke", f="send", partition=partition, value=value)
+
+    def complete_send(self, process, partition, value, offset=None, type="ok", node=1, epoch=1,
+                      error=None) -> None:  # fmt: skip
+        op = {"process": process, "type": type, "f": "send", "partition": partition,
+              "value": value}  # fmt: skip
+        if type == "ok":
+            op.update(offset=offset, node=node, epoch=epoch)
+        if error:
+            op["error"] = error
+        self._op(**op)
+
+    def send(self, process, partition, value, offset=None, type="ok", **kw) -> None:
+        self.invoke_send(process, partition, value)
+        self.complete_send(process, partition, value, offset, type, **kw)
+
+    def invoke_poll(self, process, partition, from_offset=None, f="poll") -> None:
+        op = {"process": process, "type": "invoke", "f": f, "partition": partition}
+        if from_offset is not None:
+            op["offset"] = from_offset
+        self._op(**op)
+
+    def complete_poll(self, process, partition, records, hwm=None, f="poll") -> None:
+        op = {"process": process, "type": "ok", "f": f, "partition": partition,
+              "records": [list(r) for r in records]}  # fmt: skip
+        if hwm is not None:
+            op["hwm"] = hwm
+        self._op(**op)
+
+    def poll(self, process, partition, records, from_offset=None, hwm=None, f="poll") -> None:
+        self.invoke_poll(process, partition, from_offset, f)
+        self.complete_poll(process, partition, records, hwm, f)
+
+    def final(self, process, partition, records, hwm=None, from_offset=0) -> None:
+        if hwm is None:
+            hwm = records[-1][0] + 1 if records else 0
+        self.poll(process, partition, records, from_offset, hwm, f="final-poll")
+
+    def nemesis(self, f, value=None) -> None:
+        self._op(process="nemesis", type="info", f=f, value=value)
+
+    def write(self, run_dir: Path, config: dict | None = None) -> Path:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(run_dir / "history.jsonl", "w") as fh:
+            for op in self.ops:
+                fh.write(json.dumps(op) + "\n")
+        if config is not None:
+            (run_dir / "test.json").write_text(json.dumps({"name": "t", "config": config}))
+        return run_dir
+
+
+def run_check(history: History, tmp_path: Path, config: dict | None = None) -> dict:
+    return check_path(history.write(tmp_path / "run", config))
+
+
+def counts(results: dict) -> dict[str, int]:
+    return {name: a["count"] for name, a in results["anomalies"].items()}

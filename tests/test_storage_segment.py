@@ -1,0 +1,264 @@
+"""SegmentLog on real files: segments, recovery from torn and corrupt tails, fsync policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+import pytest
+
+from replication.log import Record
+from replication.segment_format import (
+    HEADER_SIZE,
+    encode_record,
+    iter_records,
+    scan_segment,
+    segment_name,
+)
+from replication.segment_log import CHECKPOINT, CorruptLogError, SegmentLog
+
+
+class FsyncCounter:
+    """Real fsync, recording what each call synced."""
+
+    def __init__(self) -> None:
+        self.synced: list[str] = []
+
+    def __call__(self, fd: int) -> None:
+        self.synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        os.fsync(fd)
+
+    def count(self, suffix: str) -> int:
+        return sum(p.endswith(suffix) for p in self.synced)
+
+    def segments(self) -> int:
+        return self.count(".log")
+
+
+def segment_files(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.suffix == ".log")
+
+
+def fill(log: SegmentLog, n: int, epoch: int = 0) -> None:
+    for i in range(n):
+        log.append(epoch, [f"value-{i:04d}".encode()], 1000 + i)
+
+
+def test_encoding_matches_the_documented_format() -> None:
+    data = encode_record(Record(7, 3, -2, b"42"))
+    assert data.hex() == (
+        "00000016" + f"{zlib.crc32(data[8:]):08x}"
+        + "0000000000000007" + "00000003" + "fffffffffffffffe" + "3432"
+    )
+
+
+def test_segments_roll_and_reads_cross_them(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, segment_bytes=100)
+    fill(log, 20)
+    names = segment_files(tmp_path)
+    assert len(names) > 3 and names[0] == segment_name(0)
+    reread = [r for n in names for r in iter_records(tmp_path / n)]
+    assert [r.offset for r in reread] == list(range(20))
+    assert [r.offset for r in log.read(0, 100)] == list(range(20))
+    assert [r.offset for r in log.read(3, 7)] == list(range(3, 10))
+    for name in names[1:]:
+        assert int(name[:-4]) == next(iter_records(tmp_path / name)).offset
+
+
+def test_one_append_is_one_record_batch_even_past_segment_bytes(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, segment_bytes=50)
+    log.append(0, [b"x" * 10] * 5, 0)  # larger than a segment: stays whole
+    log.append(0, [b"y"], 0)
+    assert segment_files(tmp_path) == [segment_name(0), segment_name(5)]
+
+
+def test_truncation_across_segments_deletes_later_files(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, segment_bytes=100)
+    fill(log, 20)
+    log.append(1, [b"e1"], 0)
+    assert log.truncate_to(5) == 16
+    assert log.epoch_entries() == [(0, 0)]
+    names = segment_files(tmp_path)
+    assert all(int(n[:-4]) <= 5 for n in names)
+    assert [r.offset for r in log.read(0, 100)] == list(range(5))
+    log.append(2, [b"after"], 0)
+    log.close(clean=True)
+    reopened = SegmentLog(tmp_path, segment_bytes=100)
+    assert reopened.read(5, 1) == [Record(5, 2, 0, b"after")]
+    assert reopened.epoch_entries() == [(0, 0), (2, 5)]
+    assert reopened.recovery_info.truncated_bytes == 0
+
+
+def test_reopen_recovers_everything_after_a_kill(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, segment_bytes=200)
+    fill(log, 10)
+    log.append(4, [b"four"], 5)
+    log.close(clean=False)  # like SIGKILL: nothing flushed, the page cache keeps the writes
+    again = SegmentLog(tmp_path, segment_bytes=200)
+    assert again.end_offset == 11
+    assert again.read(10, 1) == [Record(10, 4, 5, b"four")]
+    assert again.epoch_entries() == [(0, 0), (4, 10)]
+    assert again.recovery_info.truncated_bytes == 0
+    assert json.loads((tmp_path / CHECKPOINT).read_text()) == [[0, 0], [4, 10]]
+
+
+def test_torn_tail_at_every_byte_recovers_the_previous_record(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    log = SegmentLog(src)
+    fill(log, 3)
+    log.append(1, [b"the-last-record"], 0)
+    log.close(clean=True)
+    data = (src / segment_name(0)).read_bytes()
+    last = len(encode_record(Record(3, 1, 0, b"the-last-record")))
+    good = len(data) - last
+    for cut in range(good, len(data)):
+        d = tmp_path / f"cut{cut}"
+        d.mkdir()
+        (d / segment_name(0)).write_bytes(data[:cut])
+        (d / CHECKPOINT).write_text((src / CHECKPOINT).read_text())
+        recovered = SegmentLog(d)
+        assert recovered.end_offset == 3, cut
+        assert recovered.recovery_info.truncated_bytes == cut - good
+        assert recovered.epoch_entries() == [(0, 0)]  # epoch 1 started beyond the LEO
+        assert (d / segment_name(0)).stat().st_size == good
+        recovered.append(2, [b"next"], 0)
+        assert recovered.read(3, 1) == [Record(3, 2, 0, b"next")]
+        recovered.close(clean=True)
+
+
+def test_bad_crc_in_the_middle_ends_the_log_and_drops_later_segments(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, segment_bytes=150)
+    fill(log, 20)
+    log.close(clean=True)
+    first = tmp_path / segment_name(0)
+    records, valid, size = scan_segment(first)
+    assert valid == size and len(records) >= 3
+    data = bytearray(first.read_bytes())
+    pos = sum(len(encode_record(r)) for r in records[:2])
+    data[pos + HEADER_SIZE + 5] ^= 0xFF  # flip a byte inside record 2's body
+    first.write_bytes(bytes(data))
+    recovered = SegmentLog(tmp_path, segment_bytes=150)
+    assert recovered.end_offset == 2
+    assert segment_files(tmp_path) == [segment_name(0)]
+    assert recovered.recovery_info.deleted_segments > 0
+    assert recovered.recovery_info.truncated_bytes == sum(
+        len(encode_record(r)) for r in log_records(20)[2:]
+    )
+
+
+def log_records(n: int) -> list[Record]:
+    return [Record(i, 0, 1000 + i, f"value-{i:04d}".encode()) for i in range(n)]
+
+
+def test_garbage_length_and_resurrected_stale_records_are_cut(tmp_path: Path) -> None:
+    seg = tmp_path / segment_name(0)
+    good = b"".join(encode_record(r) for r in [Record(0, 3, 0, b"a"), Record(1, 3, 0, b"b")])
+    stale = encode_record(Record(2, 2, 0, b"old epoch"))  # valid CRC, epoch goes backwards
+    seg.write_bytes(good + stale + b"\xff" * 12)
+    log = SegmentLog(tmp_path)
+    assert log.end_offset == 2 and log.epoch_entries() == [(3, 0)]
+    seg.write_bytes(good + encode_record(Record(5, 3, 0, b"gap")))
+    log.close(clean=False)
+    assert SegmentLog(tmp_path).end_offset == 2
+
+
+def test_missing_segment_in_the_middle_ends_the_log(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path, segment_bytes=100)
+    fill(log, 20)
+    log.close(clean=True)
+    names = segment_files(tmp_path)
+    (tmp_path / names[1]).unlink()
+    recovered = SegmentLog(tmp_path, segment_bytes=100)
+    assert recovered.end_offset == int(names[1][:-4])
+    assert segment_files(tmp_path) == names[:1]
+
+
+def test_stale_checkpoint_is_rebuilt_from_the_records(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path)
+    log.append(0, [b"a", b"b"], 0)
+    log.append(3, [b"c"], 0)
+    log.close(clean=True)
+    (tmp_path / CHECKPOINT).write_text(json.dumps([[0, 0], [1, 1], [3, 2], [9, 3]]))
+    again = SegmentLog(tmp_path)
+    assert again.epoch_entries() == [(0, 0), (3, 2)]
+    assert again.recovery_info.epoch_cache_rebuilt
+    assert json.loads((tmp_path / CHECKPOINT).read_text()) == [[0, 0], [3, 2]]
+
+
+def test_malformed_checkpoint_is_a_clear_error_and_nothing_is_lost(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path)
+    log.append(0, [b"a"], 0)
+    log.close(clean=True)
+    (tmp_path / CHECKPOINT).write_text("{not json")
+    before = (tmp_path / segment_name(0)).read_bytes()
+    with pytest.raises(CorruptLogError, match="leader-epoch-checkpoint"):
+        SegmentLog(tmp_path)
+    assert (tmp_path / segment_name(0)).read_bytes() == before
+
+
+def test_flush_messages_1_fsyncs_every_append(tmp_path: Path) -> None:
+    fsync = FsyncCounter()
+    log = SegmentLog(tmp_path, flush_messages=1, fsync=fsync)
+    for i in range(5):
+        log.append(0, [b"v%d" % i, b"w"], 0)
+    assert fsync.segments() == 5
+    assert fsync.count(CHECKPOINT + ".tmp") == 1  # the checkpoint changed once (epoch 0)
+
+
+def test_flush_messages_n_fsyncs_every_n_records(tmp_path: Path) -> None:
+    fsync = FsyncCounter()
+    log = SegmentLog(tmp_path, flush_messages=4, fsync=fsync)
+    for _ in range(12):
+        log.append(0, [b"v"], 0)
+    assert fsync.segments() == 3
+    assert log.unflushed_count() == 0
+
+
+def test_no_policy_fsyncs_only_on_roll_and_clean_close(tmp_path: Path) -> None:
+    fsync = FsyncCounter()
+    log = SegmentLog(tmp_path, segment_bytes=100, fsync=fsync)
+    fill(log, 2)  # 2 x 38 bytes: still the first segment
+    assert fsync.segments() == 0
+    assert not log.maybe_flush(10**12)
+    fill(log, 20)
+    rolls = len(segment_files(tmp_path)) - 1
+    assert rolls > 0 and fsync.segments() == rolls
+    log.close(clean=True)
+    assert fsync.segments() == rolls + 1
+    assert log.unflushed_count() == 0
+
+
+def test_unclean_close_does_not_fsync(tmp_path: Path) -> None:
+    fsync = FsyncCounter()
+    log = SegmentLog(tmp_path, fsync=fsync)
+    fill(log, 3)
+    log.close(clean=False)
+    assert fsync.segments() == 0
+
+
+def test_flush_ms_fsyncs_when_due(tmp_path: Path) -> None:
+    fsync = FsyncCounter()
+    log = SegmentLog(tmp_path, flush_ms=50, fsync=fsync)
+    log.maybe_flush(0)
+    fill(log, 2)
+    assert not log.maybe_flush(49) and fsync.segments() == 0
+    assert log.maybe_flush(50) and fsync.segments() == 1
+
+
+def test_reads_see_unflushed_writes(tmp_path: Path) -> None:
+    fsync = FsyncCounter()
+    log = SegmentLog(tmp_path, fsync=fsync)
+    log.append(0, [b"unflushed"], 0)
+    assert log.read(0, 1)[0].value == b"unflushed"
+    assert fsync.segments() == 0
+
+
+def test_stray_files_are_ignored(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / (CHECKPOINT + ".tmp")).write_text("[[")
+    log = SegmentLog(tmp_path)
+    log.append(0, [b"a"], 0)
+    assert (tmp_path / "notes.txt").exists()
+    assert not (tmp_path / (CHECKPOINT + ".tmp")).exists()
