@@ -22,6 +22,8 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
+from checkers.definitions import ANOMALIES
+
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
 
@@ -29,10 +31,7 @@ KNOWN_FAULTS = (
     "kill", "pause", "restart", "partition",
     "power-loss", "page-cache-loss", "torn-power-loss", "outage",
 )
-KNOWN_ANOMALIES = (
-    "lost-write", "unseen", "inconsistent-offsets", "duplicate", "nonmonotonic-poll",
-    "poll-skip", "nonmonotonic-send", "aborted-read", "stale-read",
-)
+KNOWN_ANOMALIES = ANOMALIES  # the checker's names, for checker.allow
 TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
 TOP = ""  # the table holding the top-level keys in SCHEMA
 
@@ -535,7 +534,7 @@ def _later(a: str, b: str, prov: Provenance) -> str:
     a test file, then the defaults), so the message points at what the user just changed."""
     def rank(fk: str) -> int:
         source = _where(fk, prov).source
-        if source.startswith(("--set", "command-line")):
+        if source.startswith(("--set", "command")):
             return 2
         return 0 if source in ("config", str(DEFAULT_PROFILE)) else 1
     return b if rank(b) > rank(a) else a

@@ -37,6 +37,7 @@ class Broker:
         self.pending_log_info: list[dict] = []
         self.want_shutdown = False
         self.shutdown_ok = False
+        self.controller_address: str | None = None  # told to clients that want the controller
 
     # ---- controller session ------------------------------------------------------------------
 
@@ -154,7 +155,8 @@ class Broker:
     def handle(self, token: object, msg: dict, now: int) -> list[Output]:
         kind = msg.get("type")
         if kind == "metadata":
-            return [Reply(token, {"metadata": self.metadata, "broker": self.broker_id})]
+            return [Reply(token, {"metadata": self.metadata, "broker": self.broker_id,
+                                  "controller": self.controller_address})]
         if kind not in ("produce", "fetch"):
             return [Reply(token, {"error": E.INVALID_REQUEST, "message": f"unknown request {kind!r}"})]
         replica = self.replicas.get((msg.get("topic"), msg.get("partition")))

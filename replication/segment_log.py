@@ -151,7 +151,10 @@ class SegmentLog(Log):
             end_offset=segments[-1].next_offset,
             epochs=epochs,
         )
-        self._active.open()
+        # After a kill the page cache may still hold writes never fsynced; make them
+        # durable now so that unflushed_count() starts true at 0.
+        self._data_dirty = self._dir_dirty = True
+        self._sync()
 
     @property
     def _active(self) -> _Segment:
@@ -258,11 +261,6 @@ class SegmentLog(Log):
                 expected, min_epoch = records[-1].offset + 1, records[-1].epoch
         if not segments:
             segments.append(_Segment(self.dir / segment_name(0), 0, [], 0))
-            self._dir_dirty = True
-        if truncated:
-            fd = segments[-1].open()
-            self._fsync(fd)
-            fsync_dir(self.dir, self._fsync)
         rebuilt = self._reconcile_checkpoint(derived, segments[-1].next_offset)
         info = RecoveryInfo(truncated, segments[-1].next_offset, deleted, rebuilt)
         return segments, derived.entries(), info

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -134,9 +135,10 @@ def _loss_rows(acked: list[dict[str, Any]], lost: set[int]) -> list[dict[str, An
     for a in acked:
         if a["value"] in lost:
             kind = "lost-write" if last_read.get(a["partition"], -1) > a["offset"] else "unseen"
-            rows.append({**a, "kind": kind, "faults": ["kill n2"],
-                         "explanation": "acknowledged by broker 1 at acks=1, truncated at epoch 2",
-                         "on_disk": False})
+            rows.append({**a, "kind": kind, "faults": ["kill of n2 (started 0.4 s after the ack)"],
+                         "isr_at_ack": "[1, 2, 3]", "leader_changes": "[]",
+                         "truncations": "[]", "storage": "truncated/lost", "on_disk_at": [],
+                         "explanation": "acknowledged by broker 1 at acks=1, truncated at epoch 2"})
     return rows
 
 
@@ -153,9 +155,15 @@ def write_run_folder(run_dir: Path, *, seed: int = 0, sends: int = 600, lose: bo
     with (run_dir / "history.jsonl").open("w") as fh:
         for op in sorted(hist.ops, key=lambda o: o["time"]):
             fh.write(json.dumps(op) + "\n")
-    (run_dir / "schedule.json").write_text(json.dumps([
-        {"at": 3.0, "fault": "kill", "targets": ["n2"], "duration": 2.0},
-        {"at": 6.0, "fault": "partition", "targets": ["n3"], "duration": 1.5}]))
+    (run_dir / "schedule.json").write_text(json.dumps({"format": 1, "params": {"seed": seed}, "faults": [
+        {"id": 0, "kind": "kill", "start_s": 3.0, "duration_s": 2.0,
+         "target": {"select": "leader", "partition": 0, "pick": 7}, "after": None,
+         "resolved": {"nodes": ["n2"]}, "started_s": 3.0, "ended_s": 5.0, "outcome": "ok",
+         "error": None},
+        {"id": 1, "kind": "partition", "start_s": 6.0, "duration_s": 1.5,
+         "target": {"shape": "isolate", "pick": 9}, "after": None,
+         "resolved": {"isolate": ["n3"]}, "started_s": 6.0, "ended_s": 7.5, "outcome": "ok",
+         "error": None}]}))
     with (run_dir / "events.jsonl").open("w") as fh:
         for e in _events(lose):
             fh.write(json.dumps(e) + "\n")
@@ -176,16 +184,18 @@ def _write_results(run_dir: Path, rows: list[dict[str, Any]]) -> None:
                 {k: r[k] for k in ("value", "partition", "offset")} for r in mine[:8]]}
     (run_dir / "results.json").write_text(json.dumps({
         "valid": not rows, "anomalies": anomalies, "stats": {"sends-ok": 1},
-        "notes": ["simulated"], "lost": {"total": len(rows)}}))
+        "notes": ["simulated"], "lost": {"count": len(rows), "file": "loss.parquet"}}))
     schema = pa.schema([("value", pa.int64()), ("partition", pa.int32()), ("offset", pa.int64()),
                         ("ack_time", pa.int64()), ("node", pa.int32()), ("epoch", pa.int32()),
                         ("kind", pa.string()), ("faults", pa.list_(pa.string())),
-                        ("explanation", pa.string()), ("on_disk", pa.bool_())])
+                        ("isr_at_ack", pa.string()), ("leader_changes", pa.string()),
+                        ("truncations", pa.string()), ("storage", pa.string()),
+                        ("on_disk_at", pa.list_(pa.string())), ("explanation", pa.string())])
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), run_dir / "loss.parquet")
 
 
 def _text(html: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
 
 
 def test_report_of_a_run_with_lost_records(tmp_path: Path) -> None:
@@ -206,7 +216,9 @@ def test_report_of_a_run_with_lost_records(tmp_path: Path) -> None:
     # Forensics of each lost record.
     first = lost.sort_by("ack_time").to_pylist()[0]
     assert f"{first['value']} 0 {first['offset']}" in text
-    assert "truncated at epoch 2" in text
+    assert "truncated at epoch 2" in text and "truncated/lost" in text
+    assert "More columns in loss.parquet : leader_changes, truncations" in text
+    assert "isolate-leader" not in text and "outcome" in text  # schedule.json as a table
     # Anomalies with examples, events, and links to the raw files.
     assert "lost-write" in text and '"partition": 0' in text
     assert "truncate" in text and "removed=10" in text
@@ -250,7 +262,7 @@ def test_report_not_a_run_folder(tmp_path: Path) -> None:
 
 
 def test_loss_table_caps_with_counts(tmp_path: Path) -> None:
-    run = write_run_folder(tmp_path / "r" / "x", sends=6000)
+    run = write_run_folder(tmp_path / "r" / "x", sends=9000)
     total = pq.read_table(run / "loss.parquet").num_rows
     assert total > 200
     assert f"showing 200 of {total:,}" in _text(report_path(run).read_text())

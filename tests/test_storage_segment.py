@@ -201,6 +201,7 @@ def test_malformed_checkpoint_is_a_clear_error_and_nothing_is_lost(tmp_path: Pat
 def test_flush_messages_1_fsyncs_every_append(tmp_path: Path) -> None:
     fsync = FsyncCounter()
     log = SegmentLog(tmp_path, flush_messages=1, fsync=fsync)
+    fsync.synced.clear()  # opening syncs once, tested below
     for i in range(5):
         log.append(0, [b"v%d" % i, b"w"], 0)
     assert fsync.segments() == 5
@@ -210,6 +211,7 @@ def test_flush_messages_1_fsyncs_every_append(tmp_path: Path) -> None:
 def test_flush_messages_n_fsyncs_every_n_records(tmp_path: Path) -> None:
     fsync = FsyncCounter()
     log = SegmentLog(tmp_path, flush_messages=4, fsync=fsync)
+    fsync.synced.clear()  # opening syncs once, tested below
     for _ in range(12):
         log.append(0, [b"v"], 0)
     assert fsync.segments() == 3
@@ -219,6 +221,7 @@ def test_flush_messages_n_fsyncs_every_n_records(tmp_path: Path) -> None:
 def test_no_policy_fsyncs_only_on_roll_and_clean_close(tmp_path: Path) -> None:
     fsync = FsyncCounter()
     log = SegmentLog(tmp_path, segment_bytes=100, fsync=fsync)
+    fsync.synced.clear()  # opening syncs once, tested below
     fill(log, 2)  # 2 x 38 bytes: still the first segment
     assert fsync.segments() == 0
     assert not log.maybe_flush(10**12)
@@ -233,6 +236,7 @@ def test_no_policy_fsyncs_only_on_roll_and_clean_close(tmp_path: Path) -> None:
 def test_unclean_close_does_not_fsync(tmp_path: Path) -> None:
     fsync = FsyncCounter()
     log = SegmentLog(tmp_path, fsync=fsync)
+    fsync.synced.clear()  # opening syncs once, tested below
     fill(log, 3)
     log.close(clean=False)
     assert fsync.segments() == 0
@@ -241,6 +245,7 @@ def test_unclean_close_does_not_fsync(tmp_path: Path) -> None:
 def test_flush_ms_fsyncs_when_due(tmp_path: Path) -> None:
     fsync = FsyncCounter()
     log = SegmentLog(tmp_path, flush_ms=50, fsync=fsync)
+    fsync.synced.clear()  # opening syncs once, tested below
     log.maybe_flush(0)
     fill(log, 2)
     assert not log.maybe_flush(49) and fsync.segments() == 0
@@ -250,9 +255,20 @@ def test_flush_ms_fsyncs_when_due(tmp_path: Path) -> None:
 def test_reads_see_unflushed_writes(tmp_path: Path) -> None:
     fsync = FsyncCounter()
     log = SegmentLog(tmp_path, fsync=fsync)
+    fsync.synced.clear()  # opening syncs once, tested below
     log.append(0, [b"unflushed"], 0)
     assert log.read(0, 1)[0].value == b"unflushed"
     assert fsync.segments() == 0
+
+
+def test_open_makes_writes_that_survived_a_kill_durable(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path)
+    fill(log, 3)
+    log.close(clean=False)
+    fsync = FsyncCounter()
+    again = SegmentLog(tmp_path, fsync=fsync)
+    assert fsync.synced == [str(tmp_path / segment_name(0)), str(tmp_path)]
+    assert again.unflushed_count() == 0
 
 
 def test_stray_files_are_ignored(tmp_path: Path) -> None:

@@ -184,6 +184,9 @@ class KV(Model):
             output = output[1]
         return replace(op, key=key, value=value, output=output)
 
+    def read_only(self, op: Operation) -> bool:
+        return self.inner.read_only(op)
+
     def partition(self, ops: Sequence[Operation]) -> list[Partition]:
         by_key: dict[Any, list[Operation]] = {}
         for op in ops:

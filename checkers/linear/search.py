@@ -105,17 +105,19 @@ class _Search:
         step = self.model.step
         inputs = [(op.f, op.value) for op in self.ops]
         outputs = [op.output for op in self.ops]
+        read_only = [self.model.read_only(op) for op in self.ops]
         deadline, max_states = self.budget.deadline, self.budget.max_states
-        empty: frozenset[int] = frozenset()
 
         state = self.model.init()
-        m, gaps = 0, empty
+        m, gaps = 0, frozenset()
         seen: set[tuple[int, frozenset[int], Hashable]] = set()
         stack: list[tuple[int, Hashable, int, frozenset[int]]] = []
         best = -1
         failure = None
         countdown = _CHECK_EVERY
         e = nxt[0]
+        fresh = True  # at a configuration not scanned yet
+        forced = False  # trying the one read-only op this configuration needs to try
         while e:
             countdown -= 1
             if not countdown:
@@ -123,6 +125,18 @@ class _Search:
                 reason = self._over_budget(deadline, max_states, len(seen))
                 if reason:
                     return SearchResult(None, len(seen), reason)
+            if fresh:
+                # A read-only op the model accepts now can go first in any linearization
+                # from here (it changes nothing, and whatever had to precede it already
+                # has), so when there is one it is the only op worth trying.
+                fresh = False
+                x = e
+                while x and is_call[x]:
+                    i = op_of[x]
+                    if read_only[i] and step(state, inputs[i], outputs[i])[0]:
+                        e, forced = x, True
+                        break
+                    x = nxt[x]
             if is_call[e]:
                 i = op_of[e]
                 ok, new_state = step(state, inputs[i], outputs[i])
@@ -144,12 +158,18 @@ class _Search:
                             nxt[prv[r]] = nxt[r]
                             prv[nxt[r]] = prv[r]
                         e = nxt[0]
+                        fresh, forced = True, False
                         continue
-                e = nxt[e]
-            else:
-                if len(stack) > best:
-                    best = len(stack)
-                    failure = self._failure(e, state, stack)
+                if not forced:
+                    e = nxt[e]
+                    continue
+            elif len(stack) > best:  # op e returned while still unlinearized
+                best = len(stack)
+                failure = self._failure(e, state, stack)
+            # This configuration has failed: backtrack to the last one that still has
+            # ops to try. Frames of forced read-only ops have none, so they go too.
+            forced = False
+            while True:
                 if not stack:
                     return SearchResult(False, len(seen), failure=failure)
                 e, state, m, gaps = stack.pop()
@@ -159,7 +179,9 @@ class _Search:
                     prv[nxt[r]] = r
                 nxt[prv[e]] = e
                 prv[nxt[e]] = e
-                e = nxt[e]
+                if not read_only[op_of[e]]:
+                    break
+            e = nxt[e]
         lin = [op_of[s[0]] for s in stack] if want_linearization else []
         return SearchResult(True, len(seen), linearization=[self.ops[i].id for i in lin])
 

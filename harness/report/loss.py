@@ -11,8 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-COLUMNS = ("value", "partition", "offset", "ack_time", "node", "epoch", "kind", "faults",
-           "explanation", "on_disk")
+# Shown in this order when present; the checker's verbose JSON columns (leader_changes,
+# truncations, ...) stay in the parquet file, which the page links to.
+COLUMNS = ("value", "partition", "offset", "ack_time", "node", "epoch", "kind", "isr_at_ack",
+           "storage", "on_disk", "on_disk_at", "faults", "explanation")
 
 
 @dataclass
@@ -21,18 +23,18 @@ class LossTable:
     by_kind: dict[str, int] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)  # the first `cap`, by ack time
     columns: list[str] = field(default_factory=list)
+    other_columns: list[str] = field(default_factory=list)  # in the file, not on the page
     ack_times_s: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> times
 
 
 def read_loss(path: Path, cap: int = 200) -> LossTable:
-    """Read `path`; columns beyond the known ones are kept, missing ones are left out."""
+    """Read `path`; known columns missing from the file are simply not shown."""
     table = pq.read_table(path)
     result = LossTable(total=table.num_rows)
-    present = [c for c in COLUMNS if c in table.column_names]
-    result.columns = present + [c for c in table.column_names if c not in COLUMNS]
+    result.columns = [c for c in COLUMNS if c in table.column_names]
+    result.other_columns = [c for c in table.column_names if c not in COLUMNS]
     if "ack_time" in table.column_names and table.num_rows:
-        table = table.take(pc.sort_indices(table, sort_keys=[("ack_time", "ascending")],
-                                           null_placement="at_end"))
+        table = table.take(pc.sort_indices(table, sort_keys=[("ack_time", "ascending")]))
     kinds = (pc.cast(table.column("kind"), "string") if "kind" in table.column_names
              else pa.array(["lost"] * table.num_rows, pa.string()))
     for entry in pc.value_counts(kinds).to_pylist():

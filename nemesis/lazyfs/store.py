@@ -272,11 +272,11 @@ class Store:
         with self.lock:
             dirs: set[str] = set()
             try:
-                for op in self.journal:
-                    dirs |= self.tree.apply(op)
+                while self.journal:
+                    dirs |= self.tree.apply(self.journal[0])
+                    del self.journal[0]  # only once applied: a failed commit can be retried
             finally:
-                self.journal.clear()
-            self._sync_dirs(dirs)
+                self._sync_dirs(dirs)
 
     def flush_all(self) -> dict[str, Any]:
         """Make everything durable: the journal, then every file's data."""

@@ -1,0 +1,190 @@
+"""An asyncio client: metadata, topic creation, a batching and pipelining producer, fetch.
+
+Produce outcomes are three-valued, as a history needs them: an acknowledgement with its offset,
+a definite failure (`ProduceError.definite`: the records were certainly not written), or an
+unknown outcome (timeouts, lost connections, errors after the leader appended)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from replication import errors as E
+from replication.net import ConnectionLost, Pool
+
+
+class ClientError(Exception):
+    def __init__(self, error: str, message: str = "") -> None:
+        super().__init__(f"{error}: {message}" if message else error)
+        self.error = error
+
+
+class ProduceError(ClientError):
+    def __init__(self, error: str, definite: bool, message: str = "") -> None:
+        super().__init__(error, message)
+        self.definite = definite
+
+
+@dataclass
+class _Batch:
+    values: list[str] = field(default_factory=list)
+    futures: list[asyncio.Future] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+
+class Client:
+    def __init__(self, bootstrap: str | list[str], *, request_timeout_s: float = 5.0,
+                 linger_ms: float = 2.0, max_batch: int = 500, retry_backoff_s: float = 0.1) -> None:
+        self.bootstrap = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+        self.request_timeout_s = request_timeout_s
+        self.linger_s = linger_ms / 1000
+        self.max_batch = max_batch
+        self.retry_backoff_s = retry_backoff_s
+        self.pool = Pool()
+        self._metadata: dict | None = None
+        self._controller: str | None = None
+        self._batches: dict[tuple[str, int, str], _Batch] = {}
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    # ---- metadata ------------------------------------------------------------------------------
+
+    async def metadata(self, refresh: bool = False) -> dict:
+        if self._metadata is not None and not refresh:
+            return self._metadata
+        last: Exception | None = None
+        candidates = list(self.bootstrap)
+        if self._metadata:
+            candidates += [b["address"] for b in self._metadata["brokers"].values()]
+        for address in dict.fromkeys(candidates):
+            try:
+                reply = await self.pool.get(address).request({"type": "metadata"}, self.request_timeout_s)
+            except ConnectionLost as e:
+                last = e
+                continue
+            if "metadata" in reply:
+                self._controller = reply.get("controller", address if "broker" not in reply else None)
+                if self._metadata is None or reply["metadata"]["version"] >= self._metadata["version"]:
+                    self._metadata = reply["metadata"]
+                return self._metadata
+        raise ClientError(E.NETWORK_ERROR, f"no bootstrap server answered: {last}")
+
+    async def partition_state(self, topic: str, partition: int, refresh: bool = False) -> dict:
+        md = await self.metadata(refresh)
+        for p in md["partitions"]:
+            if p["topic"] == topic and p["partition"] == partition:
+                return p
+        raise ClientError(E.UNKNOWN_TOPIC, f"{topic}-{partition}")
+
+    async def leader_address(self, topic: str, partition: int, refresh: bool = False) -> tuple[int, str]:
+        state = await self.partition_state(topic, partition, refresh)
+        leader = state["leader"]
+        if leader is None:
+            raise ClientError(E.NOT_LEADER, f"{topic}-{partition} has no leader")
+        return leader, self._metadata["brokers"][str(leader)]["address"]
+
+    async def controller_request(self, msg: dict) -> dict:
+        await self.metadata(refresh=True)
+        if self._controller is None:
+            raise ClientError(E.INVALID_REQUEST, "the bootstrap server did not name the controller")
+        try:
+            return await self.pool.get(self._controller).request(msg, self.request_timeout_s)
+        except ConnectionLost as e:
+            raise ClientError(E.NETWORK_ERROR, str(e)) from e
+
+    async def create_topic(self, topic: str, partitions: int, replication_factor: int,
+                           config: dict[str, str] | None = None) -> None:
+        reply = await self.controller_request({"type": "create-topic", "topic": topic, "partitions": partitions,
+                                               "replication_factor": replication_factor,
+                                               "config": config or {}})
+        if "error" in reply:
+            raise ClientError(reply["error"], reply.get("message", ""))
+
+    # ---- produce ---------------------------------------------------------------------------------
+
+    async def produce(self, topic: str, partition: int, value: str, acks: str = "all") -> dict:
+        """Acknowledged: {"offset", "node", "leader_epoch"}; raises ProduceError otherwise."""
+        key = (topic, partition, str(acks))
+        batch = self._batches.get(key)
+        if batch is None:
+            batch = self._batches[key] = _Batch()
+            batch.timer = asyncio.get_running_loop().call_later(self.linger_s, self._flush, key)
+        fut = asyncio.get_running_loop().create_future()
+        batch.values.append(str(value))
+        batch.futures.append(fut)
+        if len(batch.values) >= self.max_batch:
+            self._flush(key)
+        return await fut
+
+    def _flush(self, key: tuple[str, int, str]) -> None:
+        batch = self._batches.pop(key, None)
+        if batch is None:
+            return
+        if batch.timer is not None:
+            batch.timer.cancel()
+        asyncio.get_running_loop().create_task(self._send_batch(key, batch))
+
+    async def _send_batch(self, key: tuple[str, int, str], batch: _Batch) -> None:
+        topic, partition, acks = key
+        try:
+            reply = await self._produce_with_retries(topic, partition, acks, batch.values)
+        except ProduceError as e:
+            for f in batch.futures:
+                if not f.done():
+                    f.set_exception(ProduceError(e.error, e.definite, str(e)))
+            return
+        for i, f in enumerate(batch.futures):
+            if not f.done():
+                offset = None if reply.get("offset") is None else reply["offset"] + i
+                f.set_result({"offset": offset, "node": reply.get("node"),
+                              "leader_epoch": reply.get("leader_epoch")})
+
+    async def _produce_with_retries(self, topic: str, partition: int, acks: str, values: list[str]) -> dict:
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
+        refresh = False
+        msg = {"type": "produce", "topic": topic, "partition": partition, "acks": acks, "values": values}
+        while True:
+            try:
+                leader, address = await self.leader_address(topic, partition, refresh)
+            except ClientError as e:
+                error: str = e.error
+            else:
+                conn = self.pool.get(address)
+                if acks == "0":
+                    try:
+                        await conn._ensure(self.request_timeout_s)
+                    except (TimeoutError, OSError) as e:
+                        raise ProduceError(E.NETWORK_ERROR, True, str(e)) from e
+                    conn.send_nowait(msg)
+                    return {"offset": None, "node": leader}
+                try:
+                    reply = await conn.request(msg, max(0.05, deadline - asyncio.get_running_loop().time()))
+                except ConnectionLost as e:
+                    raise ProduceError(E.NETWORK_ERROR, definite=False, message=str(e)) from e
+                if "error" not in reply:
+                    return reply
+                error = reply["error"]
+                if reply.get("appended") or error not in E.DEFINITE:
+                    raise ProduceError(error, definite=False)
+            # Definitely not written: safe to retry without risking a duplicate.
+            if asyncio.get_running_loop().time() + self.retry_backoff_s >= deadline:
+                raise ProduceError(error, definite=True)
+            await asyncio.sleep(self.retry_backoff_s)
+            refresh = True
+
+    # ---- fetch -----------------------------------------------------------------------------------
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 1000,
+                    refresh: bool = False) -> dict:
+        """Records below the HWM from `offset`: {"records": [[offset, value]], "hwm", "log_end_offset", "node", "leader_epoch"}."""
+        _, address = await self.leader_address(topic, partition, refresh)
+        try:
+            reply = await self.pool.get(address).request(
+                {"type": "fetch", "topic": topic, "partition": partition, "offset": offset,
+                 "max_records": max_records}, self.request_timeout_s)
+        except ConnectionLost as e:
+            raise ClientError(E.NETWORK_ERROR, str(e)) from e
+        if "error" in reply:
+            raise ClientError(reply["error"], str(reply.get("hwm", "")))
+        return reply

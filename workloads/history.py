@@ -1,0 +1,259 @@
+"""Writing history.jsonl (the DESIGN.md history contract) and reading it back.
+
+HistoryWriter assigns `index` (file order) and `time` (integer ns since the run started, from
+time.monotonic_ns) while holding a lock, so both increase along the file whatever thread
+writes. Each op is one write() of one complete line, so a killed writer leaves whole lines;
+a background thread fsyncs at least once a second while there are new lines, and close()
+fsyncs once more.
+
+Concurrency: every method is thread-safe. None of them awaits: from asyncio, call them
+directly in coroutines. They cost one small write() under a lock, and the fsync runs on the
+writer's own thread, so the event loop is never held up by the disk flush.
+
+Pairing: `invoke()` returns a Pending whose `ok()`, `fail()` or `info()` writes the one
+completion; a second completion raises. A process is busy from its invoke to its completion
+and is never used again after an `info` (ProcessPool.retire hands out a fresh number).
+close() completes every outstanding invoke as `info` with error "run-ended".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+NEMESIS = "nemesis"
+COMPLETIONS = ("ok", "fail", "info")
+RUN_ENDED = "run-ended"
+_RESERVED = ("index", "time", "process", "type", "f")
+
+
+class HistoryError(ValueError):
+    """Misuse of the history: a busy or retired process, a second completion, a closed file."""
+
+
+class Pending:
+    """An invoked operation awaiting its single completion."""
+
+    def __init__(self, writer: HistoryWriter, op: Mapping[str, Any]) -> None:
+        self._writer = writer
+        self.op = dict(op)
+        self.done = False
+
+    @property
+    def process(self) -> int | str:
+        return self.op["process"]
+
+    def ok(self, **fields: Any) -> dict[str, Any]:
+        return self._writer._complete(self, "ok", fields)
+
+    def fail(self, error: str, **fields: Any) -> dict[str, Any]:
+        """The operation definitely did not happen."""
+        return self._writer._complete(self, "fail", {**fields, "error": error})
+
+    def info(self, error: str | None = None, **fields: Any) -> dict[str, Any]:
+        """Unknown outcome (timeout, lost connection): the process must not be reused."""
+        extra = fields if error is None else {**fields, "error": error}
+        return self._writer._complete(self, "info", extra)
+
+
+class HistoryWriter:
+    def __init__(self, path: str | Path, start_ns: int | None = None,
+                 fsync_interval: float = 1.0) -> None:
+        """Create `path` (which must not exist yet) and start timing from `start_ns`
+        (a time.monotonic_ns() reading; default now)."""
+        self.path = Path(path)
+        self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        _fsync_dir(self.path.parent)
+        self._lock = threading.Lock()
+        self._next_index = 0
+        self._last_time = 0
+        self._pending: dict[int | str, Pending] = {}
+        self._retired: set[int | str] = set()
+        self._dirty = False
+        self._closed = False
+        self._stop = threading.Event()
+        self._syncer = threading.Thread(target=self._sync_loop, args=(fsync_interval,),
+                                        name=f"fsync {self.path.name}", daemon=True)
+        self._syncer.start()
+
+    def __enter__(self) -> HistoryWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def now_ns(self) -> int:
+        """Nanoseconds since the run started, on the history's clock."""
+        return time.monotonic_ns() - self.start_ns
+
+    @property
+    def count(self) -> int:
+        """Number of ops written so far."""
+        return self._next_index
+
+    def outstanding(self) -> list[Pending]:
+        with self._lock:
+            return list(self._pending.values())
+
+    def invoke(self, process: int, f: str, **fields: Any) -> Pending:
+        """Write an invoke for `process` and return the handle that completes it."""
+        with self._lock:
+            if process in self._pending:
+                raise HistoryError(f"process {process} already has an operation in flight")
+            if process in self._retired:
+                raise HistoryError(f"process {process} got an info completion and is retired")
+            op = self._write_locked({"process": process, "type": "invoke", "f": f, **fields})
+            pending = Pending(self, op)
+            self._pending[process] = pending
+            return pending
+
+    def nemesis(self, f: str, value: Any = None, **fields: Any) -> dict[str, Any]:
+        """A nemesis operation, e.g. nemesis("start-kill", {"nodes": ["n2"]})."""
+        with self._lock:
+            return self._write_locked({"process": NEMESIS, "type": "info", "f": f,
+                                       "value": value, **fields})
+
+    def write(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        """Write a raw op (it needs process, type and f); index and time are assigned here.
+        Prefer invoke()/nemesis(): this bypasses the pairing checks."""
+        missing = [k for k in ("process", "type", "f") if k not in op]
+        if missing:
+            raise HistoryError(f"op lacks {missing}: {dict(op)!r}")
+        with self._lock:
+            return self._write_locked(op)
+
+    def close(self) -> None:
+        """Complete outstanding invokes as info/run-ended, fsync and close. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            for pending in list(self._pending.values()):
+                self._complete_locked(pending, "info", {"error": RUN_ENDED})
+            self._closed = True  # from here on every write raises, so nothing is left open
+        self._stop.set()
+        self._syncer.join()
+        try:
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+
+    def _complete(self, pending: Pending, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            return self._complete_locked(pending, kind, fields)
+
+    def _complete_locked(self, pending: Pending, kind: str,
+                         fields: Mapping[str, Any]) -> dict[str, Any]:
+        if pending.done:
+            raise HistoryError(f"operation {pending.op['index']} was already completed")
+        # A completion repeats its invoke's fields (partition, value...) unless it overrides them.
+        carried = {k: v for k, v in pending.op.items() if k not in _RESERVED}
+        op = self._write_locked({"process": pending.process, "type": kind,
+                                 "f": pending.op["f"], **carried, **fields})
+        pending.done = True
+        del self._pending[pending.process]
+        if kind == "info":
+            self._retired.add(pending.process)
+        return op
+
+    def _write_locked(self, op: Mapping[str, Any]) -> dict[str, Any]:
+        if self._closed:
+            raise HistoryError(f"{self.path} is closed")
+        bad = [k for k in ("index", "time") if k in op]
+        if bad:
+            raise HistoryError(f"{bad} are assigned by the writer, not the caller")
+        if op["type"] not in ("invoke", *COMPLETIONS):
+            raise HistoryError(f"type must be invoke, ok, fail or info, got {op['type']!r}")
+        stamp = max(self.now_ns(), self._last_time)
+        full = {"index": self._next_index, "time": stamp, **op}
+        # Serialise first: an unserialisable op must not consume an index or reach the file.
+        data = (json.dumps(full, separators=(", ", ": ")) + "\n").encode()
+        _write_all(self._fd, data)
+        self._next_index += 1
+        self._last_time = stamp
+        self._dirty = True
+        return full
+
+    def _sync_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            if self._dirty:
+                self._dirty = False
+                os.fsync(self._fd)  # the fd stays open until close() has joined this thread
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ProcessPool:
+    """Process numbers for clients: a client whose op ended in `info` retires its number and
+    continues under a fresh one, so no process ever has two overlapping operations."""
+
+    def __init__(self, first: int = 0) -> None:
+        self._next = first
+        self._active: set[int] = set()
+        self._lock = threading.Lock()
+
+    def new(self) -> int:
+        with self._lock:
+            p = self._next
+            self._next += 1
+            self._active.add(p)
+            return p
+
+    def retire(self, process: int) -> int:
+        """Retire `process` and return its replacement."""
+        with self._lock:
+            if process not in self._active:
+                raise HistoryError(f"process {process} is not active in this pool")
+            self._active.discard(process)
+        return self.new()
+
+    @property
+    def active(self) -> frozenset[int]:
+        with self._lock:
+            return frozenset(self._active)
+
+
+def read_history(path: str | Path, allow_torn_tail: bool = True) -> list[dict[str, Any]]:
+    """Parse history.jsonl. A last line cut short by a crash (no newline, not valid JSON) is
+    dropped when `allow_torn_tail`; any other bad line is an error naming file and line."""
+    path = Path(path)
+    ops: list[dict[str, Any]] = []
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    for number, line in enumerate(lines, start=1):
+        ops.append(_parse_line(path, number, line))
+    if tail:
+        try:
+            ops.append(_parse_line(path, len(lines) + 1, tail))
+        except ValueError:
+            if not allow_torn_tail:
+                raise
+    return ops
+
+
+def _parse_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    try:
+        op = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} line {number}: not a JSON object: {e}") from None
+    if not isinstance(op, dict):
+        raise ValueError(f"{path} line {number}: not a JSON object")
+    return op
