@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from replication import errors as E
-from replication.net import ConnectionLost, Pool
+from replication.net import ConnectFailed, ConnectionLost, Pool
 
 
 class ClientError(Exception):
@@ -160,6 +160,8 @@ class Client:
                     return {"offset": None, "node": leader}
                 try:
                     reply = await conn.request(msg, max(0.05, deadline - asyncio.get_running_loop().time()))
+                except ConnectFailed:
+                    reply = {"error": E.NOT_LEADER}  # never sent: the leader moved or died
                 except ConnectionLost as e:
                     raise ProduceError(E.NETWORK_ERROR, definite=False, message=str(e)) from e
                 if "error" not in reply:

@@ -321,16 +321,23 @@ class MemoryLog(Log):
     def durable_records(self) -> list[Record]:
         return list(self._durable)
 
-    def lose_unflushed(self) -> int:
-        """Power loss: go back to the last flushed state; returns records lost from the LEO.
+    def restart(self) -> None:
+        """A broker restart that kept the page cache (kill or clean stop), as SegmentLog
+        reopening sees it: every record survives and is synced by recovery, and epochs
+        that never got a record are forgotten. Reopens a closed log."""
+        self._sync()
+        self._recovered()
 
-        The log stays open, as if the broker had restarted and recovered it.
-        """
+    def lose_unflushed(self) -> int:
+        """Power loss and restart: back to the last flushed state; returns how many records
+        the LEO lost. Reopens a closed log."""
         before = self._end_offset
         self._records = list(self._durable)
+        self._recovered()
+        return max(0, before - self._end_offset)
+
+    def _recovered(self) -> None:
         self._end_offset = len(self._records)
         self._epochs = EpochCache.from_records(self._records)
-        self._unflushed = 0
-        self._flush_clock_ms = None
+        self._mark_flushed()
         self._closed = False
-        return max(0, before - self._end_offset)

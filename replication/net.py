@@ -19,6 +19,10 @@ class ConnectionLost(ConnectionError):
     """The peer went away (or never answered) while a request was in flight."""
 
 
+class ConnectFailed(ConnectionLost):
+    """No connection could be made: the request was certainly not sent."""
+
+
 def encode_frame(msg: dict) -> bytes:
     body = json.dumps(msg, separators=(",", ":")).encode()
     return _HEADER.pack(len(body)) + body
@@ -98,7 +102,7 @@ class Connection:
         try:
             writer = await self._ensure(timeout)
         except (TimeoutError, OSError) as e:
-            raise ConnectionLost(f"cannot connect to {self.address}: {e or type(e).__name__}") from e
+            raise ConnectFailed(f"cannot connect to {self.address}: {e or type(e).__name__}") from e
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut

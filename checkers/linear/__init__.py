@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from checkers.linear.check import Runner, check, run_local
-from checkers.linear.history import UNKNOWN, HistoryError, Operation, pair
+from checkers.linear.history import UNKNOWN, HistoryError, Operation, pair, pair_events
 from checkers.linear.importers import read_events
 from checkers.linear.models import KV, CASRegister, Model, Partition, Register, make_model
 from checkers.linear.search import Budget, SearchResult, search
 
 __all__ = [
     "KV", "UNKNOWN", "Budget", "CASRegister", "HistoryError", "Model", "Operation", "Partition",
-    "Register", "Runner", "SearchResult", "check", "check_file", "make_model", "pair",
+    "Register", "Runner", "SearchResult", "check", "check_file", "make_model", "pair", "pair_events",
     "read_events", "run_local", "search",
 ]
 

@@ -137,6 +137,11 @@ def pair(events: Iterable[tuple[str, dict[str, Any]]]) -> list[Operation]:
     return [_operation(i, inv, end) for i, (inv, end) in enumerate(done)]
 
 
+def pair_events(events: Iterable[dict[str, Any]]) -> list[Operation]:
+    """``pair`` for events held in memory; errors name the event's position."""
+    return pair((f"event {i}", e) for i, e in enumerate(events))
+
+
 def _operation(i: int, inv: _Event, end: _Event | None) -> Operation:
     """``end`` is the ok/info completion, None if the op never completed."""
     e = inv.event

@@ -15,9 +15,9 @@ def report_path(path: Path) -> Path:
     path = Path(path)
     if (path / "campaign.json").is_file():
         # Imported here: harness.index itself builds on this package.
-        from harness.index import render_campaign
+        from harness.index import refresh_campaign
 
-        return render_campaign(path)
+        return refresh_campaign(path)
     if path.is_dir() and any((path / n).exists() for n in ("test.json", "history.jsonl")):
         return render_run(path)
     raise ValueError(f"{path}: neither a run folder (test.json or history.jsonl) "

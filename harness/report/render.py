@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ def environment() -> jinja2.Environment:
     env.filters["num"] = _num
     env.filters["cell"] = _cell
     env.filters["details"] = _details
+    env.filters["utc"] = _utc
     return env
 
 
@@ -80,6 +82,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return _num(value)
+
+
+def _utc(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(unix))
 
 
 def _details(event: dict[str, Any]) -> str:

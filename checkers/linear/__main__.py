@@ -1,0 +1,5 @@
+import sys
+
+from checkers.linear.cli import main
+
+sys.exit(main())

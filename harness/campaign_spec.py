@@ -1,0 +1,168 @@
+"""A campaign file (TOML): the matrix configs x nemesis mixes x seeds x time limits.
+
+    name = "quick"                  # optional, default: the file's stem
+    base = "fast"                   # optional: a profile name or a test file (relative to this file)
+    seeds = [1, 2]
+    time_limit = 30                 # seconds, or a list of them
+    [set]                           # optional overrides for every cell, dotted keys as `--set`
+    "workload.rate" = 200
+
+    [[config]]
+    name = "safe"
+    expect = "no-loss"              # or "loss-allowed"
+    set = { "workload.acks" = "all", "system.min.insync.replicas" = 2 }
+
+    [[nemesis]]
+    name = "kill"
+    faults = ["kill"]               # every other key is a [nemesis] setting: interval, duration...
+    interval = 8
+
+Every cell's configuration is resolved and validated by harness.config before anything runs,
+so a typo fails the whole campaign up front, naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.config import load_config, resolve_config_path
+
+EXPECTATIONS = ("no-loss", "loss-allowed")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
+_TOP_KEYS = {"name", "base", "seeds", "time_limit", "set", "config", "nemesis"}
+
+
+class CampaignError(ValueError):
+    """A bad campaign file; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    id: str  # "<config>/<nemesis>/s<seed>/t<time limit>"
+    config: str
+    nemesis: str
+    seed: int
+    time_limit: float
+    expect: str
+    resolved: dict[str, Any]  # the full test config handed to the runner
+
+
+def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"workload": {"acks": "1"}} -> {"workload.acks": "1"}: TOML nests unquoted dotted keys."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name != "nemesis.weights":
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def load_spec(path: Path) -> tuple[str, list[Cell]]:
+    """Parse and validate `path`; returns the campaign name and its cells in run order."""
+    path = Path(path)
+    data = _read(path)
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise CampaignError(f"{path}: unknown key(s) {unknown}; known: {sorted(_TOP_KEYS)}")
+    name = _name(data.get("name", path.stem), path, "name")
+    base = _base(data.get("base"), path)
+    seeds = _seeds(data.get("seeds"), path)
+    limits = _time_limits(data.get("time_limit"), path)
+    common = _overrides(data.get("set", {}), path, "set")
+    configs = _entries(data.get("config"), path, "config")
+    nemeses = _entries(data.get("nemesis"), path, "nemesis")
+    cells = []
+    for config in configs:
+        expect = config.get("expect")
+        if expect not in EXPECTATIONS:
+            raise CampaignError(f"{path}: config {config['name']!r}: expect must be one of "
+                                f"{EXPECTATIONS}, got {expect!r}")
+        extra = sorted(set(config) - {"name", "expect", "set"})
+        if extra:
+            raise CampaignError(f"{path}: config {config['name']!r}: unknown key(s) {extra}; "
+                                "known: name, expect, set")
+        sets = _overrides(config.get("set", {}), path, f"config {config['name']!r} set")
+        for nemesis in nemeses:
+            mix = {f"nemesis.{k}": v for k, v in nemesis.items() if k != "name"}
+            for limit in limits:
+                for seed in seeds:
+                    cell_id = f"{config['name']}/{nemesis['name']}/s{seed}/t{limit:g}"
+                    overrides = {**common, **sets, **mix, "seed": seed, "time_limit": limit,
+                                 "name": f"{name}-{config['name']}-{nemesis['name']}"}
+                    resolved = load_config(base, overrides=overrides,
+                                           overrides_source=f"{path} cell {cell_id}")
+                    cells.append(Cell(cell_id, config["name"], nemesis["name"], seed, limit,
+                                      expect, resolved))
+    return name, cells
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CampaignError(f"{path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CampaignError(f"{path}: malformed TOML: {exc}") from None
+
+
+def _name(value: Any, path: Path, key: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise CampaignError(f"{path}: {key} must be 1-40 letters, digits, '_', '.', '-' "
+                            f"(starting with a letter or digit), got {value!r}")
+    return value
+
+
+def _base(value: Any, path: Path) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise CampaignError(f"{path}: base must be a profile name or a file, got {value!r}")
+    beside = path.parent / value
+    return str(beside) if beside.is_file() else str(resolve_config_path(value))
+
+
+def _seeds(value: Any, path: Path) -> list[int]:
+    if (not isinstance(value, list) or not value or len(set(value)) != len(value)
+            or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)):
+        raise CampaignError(f"{path}: seeds must be a non-empty list of distinct integers >= 0, "
+                            f"got {value!r}")
+    return value
+
+
+def _time_limits(value: Any, path: Path) -> list[float]:
+    values = value if isinstance(value, list) else [value]
+    if (not values or len(set(values)) != len(values)
+            or any(isinstance(v, bool) or not isinstance(v, int | float) or v <= 0
+                   for v in values)):
+        raise CampaignError(f"{path}: time_limit must be a number of seconds > 0 or a list of "
+                            f"distinct ones, got {value!r}")
+    return values
+
+
+def _overrides(value: Any, path: Path, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CampaignError(f"{path}: {where} must be a table of dotted keys, got {value!r}")
+    flat = flatten(value)
+    reserved = sorted({"name", "seed", "time_limit"} & set(flat))
+    if reserved:
+        raise CampaignError(f"{path}: {where}: {reserved} are set by the campaign matrix "
+                            "(use seeds / time_limit)")
+    return flat
+
+
+def _entries(value: Any, path: Path, table: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value or not all(isinstance(e, dict) for e in value):
+        raise CampaignError(f"{path}: needs at least one [[{table}]] table")
+    seen = set()
+    for i, entry in enumerate(value):
+        name = _name(entry.get("name"), path, f"{table}[{i}].name")
+        if name in seen:
+            raise CampaignError(f"{path}: two [[{table}]] tables are named {name!r}")
+        seen.add(name)
+    return value

@@ -1,0 +1,231 @@
+"""workloads.history: the history.jsonl contract, pairing, threads, asyncio, SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from workloads.history import (
+    RUN_ENDED,
+    HistoryError,
+    HistoryWriter,
+    ProcessPool,
+    read_history,
+)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_contract(ops: list[dict]) -> None:
+    """Index contiguous from 0, time non-decreasing int ns, and per process: invoke, then
+    exactly one completion, and nothing after an info."""
+    assert [op["index"] for op in ops] == list(range(len(ops)))
+    times = [op["time"] for op in ops]
+    assert all(isinstance(t, int) and t >= 0 for t in times) and times == sorted(times)
+    open_ops: dict = {}
+    retired: set = set()
+    for op in ops:
+        p = op["process"]
+        if p == "nemesis":
+            assert op["type"] == "info"
+            continue
+        assert p not in retired, f"process {p} reused after info: {op}"
+        if op["type"] == "invoke":
+            assert p not in open_ops, f"process {p} invoked twice: {op}"
+            open_ops[p] = op
+        else:
+            assert op["type"] in ("ok", "fail", "info")
+            assert open_ops.pop(p)["f"] == op["f"]
+            if op["type"] == "info":
+                retired.add(p)
+
+
+def test_ops_follow_the_design_format(tmp_path):
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter(path) as h:
+        send = h.invoke(3, "send", partition=1, value=4711)
+        send.ok(offset=88, node=2, epoch=5)
+        poll = h.invoke(7, "poll", partition=1, offset=80)
+        poll.ok(records=[[80, 4690], [81, 4702]], hwm=82)
+        h.nemesis("start-power-loss", {"nodes": ["n1"]})
+        h.invoke(4, "send", partition=0, value=1).fail("NOT_ENOUGH_REPLICAS")
+    ops = lines(path)
+    assert_contract(ops)
+    assert list(ops[0]) == ["index", "time", "process", "type", "f", "partition", "value"]
+    assert ops[1] == {**ops[1], "process": 3, "type": "ok", "f": "send", "partition": 1,
+                      "value": 4711, "offset": 88, "node": 2, "epoch": 5}
+    assert ops[3]["records"] == [[80, 4690], [81, 4702]] and ops[3]["offset"] == 80
+    assert ops[4] == {"index": 4, "time": ops[4]["time"], "process": "nemesis", "type": "info",
+                      "f": "start-power-loss", "value": {"nodes": ["n1"]}}
+    assert ops[6]["type"] == "fail" and ops[6]["error"] == "NOT_ENOUGH_REPLICAS"
+    assert read_history(path) == ops
+
+
+def test_time_counts_from_the_given_start(tmp_path):
+    start = time.monotonic_ns() - 5_000_000_000
+    with HistoryWriter(tmp_path / "h.jsonl", start_ns=start) as h:
+        op = h.nemesis("start-kill")
+    assert 5_000_000_000 <= op["time"] < 600_000_000_000
+
+
+def test_exactly_one_completion_and_no_reuse_after_info(tmp_path):
+    with HistoryWriter(tmp_path / "h.jsonl") as h:
+        op = h.invoke(1, "send", partition=0, value=1)
+        with pytest.raises(HistoryError, match="in flight"):
+            h.invoke(1, "send", partition=0, value=2)
+        op.info("timeout")
+        with pytest.raises(HistoryError, match="already completed"):
+            op.ok(offset=3)
+        with pytest.raises(HistoryError, match="retired"):
+            h.invoke(1, "send", partition=0, value=3)
+        with pytest.raises(HistoryError, match="assigned by the writer"):
+            h.write({"process": 2, "type": "invoke", "f": "send", "index": 9})
+        with pytest.raises(TypeError):
+            h.invoke(2, "send", value=object())
+        h.invoke(2, "send", value=5).ok()  # the failed write consumed no index
+    ops = read_history(tmp_path / "h.jsonl")
+    assert_contract(ops)
+    assert [op["index"] for op in ops] == [0, 1, 2, 3]
+
+
+def test_close_completes_outstanding_invokes_as_run_ended(tmp_path):
+    path = tmp_path / "h.jsonl"
+    h = HistoryWriter(path)
+    h.invoke(1, "send", partition=0, value=1)
+    h.invoke(2, "poll", partition=0)
+    h.invoke(3, "send", partition=1, value=2).ok(offset=0)
+    h.close()
+    h.close()  # idempotent
+    ops = read_history(path)
+    assert_contract(ops)
+    ended = [op for op in ops if op.get("error") == RUN_ENDED]
+    assert {op["process"] for op in ended} == {1, 2}
+    assert all(op["type"] == "info" for op in ended)
+    assert ended[0]["value"] == 1  # the completion repeats the invoke's fields
+    with pytest.raises(HistoryError, match="closed"):
+        h.nemesis("stop-kill")
+
+
+def test_refuses_to_append_to_an_existing_history(tmp_path):
+    path = tmp_path / "h.jsonl"
+    path.write_text("")
+    with pytest.raises(FileExistsError):
+        HistoryWriter(path)
+
+
+def test_process_pool_retire_gives_fresh_numbers():
+    pool = ProcessPool()
+    a, b = pool.new(), pool.new()
+    c = pool.retire(a)
+    assert len({a, b, c}) == 3 and pool.active == frozenset({b, c})
+    with pytest.raises(HistoryError):
+        pool.retire(a)
+
+
+def test_many_threads_keep_the_contract(tmp_path):
+    path = tmp_path / "h.jsonl"
+    pool = ProcessPool()
+    with HistoryWriter(path, fsync_interval=0.05) as h:
+        def client(seed: int) -> None:
+            p = pool.new()
+            for i in range(300):
+                op = h.invoke(p, "send", partition=seed, value=seed * 1000 + i)
+                if i % 17 == 0:
+                    op.info("timeout")
+                    p = pool.retire(p)
+                else:
+                    op.ok(offset=i)
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    ops = read_history(path)
+    assert len(ops) == 8 * 300 * 2
+    assert_contract(ops)
+
+
+def test_asyncio_tasks_share_one_writer(tmp_path):
+    path = tmp_path / "h.jsonl"
+
+    async def client(h: HistoryWriter, p: int) -> None:
+        for i in range(50):
+            op = h.invoke(p, "send", partition=0, value=p * 100 + i)
+            await asyncio.sleep(0)
+            op.ok(offset=i)
+
+    async def main() -> None:
+        with HistoryWriter(path) as h:
+            await asyncio.gather(*(client(h, p) for p in range(5)))
+
+    asyncio.run(main())
+    ops = read_history(path)
+    assert len(ops) == 500
+    assert_contract(ops)
+
+
+def test_reader_drops_only_a_torn_last_line(tmp_path):
+    path = tmp_path / "h.jsonl"
+    good = '{"index": 0, "time": 1, "process": 0, "type": "invoke", "f": "send"}\n'
+    path.write_text(good + '{"index": 1, "ti')
+    assert read_history(path) == [json.loads(good)]
+    with pytest.raises(ValueError, match="line 2"):
+        read_history(path, allow_torn_tail=False)
+    path.write_text(good + "garbage\n" + good)
+    with pytest.raises(ValueError, match="line 2"):
+        read_history(path)
+
+
+WRITER = textwrap.dedent("""
+    import sys, threading
+    from workloads.history import HistoryWriter, ProcessPool
+    h = HistoryWriter(sys.argv[1], fsync_interval=0.2)
+    pool = ProcessPool()
+    def client(n):
+        p = pool.new()
+        i = 0
+        while True:
+            op = h.invoke(p, "send", partition=n, value=n * 10**9 + i)
+            if i % 11 == 0:
+                op.info("timeout")
+                p = pool.retire(p)
+            else:
+                op.ok(offset=i, padding="x" * (i % 300))
+            i += 1
+    for n in range(4):
+        threading.Thread(target=client, args=(n,), daemon=True).start()
+    threading.Event().wait()
+""")
+
+
+def test_sigkilled_writer_leaves_a_parseable_contiguous_prefix(tmp_path):
+    path = tmp_path / "history.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
+                            cwd=Path(__file__).resolve().parent.parent)
+    try:
+        deadline = time.monotonic() + 60
+        while (not path.exists() or path.stat().st_size < 2_000_000) and proc.poll() is None:
+            assert time.monotonic() < deadline, "writer made no progress"
+            time.sleep(0.05)
+        assert proc.poll() is None, "writer exited on its own"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    raw = path.read_bytes()
+    assert raw.endswith(b"\n"), "each op is one write() of a whole line"
+    ops = read_history(path, allow_torn_tail=False)
+    assert len(ops) > 1000
+    assert_contract(ops)

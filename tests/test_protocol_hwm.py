@@ -1,0 +1,137 @@
+"""Seed 002's high-watermark timeline T1-T10, replayed on Replica objects step by step.
+
+The leader R1 and the followers R2, R3 are real `Replica`s over `MemoryLog`s; the fetch
+requests are built with exactly the offsets the timeline gives, and their replies are handed
+to the followers as the runtime would. The timeline's fetches return at once (`wait: False`):
+Kafka would park an empty fetch until data arrives, which would merge T5 into T7/T8."""
+
+from __future__ import annotations
+
+from replication.config import NodeConfig
+from replication.log import MemoryLog
+from replication.metadata import PartitionState
+from replication.outputs import Reply
+from replication.partition import Replica
+
+CONFIG = NodeConfig(min_insync_replicas=2)
+STATE = PartitionState("A", 0, replicas=(1, 2, 3), leader=1, leader_epoch=0, isr=(1, 2, 3))
+
+
+def _replica(broker: int) -> Replica:
+    r = Replica(broker, "A", 0, MemoryLog())
+    r.on_metadata(STATE, CONFIG, now=0)
+    return r
+
+
+def _fetch(leader: Replica, follower: Replica, offset: int, now: int) -> list:
+    """A follower FetchRequest(offset) as the timeline states it; returns the leader's outputs."""
+    request = {"type": "fetch", "topic": "A", "partition": 0, "replica": follower.broker_id,
+               "offset": offset, "last_fetched_epoch": follower.log.latest_epoch(),
+               "leader_epoch": leader.leader_epoch, "wait": False}
+    out = leader.fetch(("fetch", follower.broker_id), request, now)
+    for o in out:
+        if isinstance(o, Reply) and o.token == ("fetch", follower.broker_id):
+            follower.on_fetch_response(request, o.msg, now)
+    return out
+
+
+def _values(replica: Replica) -> list[int]:
+    return [int(r.value) for r in replica.log.read(0, 100)]
+
+
+def _leos(leader: Replica) -> tuple[int, int, int]:
+    return (leader.log.end_offset, leader.follower_leo[2], leader.follower_leo[3])
+
+
+def _consume(leader: Replica, now: int) -> list[int]:
+    out = leader.fetch("consumer", {"type": "fetch", "topic": "A", "partition": 0, "offset": 0}, now)
+    (reply,) = out
+    return [int(v) for _o, v in reply.msg["records"]]
+
+
+def _acks(out: list, token: str) -> list[dict]:
+    return [o.msg for o in out if isinstance(o, Reply) and o.token == token]
+
+
+def test_seed_002_hwm_timeline_t1_to_t10() -> None:
+    r1, r2, r3 = _replica(1), _replica(2), _replica(3)
+    assert (r1.role, r2.role, r3.role) == ("leader", "follower", "follower")
+
+    # T1: the producer publishes 0,1,2 (acks=all, so the ack waits for the HWM).
+    out = r1.produce("p1", [b"0", b"1", b"2"], "all", now=1)
+    assert _acks(out, "p1") == []
+    assert _values(r1) == [0, 1, 2] and _values(r2) == [] and _values(r3) == []
+    assert r1.hwm == 0 and _leos(r1) == (3, 0, 0)
+
+    # T2: R2 fetches from 0 and gets [0,1,2]; the leader does not count them yet.
+    _fetch(r1, r2, 0, now=2)
+    assert _values(r2) == [0, 1, 2] and _values(r3) == []
+    assert r1.hwm == 0 and _leos(r1) == (3, 0, 0)
+
+    # T3: R3 the same.
+    _fetch(r1, r3, 0, now=3)
+    assert _values(r3) == [0, 1, 2]
+    assert r1.hwm == 0 and _leos(r1) == (3, 0, 0)
+
+    # T4: a consumer fetching from 0 gets nothing: the HWM is 0.
+    assert _consume(r1, now=4) == []
+
+    # T5: R2 fetches from 3: nothing to return, but now R2's LEO is 3. R3 still holds the HWM.
+    out = _fetch(r1, r2, 3, now=5)
+    assert _acks(out, ("fetch", 2))[0]["records"] == []
+    assert r1.hwm == 0 and _leos(r1) == (3, 3, 0)
+
+    # T6: R3 fetches from 3: every ISR member has LEO 3, the HWM moves to 3, the ack goes out.
+    out = _fetch(r1, r3, 3, now=6)
+    assert r1.hwm == 3 and _leos(r1) == (3, 3, 3)
+    assert _acks(out, "p1") == [{"offset": 0, "leader_epoch": 0, "node": 1}]
+
+    # T7: two more records, 3 and 4.
+    r1.produce("p2", [b"3", b"4"], "all", now=7)
+    assert _values(r1) == [0, 1, 2, 3, 4] and _values(r2) == [0, 1, 2] and _values(r3) == [0, 1, 2]
+    assert r1.hwm == 3 and _leos(r1) == (5, 3, 3)
+
+    # T8: R2 fetches from 3 and gets [3,4]; its LEO on the leader is still 3.
+    out = _fetch(r1, r2, 3, now=8)
+    assert [row[0] for row in _acks(out, ("fetch", 2))[0]["records"]] == [3, 4]
+    assert _values(r2) == [0, 1, 2, 3, 4]
+    assert r1.hwm == 3 and _leos(r1) == (5, 3, 3)
+
+    # T9: R2 fetches from 5: R2's LEO is 5, but R3 (in sync, LEO 3) holds the HWM at 3.
+    # (The seed prints R2's log as [0,1,2] here; R2 got [3,4] at T8, so it holds all five.)
+    out = _fetch(r1, r2, 5, now=9)
+    assert r1.hwm == 3 and _leos(r1) == (5, 5, 3)
+    assert _acks(out, "p2") == []
+    assert _values(r2) == [0, 1, 2, 3, 4] and _values(r3) == [0, 1, 2]
+
+    # T10: the consumer gets the committed log [0,1,2] and nothing above the HWM.
+    assert _consume(r1, now=10) == [0, 1, 2]
+    # The followers learnt the HWM from the fetch replies, never above their own LEO.
+    assert r2.hwm == 3 and r3.hwm == 3
+
+
+def test_hwm_frozen_below_min_isr_then_released() -> None:
+    """KIP-966 rule 1: with the ISR shrunk to the leader alone the HWM stays put although the
+    ISR's minimum LEO (the leader's own) moved; a caught-up follower joining the ISR (counted
+    at once, Kafka's "maximal ISR", while the AlterPartition is in flight) releases it."""
+    r1, r2 = _replica(1), _replica(2)
+    shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
+    r1.on_metadata(shrunk, CONFIG, now=1)
+    assert r1.produce("p", [b"0"], "all", now=2)[0].msg["error"] == "NOT_ENOUGH_REPLICAS"
+    assert r1.produce("p1", [b"0"], "1", now=2)[0].msg["offset"] == 0
+    assert r1.hwm == 0 and r1.log.end_offset == 1
+    _fetch(r1, r2, 0, now=3)
+    assert r1.hwm == 0
+    out = _fetch(r1, r2, 1, now=4)
+    (alter,) = [o.msg for o in out if getattr(o, "dest", None) == "controller"]
+    assert alter["type"] == "alter-partition" and alter["isr"] == [1, 2]
+    assert r1.isr == (1, 2) and r1.hwm == 1
+
+
+def test_hwm_below_min_isr_advances_when_elr_disabled() -> None:
+    """Pre-KIP-966 (`eligible.leader.replicas.enable=false`): the HWM follows the ISR alone."""
+    config = NodeConfig(min_insync_replicas=2, eligible_leader_replicas_enable=False)
+    r1 = Replica(1, "A", 0, MemoryLog())
+    r1.on_metadata(PartitionState("A", 0, (1, 2, 3), leader=1, isr=(1,)), config, now=0)
+    r1.produce("p1", [b"0"], "1", now=1)
+    assert r1.hwm == 1

@@ -1,0 +1,157 @@
+"""The system under test as real processes on loopback: acknowledged records survive leader
+SIGKILL, controlled shutdown and a controller restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+import pytest
+
+from replication.client import Client, ProduceError
+from replication.local_cluster import LocalCluster
+
+TOPIC = "t"
+
+
+def _describe(cluster: LocalCluster) -> dict:
+    out = cluster.run_cli("topics", "--bootstrap", cluster.controller_address, "--describe").stdout
+    rows = {}
+    for line in out.splitlines():
+        fields = dict(zip(line.split()[0::2], line.split()[1::2], strict=False))
+        rows[int(fields["Partition:"])] = fields
+    return rows
+
+
+def _wait_isr(cluster: LocalCluster, size: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = _describe(cluster)
+        if all(len(r["Isr:"].split(",")) == size for r in rows.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"ISR did not reach {size}: {_describe(cluster)}")
+
+
+async def _produce(client: Client, values: range, acks: str, outcome: dict) -> None:
+    async def one(v: int) -> None:
+        try:
+            ack = await client.produce(TOPIC, 0, str(v), acks)
+            outcome["ok"][v] = ack["offset"]
+        except ProduceError as e:
+            outcome["fail" if e.definite else "info"].add(v)
+    await asyncio.gather(*(one(v) for v in values))
+
+
+async def _read_all(client: Client) -> list[tuple[int, int]]:
+    records: list[tuple[int, int]] = []
+    while True:
+        reply = await client.fetch(TOPIC, 0, len(records), refresh=True)
+        if not reply["records"]:
+            return records
+        records += [(o, int(v)) for o, v in reply["records"]]
+
+
+def _check(outcome: dict, records: list[tuple[int, int]]) -> None:
+    assert [o for o, _ in records] == list(range(len(records))), "offsets must be contiguous"
+    by_value: dict[int, list[int]] = {}
+    for o, v in records:
+        by_value.setdefault(v, []).append(o)
+    lost = [v for v in outcome["ok"] if v not in by_value]
+    assert not lost, f"{len(lost)} acknowledged records lost, e.g. {lost[:5]}"
+    moved = [v for v, o in outcome["ok"].items() if by_value[v] != [o]]
+    assert not moved, f"acknowledged records not at their offset once: {moved[:5]}"
+    assert not any(len(offs) > 1 for offs in by_value.values()), "duplicates"
+    aborted = [v for v in outcome["fail"] if v in by_value]
+    assert not aborted, f"definitely failed sends were read: {aborted[:5]}"
+
+
+def _run_scenario(cluster: LocalCluster, fault) -> dict:
+    async def scenario() -> dict:
+        client = Client(cluster.address(2), request_timeout_s=8)
+        outcome: dict = {"ok": {}, "fail": set(), "info": set()}
+        try:
+            await _produce(client, range(0, 2000), "all", outcome)
+            # The fault lands while the second half is in flight.
+            await asyncio.gather(_produce(client, range(2000, 5000), "all", outcome),
+                                 asyncio.get_running_loop().run_in_executor(None, fault))
+            return outcome
+        finally:
+            await client.close()
+    return asyncio.run(scenario())
+
+
+def _final_read(cluster: LocalCluster) -> list[tuple[int, int]]:
+    async def read() -> list[tuple[int, int]]:
+        client = Client(cluster.controller_address)
+        try:
+            return await _read_all(client)
+        finally:
+            await client.close()
+    return asyncio.run(read())
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = LocalCluster(tmp_path, brokers=3)
+    c.start()
+    c.run_cli("topics", "--bootstrap", c.controller_address, "--create", "--topic", TOPIC,
+              "--partitions", "1", "--replication-factor", "3", "--config", "min.insync.replicas=2")
+    _wait_isr(c, 3)
+    yield c
+    c.stop()
+
+
+def _events(cluster: LocalCluster) -> list[dict]:
+    out = []
+    for path in cluster.root.glob("*/events.jsonl"):
+        out += [json.loads(line) for line in path.read_text().splitlines()]
+    return sorted(out, key=lambda e: e["ts"])
+
+
+def test_sigkill_leader_mid_stream_loses_no_acknowledged_record(cluster):
+    leader = int(_describe(cluster)[0]["Leader:"])
+
+    def fault():
+        cluster.kill(leader, signal.SIGKILL)
+    outcome = _run_scenario(cluster, fault)
+    assert len(outcome["ok"]) >= 4000, f"too few acknowledgements: {len(outcome['ok'])}"
+    cluster.start_broker(leader)
+    _wait_isr(cluster, 3)
+    _check(outcome, _final_read(cluster))
+    registrations = [e for e in _events(cluster) if e["kind"] == "broker-registered" and e["broker"] == leader]
+    assert registrations[-1]["clean"] is False, "a SIGKILLed broker must register as unclean"
+    assert int(_describe(cluster)[0]["Leader:"]) != leader or len(registrations) > 1
+
+
+def test_clean_shutdown_registers_clean_and_loses_nothing(cluster):
+    leader = int(_describe(cluster)[0]["Leader:"])
+
+    def fault():
+        cluster.kill(leader, signal.SIGTERM)
+    outcome = _run_scenario(cluster, fault)
+    assert len(outcome["ok"]) >= 4500
+    assert (cluster.root / str(leader) / "data" / "clean_shutdown").exists()
+    cluster.start_broker(leader)
+    _wait_isr(cluster, 3)
+    _check(outcome, _final_read(cluster))
+    events = _events(cluster)
+    registrations = [e for e in events if e["kind"] == "broker-registered" and e["broker"] == leader]
+    assert registrations[-1]["clean"] is True
+    assert any(e["kind"] == "broker-fenced" and e["reason"] == "controlled-shutdown" for e in events)
+
+
+def test_controller_restart_keeps_metadata_and_records(cluster):
+    before = _describe(cluster)
+
+    def fault():
+        cluster.kill("controller", signal.SIGKILL)
+        cluster.start_controller()
+        cluster.wait_ready()
+    outcome = _run_scenario(cluster, fault)
+    assert len(outcome["ok"]) >= 4500
+    after = _describe(cluster)
+    assert after[0]["Replicas:"] == before[0]["Replicas:"]
+    _check(outcome, _final_read(cluster))
