@@ -59,6 +59,7 @@ def get_session(
         SparkSession.builder.master(resolve_master(master, configured))
         .appName("harness-checker")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
         .config("spark.driver.extraJavaOptions", log_opt)
         .config("spark.executor.extraJavaOptions", log_opt)

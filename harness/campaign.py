@@ -105,6 +105,11 @@ class Campaign:
         except BlockingIOError:
             raise CampaignBusy(f"{self.folder} is being run by another process") from None
 
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing the file releases the flock
+            self._lock = None
+
     def save(self) -> None:
         self.state["verdict"] = night_verdict(self.state["cells"])
         write_json_atomic(self.folder / "campaign.json", self.state)
@@ -145,6 +150,14 @@ def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None =
     name, cells = load_spec(file)
     campaign = _open_or_create(root, name, file, cells, resume)
     campaign.lock()
+    try:
+        return _run_locked(campaign, file, run_test, time_budget_s)
+    finally:
+        campaign.unlock()
+
+
+def _run_locked(campaign: Campaign, file: Path, run_test: RunTest | None,
+                time_budget_s: float | None) -> Path:
     session = {"started_at": time.time(), "time_budget_s": time_budget_s, "ended_at": None}
     campaign.state["sessions"].append(session)
     campaign.state["status"] = "running"
@@ -152,7 +165,7 @@ def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None =
         if cell["status"] not in FINISHED_CELLS:
             cell["status"] = "pending"  # interrupted or skipped by an earlier session's budget
     campaign.save()
-    print(f"campaign {name}: {campaign.folder}", flush=True)
+    print(f"campaign {campaign.state['name']}: {campaign.folder}", flush=True)
     try:
         _run_cells(campaign, run_test or _default_run_test(), session, time_budget_s)
     except KeyboardInterrupt:

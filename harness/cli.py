@@ -22,6 +22,7 @@ from harness.store import default_results_dir
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 DEFAULT_PORT = 8000
+PROJECT_PACKAGES = ("harness", "nemesis", "workloads", "checkers", "replication")
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
@@ -98,10 +99,11 @@ def _implementation(module: str, attr: str, command: str) -> Callable[..., Any]:
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
-        # Only the module itself missing means "not yet"; a missing dependency is a real error.
-        if e.name is not None and (module == e.name or module.startswith(e.name + ".")):
+        # A module of this project missing means "not yet"; a missing third-party
+        # dependency is a broken install and keeps its traceback.
+        if e.name is not None and e.name.split(".")[0] in PROJECT_PACKAGES:
             raise NotAvailable(f"`harness {command}` is not available yet "
-                               f"({module} is not in this checkout)") from None
+                               f"({e.name} is not in this checkout)") from None
         raise
     fn = getattr(mod, attr, None)
     if fn is None:

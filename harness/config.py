@@ -33,6 +33,8 @@ KNOWN_FAULTS = (
 )
 KNOWN_ANOMALIES = ANOMALIES  # the checker's names, for checker.allow
 TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
+# Names under results/ that are not tests: the newest-run link and the campaigns folder.
+RESERVED_NAMES = ("latest", "campaigns")
 TOP = ""  # the table holding the top-level keys in SCHEMA
 
 _INT32 = 2**31 - 1
@@ -157,8 +159,8 @@ def _weights() -> Field:
 
 SCHEMA: dict[str, dict[str, Field]] = {
     TOP: {
-        "name": _pattern(_NAME, "a name of letters, digits, '_', '.', '-' (not 'latest')",
-                         reserved=("latest",)),
+        "name": _pattern(_NAME, "a name of letters, digits, '_', '.', '-' (not one of "
+                         + ", ".join(RESERVED_NAMES) + ")", reserved=RESERVED_NAMES),
         "nodes": _int(2, 64),
         "time_limit": _number(0, 7 * 86400),
         "seed": _int(0, _INT64),
@@ -293,9 +295,12 @@ def parse_set(item: str) -> tuple[str, Any]:
                           source=f"--set {item}")
     raw = raw.strip()
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
+        parsed = tomllib.loads(f"v = {raw}")
     except tomllib.TOMLDecodeError:
         return key, raw
+    if list(parsed) != ["v"]:  # a value with a newline smuggling in more keys is just text
+        return key, raw
+    value = parsed["v"]
     # Dates and times are TOML scalars, but no setting takes one: keep what the user typed.
     if isinstance(value, date | datetime | time):
         return key, raw
@@ -440,11 +445,13 @@ def _key_lines(text: str) -> dict[str, int]:
 
 # ---- validation ----------------------------------------------------------------------------
 
-def validate(config: Mapping[str, Any], prov: Provenance | None = None) -> dict[str, Any]:
+def validate(config: Mapping[str, Any], prov: Provenance | None = None, *,
+             source: str = "config") -> dict[str, Any]:
     """Check every key, normalise values (acks -> str), check relations between keys.
 
-    Returns a new dict in SCHEMA order; raises ConfigError on the first problem."""
-    prov = prov or {}
+    Returns a new dict in SCHEMA order; raises ConfigError on the first problem. Without
+    `prov` (e.g. a config read back from test.json) errors name `source` as the origin."""
+    prov = _everywhere(config, _Origin(source)) if prov is None else prov
     out: dict[str, Any] = {}
     for name in config:
         if name not in SCHEMA and name not in SCHEMA[TOP]:
@@ -467,6 +474,14 @@ def validate(config: Mapping[str, Any], prov: Provenance | None = None) -> dict[
                       for key, field in fields.items() if table != "system" or key in given}
     _check_relations(out, prov)
     return out
+
+
+def _everywhere(config: Mapping[str, Any], origin: _Origin) -> Provenance:
+    prov = {name: origin for name in config}
+    for name, table in config.items():
+        if name and name in SCHEMA and isinstance(table, Mapping):
+            prov.update({full_key(name, key): origin for key in table})
+    return prov
 
 
 def _checked(fk: str, table: Mapping[str, Any], field: Field, prov: Provenance, *,

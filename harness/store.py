@@ -14,10 +14,13 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from harness.config import RESERVED_NAMES
 
 RESULTS_ENV = "HARNESS_RESULTS"
 LATEST = "latest"
@@ -38,7 +41,7 @@ def create_run_dir(results: Path, name: str, seed: int, started_at: float | None
     """Create and return a new, empty run folder; never reuses an existing one.
 
     `name` must already be a validated test name (harness.config checks it)."""
-    if not name or "/" in name or name in (".", "..", LATEST):
+    if not name or "/" in name or name in (".", "..", *RESERVED_NAMES):
         raise ValueError(f"bad test name for a results folder: {name!r}")
     parent = results / name
     parent.mkdir(parents=True, exist_ok=True)
@@ -71,7 +74,7 @@ def update_latest(results: Path, run_dir: Path) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so a crash leaves either the old file or the complete new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2)
         f.write("\n")

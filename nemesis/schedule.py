@@ -24,6 +24,14 @@ Faults come in episodes separated by quiet gaps (mean `interval`); an episode is
 leader, two overlapping ones: the partition's followers are paused until the leader's ISR has
 shrunk to the leader alone (`shrink_wait` s), then the fault hits the last ISR member, and the
 followers resume while it is still down. Episodes never overlap and end before `time_limit`.
+
+schedule.json (written by ScheduleRecord as the run goes, read by load_schedule):
+
+    {"format": 1, "params": {<ScheduleParams>},
+     "faults": [{<plan entry>, "after": id | null, "resolved": {...} | null,
+                 "started_s": float | null, "ended_s": float | null,
+                 "outcome": "pending" | "ok" | "failed" | "skipped" | "interrupted",
+                 "error": str | null}, ...]}
 """
 
 from __future__ import annotations

@@ -117,6 +117,14 @@ def test_a_missing_dependency_is_not_hidden(tmp_path, monkeypatch):
         cli._implementation("broken_piece", "f", "x")
 
 
+def test_a_missing_project_module_inside_an_implementation_is_not_available(
+        tmp_path, monkeypatch):
+    (tmp_path / "half_done.py").write_text("import harness.piece_not_written_yet\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(cli.NotAvailable, match="harness.piece_not_written_yet is not in"):
+        cli._implementation("half_done", "f", "x")
+
+
 def test_dispatch_arguments_and_exit_codes(fake_module, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("HARNESS_RESULTS", raising=False)
     calls = []

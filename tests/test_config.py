@@ -42,6 +42,19 @@ def test_resolved_config_validates_unchanged_after_json_round_trip():
     assert again == c
 
 
+def test_validate_names_the_given_source_for_a_stored_config():
+    c = load_config()
+    c["topic"]["partitions"] = "three"
+    with pytest.raises(ConfigError) as info:
+        validate(c, source="results/x/test.json")
+    assert info.value.key == "topic.partitions"
+    assert str(info.value).startswith("results/x/test.json: topic.partitions: expected")
+    c = load_config()
+    c["extra"] = 1
+    with pytest.raises(ConfigError, match="unknown key 'extra'"):
+        validate(c, source="results/x/test.json")
+
+
 def test_fast_profile_overlays_default():
     c = load_config("fast")
     assert c["name"] == "fast"
@@ -90,6 +103,7 @@ def test_layers_in_order_default_file_set_flags(tmp_path):
     ("topic.name=1979-05-27", "topic.name", "1979-05-27"),
     ("time_limit=2.5", "time_limit", 2.5),
     ("nemesis.weights={kill = 2}", "nemesis.weights", {"kill": 2}),
+    ("nodes=3\nseed = 4", "nodes", "3\nseed = 4"),
 ])
 def test_parse_set(item, key, value):
     assert parse_set(item) == (key, value)
@@ -162,6 +176,7 @@ def test_bad_value_names_key_file_line_and_expectation(tmp_path):
     ("seed=-1", "seed"),
     ("name=../etc", "name"),
     ("name=latest", "name"),
+    ("name=campaigns", "name"),
     ("topic.partitions=0", "topic.partitions"),
     ('nemesis.faults=["kil"]', "nemesis.faults"),
     ('nemesis.faults=["kill", "kill"]', "nemesis.faults"),

@@ -48,7 +48,7 @@ def test_concurrent_creators_never_share_a_folder(tmp_path):
     assert len(set(got)) == 16
 
 
-@pytest.mark.parametrize("name", ["", "a/b", "..", "latest"])
+@pytest.mark.parametrize("name", ["", "a/b", "..", "latest", "campaigns"])
 def test_bad_names_refused(tmp_path, name):
     with pytest.raises(ValueError):
         store.create_run_dir(tmp_path, name, 0)

@@ -118,12 +118,13 @@ def simulate(rng: random.Random, n_ops: int, processes: int, *, values: int = 5,
         can_invoke = len(sim.idle) if invoked < n_ops else 0
         if not (can_invoke or live):
             return sim.events
-        weights = (can_invoke, len(sim.waiting), len(sim.applied))
-        action = rng.choices((0, 1, 2), weights)[0]
-        if action == 0:
+        # each possible next step equally likely: one of the idle processes invokes, one of
+        # the waiting ops takes effect, or one of the applied ops completes
+        r = rng.randrange(can_invoke + len(sim.waiting) + len(sim.applied))
+        if r < can_invoke:
             sim.invoke()
             invoked += 1
-        elif action == 1:
+        elif r < can_invoke + len(sim.waiting):
             sim.apply()
         else:
             sim.complete()

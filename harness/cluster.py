@@ -1,0 +1,113 @@
+"""The system under test on the run's hosts: which node runs where, starting and stopping it.
+
+n1 runs the controller, n2..nN the brokers with ids 1..N-1. Every action goes through the
+host's SSH `Remote`, exactly as it would on a VM."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from harness.hosts.host import Host
+
+PORT = 9092
+LAZYFS_SOCK = "lazyfs.sock"
+
+
+@dataclass
+class Cluster:
+    hosts: list[Host]
+    system: Mapping[str, object]
+    python: str = sys.executable
+    lazyfs: bool = False
+    down: set[str] = field(default_factory=set)  # hosts whose node is deliberately stopped
+
+    @property
+    def controller_host(self) -> Host:
+        return self.hosts[0]
+
+    @property
+    def broker_hosts(self) -> dict[int, Host]:
+        return {i: h for i, h in enumerate(self.hosts[1:], start=1)}
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.controller_host.address}:{PORT}"
+
+    def host(self, name: str) -> Host:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    def broker_of(self, host: Host) -> int | None:
+        for b, h in self.broker_hosts.items():
+            if h.name == host.name:
+                return b
+        return None
+
+    def bootstrap(self) -> list[str]:
+        return [self.controller_address] + [f"{h.address}:{PORT}" for h in self.broker_hosts.values()]
+
+    def _config_args(self) -> list[str]:
+        args: list[str] = []
+        for k, v in self.system.items():
+            args += ["--config", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
+        return args
+
+    def node_argv(self, host: Host) -> list[str]:
+        listen = f"{host.address}:{PORT}"
+        if host.name == self.controller_host.name:
+            return [self.python, "-m", "replication", "controller", "--listen", listen,
+                    "--data", str(host.data_dir), *self._config_args()]
+        broker = self.broker_of(host)
+        return [self.python, "-m", "replication", "broker", "--id", str(broker), "--listen", listen,
+                "--controller", self.controller_address, "--data", str(host.data_dir),
+                *self._config_args()]
+
+    def lazyfs_paths(self, host: Host) -> tuple[PurePosixPath, PurePosixPath]:
+        return host.work_dir / "backing", host.work_dir / LAZYFS_SOCK
+
+    def mount_lazyfs(self, host: Host) -> None:
+        """The data directory becomes a lossy page-cache FUSE mount over a backing directory."""
+        backing, sock = self.lazyfs_paths(host)
+        host.remote.run(["mkdir", "-p", str(backing), str(host.data_dir)])
+        host.remote.run([self.python, "-m", "nemesis.lazyfs", "mount", str(backing), str(host.data_dir),
+                         "--control", str(sock)], timeout=30)
+
+    def lazyfs_ctl(self, host: Host, *command: str) -> str:
+        _, sock = self.lazyfs_paths(host)
+        return host.remote.run([self.python, "-m", "nemesis.lazyfs", "ctl", str(sock), *command],
+                               timeout=30).stdout
+
+    def umount_lazyfs(self, host: Host) -> None:
+        host.remote.run([self.python, "-m", "nemesis.lazyfs", "umount", str(host.data_dir)],
+                        timeout=30, check=False)
+
+    def start(self, host: Host) -> None:
+        host.remote.run(["mkdir", "-p", str(host.data_dir), str(host.log_dir)])
+        if not host.remote.is_running("node"):
+            host.remote.start_daemon("node", self.node_argv(host), host.log_dir / "node.log")
+        self.down.discard(host.name)
+
+    def signal(self, host: Host, sig: str) -> bool:
+        return host.remote.signal("node", sig)
+
+    def kill(self, host: Host) -> None:
+        self.signal(host, "KILL")
+        self.down.add(host.name)
+
+    def stop_clean(self, host: Host, timeout: float = 20.0) -> None:
+        """SIGTERM and wait: the node's controlled shutdown."""
+        pid = host.remote.pid("node")
+        self.down.add(host.name)
+        if pid is None:
+            return
+        self.signal(host, "CONT")
+        self.signal(host, "TERM")
+        host.remote.run(["sh", "-c", f"for i in $(seq {int(timeout * 10)}); do "
+                         f"kill -0 {shlex.quote(str(pid))} 2>/dev/null || exit 0; "
+                         "sleep 0.1; done; exit 1"], check=False, timeout=timeout + 5)

@@ -1,0 +1,179 @@
+"""The Controller state machine driven by its messages (register, heartbeat with log_info,
+create-topic, alter-partition) and clock ticks: seed 000 §5.3.3's balanced recovery step by
+step, and the request checks around AlterPartition."""
+
+from __future__ import annotations
+
+from replication.config import NodeConfig
+from replication.controller import Controller
+from replication.outputs import Event, Persist, Reply
+
+SESSION_MS = NodeConfig().broker_session_timeout_ms
+TOPIC_CONFIG = {"min.insync.replicas": "2", "unclean.recovery.strategy": "balanced"}
+
+
+class Driver:
+    """Sends messages to one Controller and keeps its events and broker epochs."""
+
+    def __init__(self) -> None:
+        self.c = Controller(NodeConfig())
+        self.epochs: dict[int, int] = {}
+        self.events: list[tuple[str, dict]] = []
+        self.persisted: list[dict] = []
+
+    def _take(self, out: list) -> dict | None:
+        reply = None
+        for o in out:
+            if isinstance(o, Event):
+                self.events.append((o.kind, o.fields))
+            elif isinstance(o, Persist):
+                self.persisted.append(o.record)
+            elif isinstance(o, Reply):
+                reply = o.msg
+        return reply
+
+    def send(self, msg: dict, now: int) -> dict:
+        return self._take(self.c.handle("tok", msg, now))
+
+    def register(self, b: int, now: int, clean_epoch: int | None = None) -> dict:
+        reply = self.send({"type": "register", "broker": b, "address": f"h{b}:9092",
+                           "clean_epoch": clean_epoch}, now)
+        self.epochs[b] = reply["broker_epoch"]
+        return reply
+
+    def heartbeat(self, b: int, now: int, log_info: list | None = None) -> dict:
+        msg = {"type": "heartbeat", "broker": b, "broker_epoch": self.epochs[b]}
+        if log_info is not None:
+            msg["log_info"] = log_info
+        return self.send(msg, now)
+
+    def tick(self, now: int) -> None:
+        self._take(self.c.tick(now))
+
+    def changes(self) -> list[tuple]:
+        return [(f["leader"], tuple(f["isr"]), tuple(f["elr"]), tuple(f["last_known_elr"]))
+                for k, f in self.events if k == "partition-change"]
+
+    def kinds(self, kind: str) -> list[dict]:
+        return [f for k, f in self.events if k == kind]
+
+    def view(self) -> tuple:
+        s = self.c.partitions[("t", 0)]
+        return (s.leader, s.isr, s.elr, s.last_known_elr)
+
+
+def _running_cluster() -> Driver:
+    d = Driver()
+    for b in (1, 2, 3):
+        d.register(b, now=0)
+        assert d.heartbeat(b, now=0)["fenced"] is False
+    reply = d.send({"type": "create-topic", "topic": "t", "partitions": 1, "replication_factor": 3,
+                    "config": TOPIC_CONFIG}, now=0)
+    assert reply == {"partitions": 1}
+    assert d.view() == (1, (1, 2, 3), (), ())
+    d.events.clear()
+    return d
+
+
+def _log_info(epoch: int, end_offset: int) -> list[dict]:
+    return [{"topic": "t", "partition": 0, "epoch": epoch, "end_offset": end_offset}]
+
+
+def test_seed_000_balanced_recovery_example() -> None:
+    # 1. Leader=1, ISR=[1,2,3]; replica LEOs 15, 12, 10 (HWMs 10, 8, 8), all in epoch 0.
+    d = _running_cluster()
+    # 2. A power outage: no more heartbeats. The controller fences the brokers one by one.
+    d.tick(now=SESSION_MS + 1)
+    assert [f["broker"] for f in d.kinds("broker-fenced")] == [1, 2, 3]
+    assert d.changes() == [
+        (2, (2, 3), (), ()),      # 3. broker 1 fenced, replica 2 elected
+        (3, (3,), (2,), ()),      # 4. broker 2 fenced, replica 3 elected, 2 into the ELR
+        (None, (), (2, 3), ()),   # 5. broker 3 fenced: NoLeader
+    ]
+    d.events.clear()
+    # 6. Broker 1 (lost committed data) registers with an empty epoch: it was no ELR member.
+    d.register(1, now=SESSION_MS + 100)
+    assert d.kinds("broker-registered")[-1]["clean"] is False
+    assert d.changes() == [] and d.view() == (None, (), (2, 3), ())
+    # 7. Broker 2 (no loss) registers uncleanly: ELR -> LastKnownELR.
+    d.register(2, now=SESSION_MS + 110)
+    assert d.view() == (None, (), (3,), (2,))
+    # 8. Broker 3 (lost committed data) the same.
+    d.register(3, now=SESSION_MS + 120)
+    assert d.view() == (None, (), (), (2, 3))
+    assert d.changes()[-1] == (None, (), (), (2, 3))
+    # 9. No clean election is possible: broker 1 is unfenced but no candidate; the controller
+    #    asks the LastKnownELR members (only them) for their log ends.
+    reply = d.heartbeat(1, now=SESSION_MS + 200)
+    assert reply["fenced"] is False and "log_info_requests" not in reply
+    assert d.view() == (None, (), (), (2, 3))
+    reply = d.heartbeat(2, now=SESSION_MS + 210)
+    assert reply["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    reply = d.heartbeat(3, now=SESSION_MS + 220)
+    assert reply["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    # Balanced waits for every member: with broker 2's answer alone, still no leader.
+    d.heartbeat(2, now=SESSION_MS + 300, log_info=_log_info(0, 12))
+    d.tick(now=SESSION_MS + 5000)
+    assert d.view() == (None, (), (), (2, 3)) and d.kinds("unclean-recovery") == []
+    # 10. Broker 3 answers (it lost its suffix: LEO 6): replica 2 has the highest epoch and
+    #     offset and is elected; the recovery is reported as potential data loss.
+    d.heartbeat(3, now=SESSION_MS + 5010, log_info=_log_info(0, 6))
+    assert d.view() == (2, (2,), (), (3,))
+    (rec,) = d.kinds("unclean-recovery")
+    assert rec == {"topic": "t", "partition": 0, "strategy": "balanced", "leader": 2,
+                   "leader_epoch": 4, "complete": True, "potential_data_loss": True,
+                   "candidates": [{"broker": 2, "epoch": 0, "end_offset": 12},
+                                  {"broker": 3, "epoch": 0, "end_offset": 6}]}
+    assert d.changes()[-1] == (2, (2,), (), (3,))
+    # Afterwards replica 3 catches up from 2 and rejoins: MinISR reached, LastKnownELR cleared.
+    s = d.c.partitions[("t", 0)]
+    reply = d.send({"type": "alter-partition", "broker": 2, "broker_epoch": d.epochs[2],
+                    "topic": "t", "partition": 0, "leader_epoch": s.leader_epoch,
+                    "partition_epoch": s.partition_epoch, "isr": [2, 3]}, now=SESSION_MS + 5100)
+    assert "error" not in reply
+    assert d.view() == (2, (2, 3), (), ())
+
+
+def test_balanced_recovery_prefers_higher_epoch_over_longer_log() -> None:
+    d = _running_cluster()
+    d.tick(now=SESSION_MS + 1)
+    for b in (2, 3):
+        d.register(b, now=SESSION_MS + 10)
+        d.heartbeat(b, now=SESSION_MS + 20)
+    d.heartbeat(2, now=SESSION_MS + 30, log_info=_log_info(0, 50))
+    d.heartbeat(3, now=SESSION_MS + 40, log_info=_log_info(2, 20))
+    assert d.view()[0] == 3
+
+
+def test_replayed_metadata_log_rebuilds_the_same_state() -> None:
+    d = _running_cluster()
+    d.tick(now=SESSION_MS + 1)
+    d.register(2, now=SESSION_MS + 10)
+    fresh = Controller(NodeConfig())
+    for record in d.persisted:
+        fresh.replay(record, now=0)
+    assert fresh.partitions == d.c.partitions
+    assert {b: i.fenced for b, i in fresh.brokers.items()} == {b: i.fenced for b, i in d.c.brokers.items()}
+
+
+def _alter(d: Driver, isr: list[int], now: int, **override) -> dict:
+    s = d.c.partitions[("t", 0)]
+    msg = {"type": "alter-partition", "broker": s.leader, "broker_epoch": d.epochs[s.leader],
+           "topic": "t", "partition": 0, "leader_epoch": s.leader_epoch,
+           "partition_epoch": s.partition_epoch, "isr": isr, **override}
+    return d.send(msg, now)
+
+
+def test_alter_partition_checks_epochs_and_fencing() -> None:
+    d = _running_cluster()
+    assert _alter(d, [1, 2], now=1, partition_epoch=7)["error"] == "INVALID_UPDATE_VERSION"
+    assert _alter(d, [1, 2], now=1, leader_epoch=7)["error"] == "FENCED_LEADER_EPOCH"
+    assert _alter(d, [1, 2], now=1, broker=2, broker_epoch=d.epochs[2])["error"] == "NOT_LEADER_OR_FOLLOWER"
+    assert _alter(d, [1, 2], now=1, broker_epoch=999)["error"] == "STALE_BROKER_EPOCH"
+    assert _alter(d, [2, 3], now=1)["error"] == "INVALID_REQUEST"
+    assert list(_alter(d, [1, 2], now=1)["state"]["isr"]) == [1, 2]
+    # Unclean Exclusion: a fenced replica is not let back into the ISR.
+    d.tick(now=SESSION_MS + 1)  # everyone fenced; heartbeat 1 back alone
+    d.heartbeat(1, now=SESSION_MS + 2)
+    assert d.view()[0] == 1
+    assert _alter(d, [1, 3], now=SESSION_MS + 3)["error"] == "INELIGIBLE_REPLICA"

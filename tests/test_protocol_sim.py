@@ -1,0 +1,341 @@
+"""Seed scenarios end to end in the deterministic simulator: controller, brokers and replicas
+exchanging their real messages, `MemoryLog`s losing their unflushed suffix on power loss.
+
+Covers seed 002's striped placement, the last-replica-standing loss without the ELR and its
+absence with the ELR (seed 001), seed 000 §5.3.3's balanced recovery, and the alternative
+behaviours a campaign compares (acks=1, unclean election, HWM truncation, no unclean-shutdown
+detection, local-first ISR updates, leader-epoch truncation)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from replication.config import NodeConfig
+from replication.outputs import Reply, Send
+from replication.sim import Sim
+
+BASE = NodeConfig(min_insync_replicas=2)
+
+
+def _sim(**overrides) -> Sim:
+    sim = Sim(3, replace(BASE, **overrides))
+    sim.create_topic("t", 1, 3)
+    return sim
+
+
+def _view(sim: Sim) -> tuple:
+    s = sim.state()
+    return (s.leader, s.isr, s.elr, s.last_known_elr)
+
+
+def _log(sim: Sim, broker: int) -> list[str]:
+    log = sim.logs[(broker, "t", 0)]
+    return [r.value.decode() for r in log.read(0, log.end_offset)]
+
+
+def _produce_acked(sim: Sim, values: list[str], acks: str = "all") -> list[tuple[int, str]]:
+    acked = []
+    for v in values:
+        reply = sim.produce([v], acks=acks)
+        assert "error" not in reply, reply
+        acked.append((reply["offset"], v))
+    return acked
+
+
+def _events(sim: Sim, kind: str, **match) -> list[dict]:
+    return [e for e in sim.events if e["kind"] == kind and all(e.get(k) == v for k, v in match.items())]
+
+
+def _cut_leader_from_followers(sim: Sim, leader: int = 1) -> None:
+    for b in sim.broker_ids:
+        if b != leader:
+            sim.partition(leader, b)
+
+
+# ---- seed 002: striped placement --------------------------------------------------------------
+
+
+def test_striped_placement_through_the_controller() -> None:
+    sim = Sim(3, BASE)
+    sim.create_topic("test", partitions=3, rf=3)
+    states = [sim.state("test", p) for p in range(3)]
+    assert [s.replicas for s in states] == [(1, 2, 3), (2, 3, 1), (3, 1, 2)]
+    assert [s.leader for s in states] == [1, 2, 3]
+    assert [s.isr for s in states] == [(1, 2, 3), (2, 3, 1), (3, 1, 2)]
+    leaders = {(e["partition"], e["node"]) for e in _events(sim, "become-leader", topic="test")}
+    assert leaders == {(0, 1), (1, 2), (2, 3)}
+
+
+# ---- seed 001: last replica standing --------------------------------------------------------------
+
+
+def _last_replica_standing(elr: bool) -> tuple[Sim, list[tuple[int, str]]]:
+    """acks=all records on all three replicas (unflushed); the leader shrinks the ISR to
+    itself, then loses power and restarts."""
+    sim = _sim(eligible_leader_replicas_enable=elr)
+    acked = _produce_acked(sim, [f"v{i}" for i in range(5)])
+    sim.run(500)
+    assert all(_log(sim, b) == [v for _o, v in acked] for b in (1, 2, 3))
+    # Followers cut off from the leader (not from the controller): after
+    # replica.lag.time.max.ms the leader shrinks the ISR to itself by AlterPartition.
+    _cut_leader_from_followers(sim)
+    sim.run(BASE.replica_lag_time_max_ms + 1000)
+    assert _events(sim, "partition-change", reason="alter-partition")
+    assert _view(sim) == ((1, (1,), (2, 3), ()) if elr else (1, (1,), (), ()))
+    assert sim.produce(["refused"])["error"] == "NOT_ENOUGH_REPLICAS"
+    # Power loss on the leader: its whole unflushed log is gone.
+    assert sim.crash(1, lose_unflushed=True) == 5
+    sim.heal()
+    sim.run(BASE.broker_session_timeout_ms + 1000)
+    return sim, acked
+
+
+def test_last_replica_standing_loses_acked_records_without_elr() -> None:
+    sim, acked = _last_replica_standing(elr=False)
+    # Fenced, the last ISR member stays in the ISR: nobody else may lead.
+    assert _view(sim) == (None, (1,), (), ())
+    sim.restart(1)
+    sim.run(3000)
+    # Its unclean restart changes nothing: it is re-elected with an empty log and the
+    # followers truncate the committed records to match it.
+    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is False
+    assert _view(sim)[0] == 1
+    for b in (2, 3):
+        (trunc,) = _events(sim, "truncate", node=b)
+        assert (trunc["from_offset"], trunc["to_offset"], trunc["removed"], trunc["reason"]) == \
+            (5, 0, 5, "leader-epoch")
+    assert sim.consume() == []
+    assert all(_log(sim, b) == [] for b in (1, 2, 3))
+
+
+def test_last_replica_standing_with_elr_loses_nothing() -> None:
+    sim, acked = _last_replica_standing(elr=True)
+    # Fencing the leader elects ELR member 2; the fenced leader joins the ELR (case C).
+    assert _view(sim) == (2, (2,), (1, 3), ())
+    sim.restart(1)
+    sim.run(200)
+    # The unclean registration takes replica 1 out of the candidates.
+    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is False
+    assert _events(sim, "partition-change", reason="unclean-registration")[-1]["elr"] == [3]
+    sim.run(3000)
+    assert _view(sim) == (2, (1, 2, 3), (), ())
+    assert sim.consume() == acked
+    assert all(_log(sim, b) == [v for _o, v in acked] for b in (1, 2, 3))
+    assert _events(sim, "truncate") == []
+
+
+# ---- seed 000 §5.3.3: balanced recovery with real logs --------------------------------------------
+
+
+def test_balanced_recovery_after_correlated_power_loss() -> None:
+    sim = _sim(unclean_recovery_strategy="balanced")
+    acked = _produce_acked(sim, [f"v{i}" for i in range(10)])
+    sim.run(500)
+    # Broker 2's page cache happened to be written back; 1 and 3 lose everything.
+    sim.logs[(2, "t", 0)].flush()
+    assert [sim.crash(b, lose_unflushed=True) for b in (1, 2, 3)] == [10, 0, 10]
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    changes = [(e["leader"], e["isr"], e["elr"]) for e in _events(sim, "partition-change", reason="fence")]
+    assert changes == [(2, [2, 3], []), (3, [3], [2]), (None, [], [2, 3])]
+    sim.restart(1)
+    sim.run(100)
+    assert _view(sim) == (None, (), (2, 3), ())
+    sim.restart(2)
+    sim.run(100)
+    assert _view(sim) == (None, (), (3,), (2,))
+    sim.restart(3)
+    sim.run(100)
+    # Replica 2 answered with the highest (epoch, offset) and was elected; 3 stays in
+    # LastKnownELR until it rejoins.
+    (rec,) = _events(sim, "unclean-recovery")
+    assert (rec["strategy"], rec["leader"], rec["complete"], rec["potential_data_loss"]) == \
+        ("balanced", 2, True, True)
+    assert rec["candidates"] == [{"broker": 2, "epoch": 0, "end_offset": 10},
+                                 {"broker": 3, "epoch": -1, "end_offset": 0}]
+    sim.run(2000)
+    assert _view(sim) == (2, (1, 2, 3), (), ())
+    assert sim.consume() == acked
+
+
+# ---- alternative behaviours -------------------------------------------------------------------------
+
+
+def test_acks_1_loses_acked_records_when_followers_lag() -> None:
+    sim = _sim()
+    acked_all = _produce_acked(sim, ["a", "b"])
+    _cut_leader_from_followers(sim)
+    acked_1 = _produce_acked(sim, ["c", "d", "e"], acks="1")
+    assert [o for o, _v in acked_1] == [2, 3, 4]
+    assert _log(sim, 1) == ["a", "b", "c", "d", "e"] and _log(sim, 2) == ["a", "b"]
+    sim.crash(1)  # SIGKILL: its page cache, and so its log, survives
+    sim.heal()
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (2, (2, 3), (), ())
+    sim.restart(1)
+    sim.run(2000)
+    # The old leader's suffix diverges from leader 2's epoch: truncated away.
+    (trunc,) = _events(sim, "truncate", node=1)
+    assert (trunc["from_offset"], trunc["to_offset"], trunc["removed"], trunc["reason"]) == \
+        (5, 2, 3, "leader-epoch")
+    assert sim.consume() == acked_all
+
+
+def _lose_isr_leaving_out_of_sync_replica_3(**overrides) -> tuple[Sim, list]:
+    """Replica 3 is fenced (out of sync), "x" is committed on 1 and 2, then both die."""
+    sim = _sim(**overrides)
+    sim.isolate(3)
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (1, (1, 2), (), ())
+    acked = _produce_acked(sim, ["x"])
+    sim.crash(1)
+    sim.crash(2)
+    sim.heal()
+    sim.run(BASE.broker_session_timeout_ms + 1000)
+    return sim, acked
+
+
+def test_unclean_leader_election_elects_out_of_sync_replica() -> None:
+    sim, acked = _lose_isr_leaving_out_of_sync_replica_3(unclean_leader_election_enable=True)
+    assert _view(sim) == (3, (3,), (), ())
+    (ev,) = _events(sim, "unclean-election")
+    assert (ev["leader"], ev["potential_data_loss"]) == (3, True)
+    assert acked == [(0, "x")] and sim.consume() == []
+
+
+def test_without_unclean_election_the_partition_waits() -> None:
+    sim, _ = _lose_isr_leaving_out_of_sync_replica_3()
+    assert _view(sim) == (None, (), (1, 2), ())
+    assert _events(sim, "unclean-election") == []
+
+
+def test_high_watermark_truncation_loses_committed_record() -> None:
+    """Pre-KIP-101: a follower truncates to its stale local HWM on a leader change. "x" is
+    acknowledged, leader 1 dies before the followers learn the new HWM, 2 takes over, 3
+    truncates "x" away, then 2 dies before 3 fetched it back: 3 leads without "x"."""
+    sim = _sim(replica_truncation="high-watermark", min_insync_replicas=1)
+    acked = _produce_acked(sim, ["x"])
+    assert [sim.brokers[b].replicas[("t", 0)].hwm for b in (2, 3)] == [0, 0]
+    sim.crash(1)
+    assert sim.run_until(lambda: sim.state().leader == 2)
+    sim.crash(2)
+    sim.run(BASE.broker_session_timeout_ms + 1000)
+    (trunc,) = _events(sim, "truncate", node=3)
+    assert (trunc["from_offset"], trunc["to_offset"], trunc["reason"]) == (1, 0, "high-watermark")
+    assert _view(sim) == (3, (3,), (), ())
+    assert acked == [(0, "x")] and sim.consume() == []
+
+
+def test_leader_epoch_truncation_keeps_committed_record_in_same_scenario() -> None:
+    sim = _sim(min_insync_replicas=1)
+    acked = _produce_acked(sim, ["x"])
+    sim.crash(1)
+    assert sim.run_until(lambda: sim.state().leader == 2)
+    sim.crash(2)
+    sim.run(BASE.broker_session_timeout_ms + 1000)
+    assert _view(sim) == (3, (3,), (), ())
+    assert _events(sim, "truncate") == []
+    assert sim.consume() == acked
+
+
+def _elr_member_loses_power(**overrides) -> tuple[Sim, list]:
+    """Seed 001 steps 1-5 with real brokers: "x" committed on 1 and 2, then 1 is the last
+    replica standing and loses power; 1 and 2 are in the ELR."""
+    sim = _sim(**overrides)
+    sim.isolate(3)
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    acked = _produce_acked(sim, ["x"])
+    sim.heal()
+    sim.isolate(2)
+    sim.crash(3)
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (1, (1,), (2,), ())
+    assert sim.crash(1, lose_unflushed=True) == 1
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (None, (), (1, 2), ())
+    sim.restart(1)
+    sim.run(1000)
+    return sim, acked
+
+
+def test_unclean_shutdown_detection_off_registers_clean_and_loses_data() -> None:
+    sim, acked = _elr_member_loses_power(unclean_shutdown_detection=False)
+    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is True
+    # Claiming a clean shutdown keeps the emptied replica 1 in the ELR: it is elected.
+    assert _view(sim) == (1, (1,), (2,), ())
+    sim.heal()
+    sim.restart(3)
+    sim.run(3000)
+    assert acked == [(0, "x")] and sim.consume() == []
+    assert _events(sim, "truncate", node=2, reason="leader-epoch")
+
+
+def test_unclean_shutdown_detection_on_keeps_replica_out_until_caught_up() -> None:
+    sim, acked = _elr_member_loses_power()
+    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is False
+    assert _view(sim) == (None, (), (2,), (1,))
+    sim.heal()
+    sim.restart(3)
+    sim.run(3000)
+    assert _view(sim) == (2, (1, 2, 3), (), ())
+    assert sim.consume() == acked
+
+
+def _local_first_race(isr_update: str) -> tuple[Sim, list, dict]:
+    """Seed 004: leader 1 loses follower 3 and the controller; follower 2 then dies. The
+    leader's lag check drops 3 (and with local-first acts on that at once)."""
+    sim = _sim(isr_update=isr_update, min_insync_replicas=1, replica_lag_time_max_ms=1000)
+    sim.partition(1, 3)
+    sim.partition(1, "controller")
+    call = sim.call(1, {"type": "produce", "topic": "t", "partition": 0, "acks": "all", "values": ["x"]})
+    sim.run(100)
+    assert call.response is None and _log(sim, 2) == ["x"]
+    sim.crash(2)
+    # Watch the tick that shrinks the ISR, before the AlterPartition goes anywhere.
+    outputs: list = []
+    while not any(isinstance(o, Send) and o.msg["type"] == "alter-partition" for o in outputs):
+        sim.now += sim.step_ms
+        outputs = sim.brokers[1].tick(sim.now)
+        sim._carry_out(("broker", 1), outputs)
+        sim._drain()
+    return sim, outputs, call
+
+
+def test_isr_update_local_first_acks_on_uncommitted_isr_and_loses_it() -> None:
+    sim, outputs, call = _local_first_race("local-first")
+    (alter,) = [o.msg for o in outputs if isinstance(o, Send)]
+    assert alter["isr"] == [1, 2]
+    # The leader acts on [1, 2] in the same tick: HWM up, ack out, with the controller's
+    # ISR still [1, 2, 3] (and the AlterPartition cannot reach it).
+    assert [o.msg for o in outputs if isinstance(o, Reply)] == [{"offset": 0, "leader_epoch": 0, "node": 1}]
+    assert call.response == {"offset": 0, "leader_epoch": 0, "node": 1}
+    assert _view(sim) == (1, (1, 2, 3), (), ())
+    # The controller fences 1 and 2 and elects 3, which never had "x".
+    sim.run(BASE.broker_session_timeout_ms + 1000)
+    assert _view(sim) == (3, (3,), (), ())
+    assert sim.consume() == []
+
+
+def test_isr_update_controller_waits_for_the_commit() -> None:
+    sim, outputs, call = _local_first_race("controller")
+    assert [o for o in outputs if isinstance(o, Reply)] == []
+    sim.run(BASE.request_timeout_ms)
+    assert call.response["error"] == "REQUEST_TIMED_OUT" and call.response["appended"] is True
+
+
+def test_leader_epoch_truncation_replaces_divergent_suffix() -> None:
+    sim = _sim(min_insync_replicas=1)
+    _produce_acked(sim, ["a", "b"])
+    _cut_leader_from_followers(sim)
+    _produce_acked(sim, ["p", "q", "r"], acks="1")
+    sim.isolate(1)
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert sim.state().leader == 2 and sim.state().leader_epoch == 1
+    new = _produce_acked(sim, ["s", "t"])
+    assert new == [(2, "s"), (3, "t")]
+    sim.heal()
+    sim.run(2000)
+    (trunc,) = _events(sim, "truncate", node=1)
+    assert (trunc["from_offset"], trunc["to_offset"], trunc["removed"], trunc["reason"]) == \
+        (5, 2, 3, "leader-epoch")
+    assert _log(sim, 1) == _log(sim, 2) == _log(sim, 3) == ["a", "b", "s", "t"]
+    assert [e for _o, e in sim.logs[(1, "t", 0)].epoch_entries()] == [0, 1]

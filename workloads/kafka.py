@@ -1,0 +1,163 @@
+"""The Kafka workload: producers of unique integers, polling consumers, the final read.
+
+Every client operation is an invoke and exactly one completion in the history. Producers and
+consumers are "processes" in Jepsen's sense: one operation at a time; one that saw an `info`
+(unknown outcome) continues under a fresh process number."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from dataclasses import dataclass
+
+from replication.client import Client, ClientError, ProduceError
+from workloads.history import HistoryWriter, ProcessPool
+
+INDETERMINATE_READ = {"NETWORK_ERROR", "REQUEST_TIMED_OUT"}
+
+
+@dataclass
+class WorkloadParams:
+    topic: str
+    partitions: int
+    acks: str = "all"
+    rate: float = 500.0  # sends/s across all producers
+    producers: int = 4
+    consumers: int = 2
+    request_timeout_s: float = 3.0
+    seed: int = 0
+
+
+class KafkaWorkload:
+    def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter) -> None:
+        self.p = params
+        self.bootstrap = bootstrap
+        self.history = history
+        self.pool = ProcessPool()
+        self.values = itertools.count(1)
+        self.rng = random.Random(params.seed)
+        self.stats = {"send-ok": 0, "send-fail": 0, "send-info": 0, "poll-ok": 0}
+        self.final_errors: dict[int, str] = {}
+
+    def _client(self) -> Client:
+        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=1)
+
+    async def run(self, duration_s: float) -> None:
+        client = self._client()
+        stop = asyncio.get_running_loop().time() + duration_s
+        try:
+            tasks = [self._producer(client, i, stop) for i in range(self.p.producers)]
+            tasks += [self._consumer(client, i, stop) for i in range(self.p.consumers)]
+            await asyncio.gather(*tasks)
+        finally:
+            await client.close()
+
+    async def _producer(self, client: Client, index: int, stop: float) -> None:
+        loop = asyncio.get_running_loop()
+        process = self.pool.new()
+        interval = self.p.producers / self.p.rate if self.p.rate > 0 else 0.0
+        next_at = loop.time() + interval * index / max(1, self.p.producers)
+        while loop.time() < stop:
+            delay = next_at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            next_at = max(next_at + interval, loop.time() - 1.0)
+            value = next(self.values)
+            partition = value % self.p.partitions
+            op = self.history.invoke(process, "send", partition=partition, value=value)
+            try:
+                ack = await client.produce(self.p.topic, partition, str(value), self.p.acks)
+            except ProduceError as e:
+                if e.definite:
+                    op.fail(e.error)
+                    self.stats["send-fail"] += 1
+                else:
+                    op.info(e.error)
+                    self.stats["send-info"] += 1
+                    process = self.pool.retire(process)
+                continue
+            fields = {"node": ack["node"], "epoch": ack["leader_epoch"]}
+            if ack["offset"] is not None:
+                fields["offset"] = ack["offset"]
+            op.ok(**fields)
+            self.stats["send-ok"] += 1
+
+    async def _consumer(self, client: Client, index: int, stop: float) -> None:
+        loop = asyncio.get_running_loop()
+        process = self.pool.new()
+        offsets = [0] * self.p.partitions
+        partition = index % self.p.partitions
+        while loop.time() < stop:
+            partition = (partition + 1) % self.p.partitions
+            if self.rng.random() < 0.05:
+                # Re-seek: read an earlier stretch again, as a restarted consumer would.
+                offsets[partition] = self.rng.randrange(offsets[partition] + 1)
+            offset = offsets[partition]
+            op = self.history.invoke(process, "poll", partition=partition, offset=offset)
+            try:
+                reply = await client.fetch(self.p.topic, partition, offset, max_records=500)
+            except ClientError as e:
+                if e.error in INDETERMINATE_READ:
+                    op.info(e.error)
+                    process = self.pool.retire(process)
+                else:
+                    op.fail(e.error)
+                    await asyncio.sleep(0.05)
+                continue
+            records = [[o, int(v)] for o, v in reply["records"]]
+            op.ok(records=records, hwm=reply["hwm"], node=reply["node"], epoch=reply["leader_epoch"])
+            self.stats["poll-ok"] += 1
+            if records:
+                offsets[partition] = records[-1][0] + 1
+            else:
+                await asyncio.sleep(0.02)
+
+    async def final_read(self, timeout_s: float) -> dict[int, bool]:
+        """Read every partition from 0 until two consecutive reads agree and the HWM has reached
+        the log end; one `final-poll` op per partition. Returns which partitions completed."""
+        client = self._client()
+        done: dict[int, bool] = {}
+        try:
+            results = await asyncio.gather(*(self._final_partition(client, p, timeout_s)
+                                             for p in range(self.p.partitions)))
+            done = dict(zip(range(self.p.partitions), results, strict=True))
+        finally:
+            await client.close()
+        return done
+
+    async def _read_partition(self, client: Client, partition: int) -> tuple[list[list[int]], dict]:
+        records: list[list[int]] = []
+        while True:
+            reply = await client.fetch(self.p.topic, partition, len(records), max_records=5000,
+                                       refresh=not records)
+            if not reply["records"]:
+                return records, reply
+            if reply["records"][0][0] != len(records):
+                raise ClientError("INCONSISTENT_READ", "leader changed during the final read")
+            records += [[o, int(v)] for o, v in reply["records"]]
+
+    async def _final_partition(self, client: Client, partition: int, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        previous = None
+        last_error = "TIMEOUT"
+        while loop.time() < deadline:
+            process = self.pool.new()
+            op = self.history.invoke(process, "final-poll", partition=partition, offset=0)
+            try:
+                records, reply = await self._read_partition(client, partition)
+            except ClientError as e:
+                op.fail(e.error)
+                last_error = e.error
+                await asyncio.sleep(0.5)
+                continue
+            stable = previous == records and reply["hwm"] == reply["log_end_offset"]
+            op.ok(records=records, hwm=reply["hwm"], node=reply["node"], epoch=reply["leader_epoch"],
+                  complete=stable)
+            if stable:
+                return True
+            previous = records
+            await asyncio.sleep(0.3)
+        self.final_errors[partition] = last_error
+        return False
