@@ -9,12 +9,12 @@ from typing import Any
 
 import pandas as pd
 
-from checkers import spark_checks
+from checkers import reference, spark_checks
 from checkers.definitions import EXAMPLES
 from checkers.forensics import forensics
 from checkers.ingest import HistoryError, ingest
 from checkers.spark import get_session
-from checkers.verdict import CheckOutput, classify_unread, results_dict
+from checkers.verdict import CheckOutput, classify_unread, records, results_dict
 
 LOSS_EXAMPLE_COLUMNS = [
     "kind", "partition", "offset", "value", "ack_time", "node", "epoch", "storage",
@@ -61,12 +61,11 @@ def write_results(run_dir: Path, results: dict) -> None:
 
 
 def _loss_summary(loss: pd.DataFrame) -> dict:
-    head = loss.head(EXAMPLES)[LOSS_EXAMPLE_COLUMNS].astype(object)
     return {
         "count": len(loss),
         "by_kind": loss["kind"].value_counts().to_dict(),
         "by_storage": loss["storage"].value_counts().to_dict(),
-        "examples": head.where(head.notna(), None).to_dict("records"),
+        "examples": records(loss.head(EXAMPLES)[LOSS_EXAMPLE_COLUMNS]),
         "file": "loss.parquet",
     }
 
@@ -86,8 +85,12 @@ def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes:
     return results
 
 
-def check_path(path: Path, spark_master: str | None = None) -> dict:
-    """Check a run folder or bare history.jsonl; write results.json + loss.parquet beside it."""
+def check_path(path: Path, spark_master: str | None = None, *, backend: str = "spark") -> dict:
+    """Check a run folder or bare history.jsonl; write results.json + loss.parquet beside it.
+
+    backend "reference" runs the single-process pandas checks instead of Spark (for
+    comparison; Spark is the one that scales).
+    """
     history, run_dir = locate(path)
     notes: list[str] = []
     config = load_config(run_dir, notes)
@@ -105,9 +108,12 @@ def check_path(path: Path, spark_master: str | None = None) -> dict:
         write_results(run_dir, results)
         return results
     notes += ing.notes
-    spark = get_session(spark_master, config.get("checker", {}).get("spark_master"))
     acks = str(config.get("workload", {}).get("acks", "all"))
-    out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
+    if backend == "reference":
+        out = reference.run(ing.ops_path, ing.reads_path, acks)
+    else:
+        spark = get_session(spark_master, config.get("checker", {}).get("spark_master"))
+        out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
     return finish(out, config, history, ing.ops_path, notes)
 
 

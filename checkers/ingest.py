@@ -156,7 +156,7 @@ class _Converter:
         if not isinstance(typ, str) or not isinstance(f, str):
             raise _BadLine("'type' and 'f' must be strings")
         process = str(op["process"])
-        partition = _int(op, "partition")
+        partition = _int(op, "partition", required=f == "send" or f in READ_FS)
         value = op.get("value")
         int_value = value if isinstance(value, int) and not isinstance(value, bool) else None
         if f == "send" and int_value is None and typ != "fail":
@@ -193,8 +193,6 @@ class _Converter:
         o["invoke_offset"].append(inv[2])
         self.ops += 1
         if records:
-            if partition is None:
-                raise _BadLine("a poll with records needs 'partition'")
             self._add_reads(records, index, process, partition, time, f, inv[1], inv[2])
         if len(o["index"]) >= BATCH_OPS:
             self.b.flush()

@@ -7,6 +7,7 @@ set of acked-but-unread records come back to the driver.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -16,19 +17,44 @@ from checkers.definitions import EXAMPLES, READ_FS
 from checkers.verdict import CheckOutput
 
 P = "partition"
+INFO_READ = "info-sends-read"  # a statistic, counted in the same job as the anomalies
 
 
-def _rows(df: DataFrame, order: list[str], cap: int = EXAMPLES) -> list[dict]:
-    return [r.asDict(recursive=True) for r in df.orderBy(*order).limit(cap).collect()]
+def summarise(
+    found: dict[str, tuple[DataFrame, list[str]]], examples: int = EXAMPLES
+) -> dict[str, tuple[int, list]]:
+    """Count every anomaly and take its first examples in ONE Spark job.
 
-
-def _found(df: DataFrame, order: list[str]) -> tuple[int, list[dict]]:
-    # Anomalies are rare, so caching the result makes the second action nearly free.
-    df = df.cache()
-    try:
-        return df.count(), _rows(df, order)
-    finally:
-        df.unpersist()
+    Per-action overhead dominates small histories, so all anomaly plans are unioned into
+    (name, sort keys, JSON payload) rows and ranked by one window per name.
+    """
+    parts = []
+    for name, (df, order) in found.items():
+        keys = [F.col(c).cast("long") for c in order]
+        keys += [F.lit(0).cast("long")] * (3 - len(keys))
+        payload = F.to_json(F.struct(*df.columns), {"ignoreNullFields": "false"})
+        parts.append(
+            df.select(
+                F.lit(name).alias("name"),
+                *[k.alias(f"k{i}") for i, k in enumerate(keys)],
+                payload.alias("payload"),
+            )
+        )
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
+    rank = Window.partitionBy("name").orderBy("k0", "k1", "k2")
+    rows = (
+        rows.withColumn("n", F.count("*").over(Window.partitionBy("name")))
+        .withColumn("rn", F.row_number().over(rank))
+        .filter(F.col("rn") <= examples)
+        .orderBy("name", "rn")
+        .collect()
+    )
+    out: dict[str, tuple[int, list]] = {name: (0, []) for name in found}
+    for r in rows:
+        out[r["name"]] = (r["n"], out[r["name"]][1] + [json.loads(r["payload"])])
+    return out
 
 
 def tune(spark: SparkSession, input_bytes: int) -> None:
@@ -318,43 +344,59 @@ class SparkChecks:
         )
         return {r[P] for r in rows}
 
-    def stats(self) -> dict:
-        counts = self.ops.groupBy("f", "type").count().collect()
-        by = {f"{r['f']}:{r['type']}": r["count"] for r in counts}
-        acked = self.acked.groupBy(P).count().collect()
-        info_read = (
-            self.sends.filter(F.col("type") == "info")
-            .join(self.read_set, [P, "value"], "left_semi")
-            .count()
+    def info_read(self) -> DataFrame:
+        """Indeterminate sends that were read (so they count as committed)."""
+        info = self.sends.filter(F.col("type") == "info")
+        return info.join(self.read_set, [P, "value"], "left_semi").select("index")
+
+    def stats(self, info_sends_read: int) -> dict:
+        rows = (
+            self.ops.groupBy("f", "type", P)
+            .agg(F.count("*").alias("n"), F.sum("n_records").alias("records"))
+            .collect()
         )
+        by: dict[str, int] = {}
+        acked: dict[str, int] = {}
+        for r in rows:
+            key = f"{r['f']}:{r['type']}"
+            by[key] = by.get(key, 0) + r["n"]
+            if key == "send:ok":
+                acked[str(r[P])] = r["n"]
         return {
             "ops": sum(by.values()),
             "ops_by_f_type": dict(sorted(by.items())),
-            "reads": self.reads.count(),
-            "acked_by_partition": {str(r[P]): r["count"] for r in sorted(acked, key=lambda r: r[P])},
-            "info_sends_read": info_read,
+            "reads": sum(r["records"] or 0 for r in rows),
+            "acked_by_partition": dict(sorted(acked.items(), key=lambda kv: int(kv[0]))),
+            "info_sends_read": info_sends_read,
         }
 
 
-def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str) -> CheckOutput:
+def run(
+    spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES
+) -> CheckOutput:
     tune(spark, ops_path.stat().st_size + reads_path.stat().st_size)
     c = SparkChecks(spark, ops_path, reads_path, acks)
     steps = c._read_steps()
     inconsistent = c.inconsistent_offsets()
-    anomalies = {
-        "inconsistent-offsets": _found(inconsistent, [P, "offset"]),
-        "duplicate": _found(c.duplicate(), [P, "value"]),
-        "nonmonotonic-poll": _found(c.nonmonotonic_poll(steps), ["op", "offset"]),
-        "poll-skip": _found(c.poll_skip(steps), ["op", "offset"]),
-        "nonmonotonic-send": _found(c.nonmonotonic_send(), ["op"]),
-        "aborted-read": _found(c.aborted_read(), [P, "offset", "value"]),
-        "stale-read": _found(c.stale_read(steps, inconsistent), ["op"]),
-    }
+    found = summarise(
+        {
+            "inconsistent-offsets": (inconsistent, [P, "offset"]),
+            "duplicate": (c.duplicate(), [P, "value"]),
+            "nonmonotonic-poll": (c.nonmonotonic_poll(steps), ["op", "offset"]),
+            "poll-skip": (c.poll_skip(steps), ["op", "offset"]),
+            "nonmonotonic-send": (c.nonmonotonic_send(), ["op"]),
+            "aborted-read": (c.aborted_read(), [P, "offset", "value"]),
+            "stale-read": (c.stale_read(steps, inconsistent), ["op"]),
+            INFO_READ: (c.info_read(), ["index"]),
+        },
+        examples,
+    )
+    info_read = found.pop(INFO_READ)[0]
     out = CheckOutput(
-        anomalies=anomalies,
+        anomalies=found,
         unread=c.unread().toPandas(),
         complete_partitions=c.complete_partitions(),
-        stats=c.stats(),
+        stats=c.stats(info_read),
     )
     steps.unpersist()
     c.cells.unpersist()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -24,6 +25,19 @@ class CheckOutput:
     stats: dict = field(default_factory=dict)
 
 
+def py_scalar(x):
+    """A plain Python value for JSON: NaN -> None, integral floats (pandas' NaN-able ints) -> int."""
+    if hasattr(x, "item"):
+        x = x.item()
+    if isinstance(x, float):
+        return None if math.isnan(x) else (int(x) if x.is_integer() else x)
+    return x
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    return [{k: py_scalar(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
 def classify_unread(out: CheckOutput) -> pd.DataFrame:
     """Label each acked-but-unread record lost-write, unseen or unconfirmed."""
     u = out.unread.copy()
@@ -38,8 +52,7 @@ def classify_unread(out: CheckOutput) -> pd.DataFrame:
 def _record_examples(u: pd.DataFrame) -> list[dict]:
     cols = ["partition", "offset", "value", "ack_index", "process", "ack_time", "node", "epoch",
             "max_read_offset"]  # fmt: skip
-    head = u.head(EXAMPLES)[cols].astype(object)
-    return head.where(head.notna(), None).to_dict("records")
+    return records(u.head(EXAMPLES)[cols])
 
 
 def anomalies_with_loss(out: CheckOutput, unread: pd.DataFrame) -> dict[str, tuple[int, list]]:

@@ -149,6 +149,9 @@ def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None =
     root = Path(results_root) if results_root is not None else default_results_dir()
     name, cells = load_spec(file)
     campaign = _open_or_create(root, name, file, cells, resume)
+    if [c["id"] for c in campaign.state["cells"]] != [c.id for c in cells]:
+        print(f"note: {file} changed since this campaign started; resuming its own matrix",
+              flush=True)
     campaign.lock()
     try:
         return _run_locked(campaign, file, run_test, time_budget_s)

@@ -32,7 +32,7 @@ def _read_state(folder: Path) -> dict[str, Any]:
 
 def _night_label(stamp: str) -> str:
     m = _STAMP.fullmatch(stamp)
-    return f"{m[1]}-{m[2]}-{m[3]} {m[4]}:{m[5]}" if m else stamp
+    return f"{m[1]}-{m[2]}-{m[3]} {m[4]}:{m[5]}:{m[6]}" if m else stamp
 
 
 @dataclass
@@ -70,6 +70,7 @@ def render_campaign(folder: Path) -> Path:
     state = _read_state(folder)
     cells = state["cells"]
     results_index = folder / "../../../index.html"
+    plot = plots.campaign_plot(cells, folder / "lost.png")
     html = environment().get_template("campaign.html").render(
         title=f"Campaign {state.get('name', folder.parent.name)} / {folder.name}",
         state=state,
@@ -79,6 +80,7 @@ def render_campaign(folder: Path) -> Path:
         notable=[c for c in cells if c.get("outcome") in ("regression", "not-detected", "error",
                                                           "unknown")],
         results_index="../../../index.html" if results_index.is_file() else None,
+        plot=plot.name if plot else None,
     )
     out = folder / "index.html"
     write_atomically(out, html)

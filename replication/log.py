@@ -300,7 +300,6 @@ class MemoryLog(Log):
         super().__init__(flush_messages=flush_messages, flush_ms=flush_ms)
         self._records: list[Record] = []
         self._durable: list[Record] = []
-        self.flush_count = 0
 
     def _store(self, records: Sequence[Record]) -> None:
         self._records.extend(records)
@@ -313,7 +312,6 @@ class MemoryLog(Log):
 
     def _sync(self) -> None:
         self._durable = list(self._records)
-        self.flush_count += 1
 
     def _epochs_changed(self) -> None:
         """The checkpoint file is written durably on every change: nothing to model."""

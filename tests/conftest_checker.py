@@ -92,3 +92,62 @@ def run_check(history: History, tmp_path: Path, config: dict | None = None) -> d
 
 def counts(results: dict) -> dict[str, int]:
     return {name: a["count"] for name, a in results["anomalies"].items()}
+
+
+# -- many scenarios, one Spark job ------------------------------------------------------
+# A Spark check costs seconds of fixed overhead however small the history, so the scenario
+# tests merge every hand-built history into one "zoo" (disjoint partitions, processes and
+# values), check it once, and look at each scenario's slice of the results.
+
+PART_STRIDE = 100
+VALUE_STRIDE = 1_000_000
+
+
+def merge(histories: list[History]) -> History:
+    zoo = History()
+    for sid, h in enumerate(histories):
+        for op in json.loads(json.dumps(h.ops)):
+            del op["index"], op["time"]
+            if op["process"] != "nemesis":
+                op["process"] = f"s{sid}.{op['process']}"
+            if "partition" in op:
+                op["partition"] += sid * PART_STRIDE
+            if isinstance(op.get("value"), int):
+                op["value"] += sid * VALUE_STRIDE
+            if "records" in op:
+                op["records"] = [[o, v + sid * VALUE_STRIDE] for o, v in op["records"]]
+            zoo._op(**op)
+    return zoo
+
+
+def _unmap(x, sid: int):
+    if isinstance(x, list):
+        return [_unmap(v, sid) for v in x]
+    if not isinstance(x, dict):
+        return x
+    out = {}
+    for k, v in x.items():
+        if k == "partition" and v is not None:
+            v -= sid * PART_STRIDE
+        elif k == "value" and isinstance(v, int):
+            v -= sid * VALUE_STRIDE
+        elif k == "process" and isinstance(v, str):
+            v = v.removeprefix(f"s{sid}.")
+        out[k] = _unmap(v, sid)
+    return out
+
+
+def scenario_view(out, sid: int) -> dict[str, list[dict]]:
+    """Anomaly examples (all of them: the zoo is checked uncapped) of scenario `sid`."""
+    from checkers.verdict import classify_unread, records
+
+    lo, hi = sid * PART_STRIDE, (sid + 1) * PART_STRIDE
+    view = {
+        name: [_unmap(e, sid) for e in examples if lo <= e["partition"] < hi]
+        for name, (_, examples) in out.anomalies.items()
+    }
+    unread = classify_unread(out)
+    mine = unread[(unread["partition"] >= lo) & (unread["partition"] < hi)]
+    for kind in ("lost-write", "unseen", "unconfirmed"):
+        view[kind] = [_unmap(r, sid) for r in records(mine[mine["kind"] == kind])]
+    return {k: v for k, v in view.items() if v}

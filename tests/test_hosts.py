@@ -24,8 +24,9 @@ from harness.hosts import (
     Remote,
     Unreachable,
     cleanup_stale,
+    keys,
+    slots,
 )
-from harness.hosts import keys, slots
 from harness.hosts.ssh_provider import SshProvider
 
 pytestmark = [
@@ -67,9 +68,17 @@ def _sshds_of(cluster_dir: Path) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a.startswith(str(cluster_dir).encode() + b"/") for a in argv):
+        if any(str(cluster_dir).encode() + b"/" in a for a in argv):
             found.append(int(pid))
     return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def _forward_rules(slot: int) -> list[str]:
@@ -141,7 +150,7 @@ def test_daemon_lifecycle(hosts):
     stat = n2.run(["cat", f"/proc/{pid}/stat"]).stdout
     assert "(sleep)" in stat
     fields = stat.rsplit(")", 1)[1].split()
-    assert int(fields[3]) == pid and int(fields[4]) == pid  # pgrp, session
+    assert int(fields[2]) == pid and int(fields[3]) == pid  # pgrp, session
     with pytest.raises(Exception, match="already running"):
         n2.start_daemon("d1", ["sleep", "1"], log)
 
@@ -261,8 +270,8 @@ from pathlib import Path
 from harness.hosts import NetnsProvider
 p = NetnsProvider(Path(sys.argv[1]), 2)
 hosts = p.up()
-hosts[0].remote.start_daemon("sleeper", ["sleep", "600"], hosts[0].log_dir / "s.log")
-print(p.slot, flush=True)
+pid = hosts[0].remote.start_daemon("sleeper", ["sleep", "600"], hosts[0].log_dir / "s.log")
+print(p.slot, pid, flush=True)
 time.sleep(600)
 """
 
@@ -273,11 +282,12 @@ def test_cleanup_after_a_crashed_run(cluster, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(cluster_dir)],
                             stdout=subprocess.PIPE, text=True)
     try:
-        slot = int(proc.stdout.readline())
+        slot, daemon = map(int, proc.stdout.readline().split())
     finally:
         proc.send_signal(signal.SIGKILL)  # no down(), no finally blocks: a real crash
         proc.wait()
     assert len(_ns_names(slot)) == 2 and _links(slot) and _sshds_of(cluster_dir)
+    assert _alive(daemon)
     assert _forward_rules(slot)
 
     cleaned = cleanup_stale()
@@ -285,7 +295,7 @@ def test_cleanup_after_a_crashed_run(cluster, tmp_path):
     assert slot in cleaned and live_provider.slot not in cleaned
     assert _ns_names(slot) == [] and _links(slot) == [] and _forward_rules(slot) == []
     assert _sshds_of(cluster_dir) == []
-    assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
+    assert not _alive(daemon)
     # The live cluster of this process was left alone.
     assert live_hosts[0].remote.run(["echo", "alive"]).stdout == "alive\n"
     assert cleanup_stale() == []
@@ -347,8 +357,8 @@ def test_ssh_provider_drives_inventory_hosts(cluster, tmp_path):
     try:
         assert [v.name for v in vms] == ["vm-n1", "vm-n2"]
         assert vms[1].remote.run(["hostname", "-I"]).stdout.split() == [hosts[1].address]
-        vms[0].remote.start_daemon("napper", ["sleep", "300"], vms[0].log_dir / "napper.log")
-        assert vms[0].remote.is_running("napper")
+        napper = vms[0].remote.start_daemon("napper", ["sleep", "300"], vms[0].log_dir / "napper.log")
+        assert vms[0].remote.is_running("napper") and _alive(napper)
     finally:
         ssh.down()
-    assert not subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).stdout
+    assert not _alive(napper)

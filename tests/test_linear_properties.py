@@ -13,9 +13,13 @@ from checkers.linear.simulate import simulate
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+# Seeded generators rather than st.randoms(): Hypothesis' random drifts to extremes such as
+# every op timing out, and a history of 60 hanging writes is a 2**60 search for any checker.
+seeds = st.integers(0, 2**32).map(random.Random)
+
 histories = st.builds(
     lambda rng, n, procs, info: simulate(rng, n, procs, values=4, info_rate=info),
-    st.randoms(use_true_random=False),
+    seeds,
     st.integers(1, 60),
     st.integers(1, 6),
     st.sampled_from([0.0, 0.1, 0.3]),
@@ -71,7 +75,7 @@ def test_cas_from_a_value_never_written_is_not_linearizable(events, pick):
 
 
 @SETTINGS
-@given(st.randoms(use_true_random=False), st.integers(1, 80), st.integers(1, 6))
+@given(seeds, st.integers(1, 80), st.integers(1, 6))
 def test_kv_partitions_agree_with_the_whole_map(rng, n, procs):
     events = simulate(rng, n, procs, values=3, keys=["x", "y", "z"], info_rate=0.1)
     reads = [e for e in events if e["type"] == "ok" and e["f"] == "read"]

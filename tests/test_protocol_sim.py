@@ -110,18 +110,40 @@ def test_last_replica_standing_loses_acked_records_without_elr() -> None:
 
 def test_last_replica_standing_with_elr_loses_nothing() -> None:
     sim, acked = _last_replica_standing(elr=True)
-    # Fencing the leader elects ELR member 2; the fenced leader joins the ELR (case C).
-    assert _view(sim) == (2, (2,), (1, 3), ())
+    # Fencing the leader elects ELR member 2; the fenced leader joins the ELR (case C) ...
+    fences = _events(sim, "partition-change", reason="fence")
+    assert [(e["leader"], e["isr"], e["elr"]) for e in fences] == [(2, [2], [1, 3])]
+    # ... until 3 catches up with 2 and rejoins: ISR back at MinISR, ELR emptied (case G).
+    assert _view(sim) == (2, (2, 3), (), ())
     sim.restart(1)
-    sim.run(200)
-    # The unclean registration takes replica 1 out of the candidates.
-    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is False
-    assert _events(sim, "partition-change", reason="unclean-registration")[-1]["elr"] == [3]
     sim.run(3000)
+    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is False
     assert _view(sim) == (2, (1, 2, 3), (), ())
     assert sim.consume() == acked
     assert all(_log(sim, b) == [v for _o, v in acked] for b in (1, 2, 3))
     assert _events(sim, "truncate") == []
+
+
+def test_last_replica_standing_with_elr_unclean_restart_leaves_elr() -> None:
+    """The same, but the leader restarts before the remaining ELR member caught up: its
+    unclean registration moves it from the ELR to LastKnownELR."""
+    sim = _sim()
+    acked = _produce_acked(sim, ["x"])
+    _cut_leader_from_followers(sim)
+    sim.run(BASE.replica_lag_time_max_ms + 1000)
+    assert _view(sim) == (1, (1,), (2, 3), ())
+    sim.crash(1, lose_unflushed=True)
+    sim.isolate(3)
+    sim.partition(2, "controller")
+    sim.run(BASE.broker_session_timeout_ms + 1000)
+    assert _view(sim) == (None, (), (1, 2, 3), ())
+    sim.heal()
+    sim.restart(1)
+    sim.run(50)
+    assert _events(sim, "partition-change", reason="unclean-registration")[-1]["elr"] == [2, 3]
+    sim.run(3000)
+    assert _view(sim) == (2, (1, 2, 3), (), ())
+    assert sim.consume() == acked
 
 
 # ---- seed 000 §5.3.3: balanced recovery with real logs --------------------------------------------
@@ -144,7 +166,7 @@ def test_balanced_recovery_after_correlated_power_loss() -> None:
     sim.run(100)
     assert _view(sim) == (None, (), (3,), (2,))
     sim.restart(3)
-    sim.run(100)
+    sim.run(500)
     # Replica 2 answered with the highest (epoch, offset) and was elected; 3 stays in
     # LastKnownELR until it rejoins.
     (rec,) = _events(sim, "unclean-recovery")
@@ -289,6 +311,7 @@ def _local_first_race(isr_update: str) -> tuple[Sim, list, dict]:
     call = sim.call(1, {"type": "produce", "topic": "t", "partition": 0, "acks": "all", "values": ["x"]})
     sim.run(100)
     assert call.response is None and _log(sim, 2) == ["x"]
+    sim.run(400)  # 2 keeps fetching (caught up): only 3 falls behind the lag limit first
     sim.crash(2)
     # Watch the tick that shrinks the ISR, before the AlterPartition goes anywhere.
     outputs: list = []
@@ -338,4 +361,4 @@ def test_leader_epoch_truncation_replaces_divergent_suffix() -> None:
     assert (trunc["from_offset"], trunc["to_offset"], trunc["removed"], trunc["reason"]) == \
         (5, 2, 3, "leader-epoch")
     assert _log(sim, 1) == _log(sim, 2) == _log(sim, 3) == ["a", "b", "s", "t"]
-    assert [e for _o, e in sim.logs[(1, "t", 0)].epoch_entries()] == [0, 1]
+    assert sim.logs[(1, "t", 0)].epoch_entries() == [(0, 0), (1, 2)]

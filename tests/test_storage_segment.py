@@ -164,6 +164,14 @@ def test_garbage_length_and_resurrected_stale_records_are_cut(tmp_path: Path) ->
     assert SegmentLog(tmp_path).end_offset == 2
 
 
+def test_epoch_going_backwards_across_segments_ends_the_log(tmp_path: Path) -> None:
+    (tmp_path / segment_name(0)).write_bytes(encode_record(Record(0, 5, 0, b"a")))
+    (tmp_path / segment_name(1)).write_bytes(encode_record(Record(1, 4, 0, b"stale")))
+    log = SegmentLog(tmp_path)
+    assert (log.end_offset, log.epoch_entries()) == (1, [(5, 0)])
+    assert log.recovery_info.truncated_bytes == len(encode_record(Record(1, 4, 0, b"stale")))
+
+
 def test_missing_segment_in_the_middle_ends_the_log(tmp_path: Path) -> None:
     log = SegmentLog(tmp_path, segment_bytes=100)
     fill(log, 20)

@@ -17,7 +17,9 @@ from harness.hosts.control import (
     Unreachable,
 )
 from harness.hosts.host import Host
+from harness.hosts.inventory import InventoryError, load_inventory
 from harness.hosts.netns_provider import NetnsProvider
+from harness.hosts.ssh_provider import SshProvider
 
 __all__ = [
     "CommandFailed",
@@ -25,10 +27,13 @@ __all__ = [
     "Endpoint",
     "Host",
     "HostKeyMismatch",
+    "InventoryError",
     "NetnsProvider",
     "Remote",
     "RemoteError",
     "Result",
+    "SshProvider",
     "Unreachable",
     "cleanup_stale",
+    "load_inventory",
 ]

@@ -210,16 +210,24 @@ class Remote:
         if sudo and self.endpoint.sudo:
             command = "sudo -n -- sh -c " + shlex.quote(command)
         channel = self._open_channel()
+        writer = None
         try:
             channel.exec_command(command)
-            if input is not None:
-                channel.sendall(input.encode() if isinstance(input, str) else input)
-            channel.shutdown_write()
+            if input is None:
+                channel.shutdown_write()
+            else:
+                # Fed from a thread: a command echoing its input would otherwise fill our
+                # receive window while we are still sending, and both sides would wait.
+                data = input.encode() if isinstance(input, str) else input
+                writer = threading.Thread(target=_feed, args=(channel, data), daemon=True)
+                writer.start()
             rc, out, err = self._collect(channel, command, timeout)
         except (paramiko.SSHException, EOFError, OSError) as err:
             raise self._unreachable(f"connection lost running `{command}`: {err}") from err
         finally:
             channel.close()
+            if writer is not None:
+                writer.join(timeout=5)
         result = Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
         if check and rc != 0:
             raise CommandFailed(self.name, command, result)
@@ -232,7 +240,6 @@ class Remote:
         # block on a full window and never exit.
         deadline = time.monotonic() + timeout
         out, err = bytearray(), bytearray()
-        channel.settimeout(0.1)
         while True:
             progressed = False
             while channel.recv_ready():
@@ -311,7 +318,7 @@ class Remote:
         if pid is None:
             return False
         signame = str(sig).removeprefix("SIG")
-        result = self.run(["kill", f"-{signame}", "--", f"-{pid}"], timeout=30, check=False)
+        result = self.run(["kill", f"-{signame}", f"-{pid}"], timeout=30, check=False)
         return result.ok
 
     def stop_all(self, timeout: float = 10.0) -> list[str]:
@@ -323,18 +330,18 @@ class Remote:
         script = f"""
 cd {run_dir} 2>/dev/null || exit 0
 alive() {{ kill -0 "$1" 2>/dev/null && ! grep -q '^[0-9]* (.*) Z' /proc/$1/stat 2>/dev/null; }}
-for f in *.pid; do [ -f "$f" ] && kill -TERM -- -"$(cat "$f")" 2>/dev/null; done
-end=$(( $(date +%s) + {int(max(timeout, 1))} ))
-while [ "$(date +%s)" -lt "$end" ]; do
+for f in *.pid; do [ -f "$f" ] && kill -TERM -"$(cat "$f")" 2>/dev/null; done
+i=0
+while [ $i -lt {max(1, round(timeout * 10))} ]; do
   left=0
   for f in *.pid; do [ -f "$f" ] && alive "$(cat "$f")" && left=1; done
   [ $left = 0 ] && break
-  sleep 0.1
+  sleep 0.1; i=$((i + 1))
 done
 for f in *.pid; do
   [ -f "$f" ] || continue
   p=$(cat "$f")
-  if alive "$p"; then kill -KILL -- -"$p" 2>/dev/null; echo "${{f%.pid}}"; fi
+  if alive "$p"; then kill -KILL -"$p" 2>/dev/null; echo "${{f%.pid}}"; fi
   rm -f "$f"
 done
 """
@@ -369,6 +376,14 @@ done
         """Copy a remote directory tree (regular files and dirs; symlinks skipped): file count."""
         with self._sftp() as sftp:
             return _fetch_tree(sftp, PurePosixPath(remote_dir), local_dir)
+
+
+def _feed(channel: paramiko.Channel, data: bytes) -> None:
+    try:
+        channel.sendall(data)
+        channel.shutdown_write()
+    except (OSError, EOFError, paramiko.SSHException):
+        pass  # the command exited or the channel closed early; run() reports what happened
 
 
 def _fetch_tree(sftp: paramiko.SFTPClient, remote: PurePosixPath, local: Path) -> int:

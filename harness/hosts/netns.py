@@ -145,8 +145,10 @@ def kill_slot_processes(slot: int, cluster_dir: str | None) -> int:
         if pid == os.getpid():
             continue
         ours = netns in inodes
-        if not ours and marker and argv and argv[0].endswith("sshd"):
-            ours = any(a.startswith(marker) for a in argv)
+        if not ours and marker and argv:
+            # A running sshd rewrites its title into one string: "sshd: /usr/sbin/sshd -f ...".
+            line = " ".join(argv)
+            ours = "sshd" in line and f"-f {marker}" in line
         if ours:
             victims.append(pid)
     for pid in victims:

@@ -48,6 +48,9 @@ class NetnsProvider:
         """Create the hosts and connect to each; on any failure everything is undone."""
         if self._lease is not None:
             raise RuntimeError("cluster is already up")
+        # A crashed run may have left processes or FUSE mounts inside this very directory.
+        cleanup.cleanup_stale()
+        _refuse_if_live(self.cluster_dir)
         self._prepare_dir()
         self._lease = _acquire_slot()
         try:
@@ -113,6 +116,15 @@ class NetnsProvider:
             run_dir=hdir / "run",
         )
         return Host(f"n{index}", address, hdir / "data", hdir / "run", hdir / "logs", Remote(endpoint))
+
+
+def _refuse_if_live(cluster_dir: Path) -> None:
+    for slot in slots.recorded_slots():
+        state = slots.read_state(slot)
+        if state.get("cluster_dir") == str(cluster_dir):
+            if not slots.is_locked(slot):
+                continue  # stale: cleanup_stale() has just removed or will remove it
+            raise RuntimeError(f"{cluster_dir} is in use by a live cluster (pid {state.get('pid')})")
 
 
 def _acquire_slot() -> slots.SlotLease:

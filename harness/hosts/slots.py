@@ -93,6 +93,18 @@ def try_lock(slot: int) -> SlotLease | None:
     return SlotLease(slot, fd)
 
 
+def is_locked(slot: int) -> bool:
+    """Whether a live process holds slot (probes without keeping the lock)."""
+    fd = os.open(_state_root() / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def read_state(slot: int) -> dict:
     """What the slot's last owner recorded (cluster_dir, n); {} if nothing or unreadable."""
     try:

@@ -21,8 +21,12 @@ MAX_PARTITION_PANELS = 12
 DPI = 100
 
 
-def _figure(height: float = 3.2, width: float = 10.0) -> Figure:
-    return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+def _figure(height: float = 3.2, width: float = 10.0, bottom_in: float = 0.55) -> Figure:
+    # Fixed margins in inches: a layout engine would cost more than drawing the plot itself.
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    fig.subplots_adjust(left=0.8 / width, right=1 - 0.7 / width, bottom=bottom_in / height,
+                        top=1 - 0.4 / height, hspace=0.15)
+    return fig
 
 
 def _save(fig: Figure, out: Path) -> Path:
@@ -168,14 +172,38 @@ def trend_plot(series: dict[str, list[tuple[str, float]]], title: str, ylabel: s
     if not nights:
         return None
     position = {night: i for i, night in enumerate(nights)}
-    fig = _figure(3.2)
+    fig = _figure(3.6, bottom_in=1.0)  # room for the slanted night labels
     ax = fig.add_subplot()
-    for name, points in sorted(series.items()):
+    markers = "osD^v<>"  # configs with equal counts overlap: tell them apart by marker
+    for i, (name, points) in enumerate(sorted(series.items())):
         xs = [position[night] for night, _ in points]
-        ax.plot(xs, [value for _, value in points], "o-", label=name)
+        ax.plot(xs, [value for _, value in points], markers[i % len(markers)] + "-",
+                label=name, alpha=0.8)
     ax.set_xticks(range(len(nights)), nights, rotation=30, ha="right", fontsize="x-small")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.set_ylim(bottom=0)
+    highest = max((value for points in series.values() for _, value in points), default=0)
+    ax.set_ylim(bottom=0, top=max(1.0, highest * 1.1))
     ax.legend(loc="upper left", fontsize="small")
+    return _save(fig, out)
+
+
+def campaign_plot(cells: Sequence[dict], out: Path) -> Path | None:
+    """Lost records per cell, one bar per cell coloured by outcome; None if nothing finished."""
+    done = [c for c in cells if c.get("lost") is not None]
+    if not done:
+        return None
+    colors = {"ok": "tab:green", "regression": "tab:red", "expected-loss": "tab:purple",
+              "not-detected": "tab:orange", "unknown": "tab:gray"}
+    fig = _figure(0.28 * len(done) + 1.2, bottom_in=0.5)
+    fig.subplots_adjust(left=0.3)
+    ax = fig.add_subplot()
+    ys = np.arange(len(done))
+    ax.barh(ys, [c["lost"] for c in done],
+            color=[colors.get(c.get("outcome"), "tab:gray") for c in done])
+    ax.set_yticks(ys, [c["id"] for c in done], fontsize="x-small")
+    ax.invert_yaxis()
+    ax.set_xlabel("lost acknowledged records")
+    ax.set_title("Lost records per cell (green ok, red regression, purple expected loss, "
+                 "orange not detected)", fontsize="small")
     return _save(fig, out)

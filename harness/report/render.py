@@ -250,7 +250,7 @@ def _links(run_dir: Path) -> list[tuple[str, str]]:
     nodes = run_dir / "nodes"
     if nodes.is_dir():
         for host in sorted(p for p in nodes.iterdir() if p.is_dir()):
-            for log in sorted(host.glob("*.log")):
+            for log in sorted(p for p in host.iterdir() if p.is_file()):  # logs, node events
                 links.append((f"{host.name}/{log.name}", log.relative_to(run_dir).as_posix()))
             if (host / "data").is_dir():
                 links.append((f"{host.name}/data/", f"nodes/{host.name}/data/"))

@@ -119,7 +119,10 @@ class LazyFSClient:
     def request(self, op: str, **args: Any) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(self.timeout)
-            sock.connect(self.sock_path)
+            try:
+                sock.connect(self.sock_path)
+            except OSError as exc:
+                raise LazyFSError(f"{self.sock_path}: cannot connect to the lazyfs control socket: {exc}") from exc
             sock.sendall(json.dumps({"op": op, **args}).encode() + b"\n")
             data = b""
             while not data.endswith(b"\n"):

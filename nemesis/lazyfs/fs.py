@@ -37,6 +37,46 @@ class Handle:
     generation: int
 
 
+def _fh(fip: Any) -> int | None:
+    return fip.contents.fh if fip else None
+
+
+UTIME_NOW = (1 << 30) - 1
+UTIME_OMIT = (1 << 30) - 2
+
+
+def _ns(ts: Any) -> int | None:
+    """A utimensat timespec in ns; None means leave unchanged."""
+    if ts.tv_nsec == UTIME_OMIT:
+        return None
+    if ts.tv_nsec == UTIME_NOW:
+        return time.time_ns()
+    return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+
+
+class LazyFUSE(mfusepy.FUSE):
+    """mfusepy drops the file handle of setattr-style calls under libfuse 3; with
+    nullpath_ok the path is then NULL too (ftruncate, fchmod, futimens), so pass it on."""
+
+    def _path(self, path: bytes | None) -> str | None:
+        return None if path is None else path.decode(self.encoding, self.errors)
+
+    def truncate_fuse_3(self, path: bytes | None, length: int, fip: Any) -> int:
+        return self.operations.truncate(self._path(path), length, _fh(fip))
+
+    def chmod_fuse_3(self, path: bytes | None, mode: int, fip: Any) -> int:
+        return self.operations.chmod(self._path(path), mode, _fh(fip))
+
+    def chown_fuse_3(self, path: bytes | None, uid: int, gid: int, fip: Any) -> int:
+        unset = 0xFFFFFFFF  # (uid_t)-1: leave unchanged
+        return self.operations.chown(self._path(path), -1 if uid == unset else uid,
+                                     -1 if gid == unset else gid, _fh(fip))
+
+    def utimens_fuse_3(self, path: bytes | None, buf: Any, fip: Any) -> int:
+        times = (_ns(buf.contents.actime), _ns(buf.contents.modtime)) if buf else None
+        return self.operations.utimens(self._path(path), times, _fh(fip))
+
+
 class LazyOps(mfusepy.Operations):
     use_ns = True
 
@@ -100,8 +140,9 @@ class LazyOps(mfusepy.Operations):
     def getattr(self, path: str | None, fh: int | None = None) -> dict[str, int]:
         return self._node(path, fh).attrs()
 
-    def readdir(self, path: str, fh: int) -> list[str]:
-        return [".", "..", *self.store.readdir(path)]
+    def readdir(self, path: str | None, fh: int) -> list[str]:
+        node = self._node(path, fh)
+        return [".", "..", *self.store.readdir(node)]
 
     def mkdir(self, path: str, mode: int) -> int:
         uid, gid, _ = mfusepy.fuse_get_context()
@@ -120,20 +161,22 @@ class LazyOps(mfusepy.Operations):
         self.store.rename(old, new)
         return 0
 
-    def chmod(self, path: str | None, mode: int) -> int:
-        node = self._node(path, None)
+    def chmod(self, path: str | None, mode: int, fh: int | None = None) -> int:
+        node = self._node(path, fh)
         self.store.set_attrs(node, mode=(node.mode & ~0o7777) | (mode & 0o7777))
         return 0
 
-    def chown(self, path: str | None, uid: int, gid: int) -> int:
-        node = self._node(path, None)
+    def chown(self, path: str | None, uid: int, gid: int, fh: int | None = None) -> int:
+        node = self._node(path, fh)
         self.store.set_attrs(node, uid=node.uid if uid < 0 else uid, gid=node.gid if gid < 0 else gid)
         return 0
 
-    def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
-        node = self._node(path, None)
+    def utimens(self, path: str | None, times: tuple[int | None, int | None] | None = None,
+                fh: int | None = None) -> int:
+        node = self._node(path, fh)
         atime, mtime = times if times is not None else (time.time_ns(),) * 2
-        self.store.set_attrs(node, atime=atime, mtime=mtime)
+        self.store.set_attrs(node, atime=node.atime if atime is None else atime,
+                             mtime=node.mtime if mtime is None else mtime)
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
@@ -189,12 +232,13 @@ class LazyOps(mfusepy.Operations):
         return 0
 
     def opendir(self, path: str) -> int:
-        if not self.store.lookup(path).is_dir:
+        node = self.store.lookup(path)
+        if not node.is_dir:
             raise mfusepy.FuseOSError(errno.ENOTDIR)
-        return 0
+        return self._new_handle(node, 0)
 
     def releasedir(self, path: str | None, fh: int) -> int:
-        return 0
+        return self.release(path, fh)
 
     def fsyncdir(self, path: str | None, datasync: int, fh: int) -> int:
         self._fsync_faults()

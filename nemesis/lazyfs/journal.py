@@ -61,6 +61,8 @@ class BackingTree:
         return {os.path.dirname(self.real(p)) for p in (op.path, op.dest) if p}
 
     def _adopt(self, path: str, node: Node) -> None:
+        if os.geteuid() == 0:
+            os.chown(self.real(path), node.uid, node.gid)  # the creator owns it, not the daemon
         node.backing = path
         node.durable_size = node.trunc_floor = 0
         self.index[path] = node

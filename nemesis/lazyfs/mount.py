@@ -19,11 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import mfusepy
-
 from nemesis.lazyfs.control import Controller, ControlServer, LazyFSClient, LazyFSError
 from nemesis.lazyfs.flusher import Flusher
-from nemesis.lazyfs.fs import LazyOps
+from nemesis.lazyfs.fs import LazyFUSE, LazyOps
 from nemesis.lazyfs.store import Store
 
 log = logging.getLogger(__name__)
@@ -92,13 +90,14 @@ def run_foreground(opts: MountOptions) -> None:
     control: list[ControlServer] = []
     flusher = Flusher(store, opts.flush_interval_ms) if opts.flush_interval_ms > 0 else None
     registry = _registry_file(opts.mountpoint)
+    # Resolved now: once mounted, touching the mountpoint before init returns deadlocks.
+    entry = {"pid": os.getpid(), "control": os.path.abspath(opts.control),
+             "mountpoint": os.path.realpath(opts.mountpoint), "backing": os.path.realpath(opts.backing)}
 
     def on_ready() -> None:
         _write_json(pidfile_for(opts.control), {"pid": os.getpid()})
         os.makedirs(registry_dir(), exist_ok=True)
-        _write_json(registry, {"pid": os.getpid(), "control": os.path.abspath(opts.control),
-                               "mountpoint": os.path.realpath(opts.mountpoint),
-                               "backing": os.path.realpath(opts.backing)})
+        _write_json(registry, entry)
         server = ControlServer(opts.control, Controller(store, ops.faults))
         server.start()
         control.append(server)
@@ -110,7 +109,7 @@ def run_foreground(opts: MountOptions) -> None:
     if os.getuid() == 0:
         options["allow_other"] = True  # brokers may run as another user
     try:
-        mfusepy.FUSE(ops, opts.mountpoint, **options)
+        LazyFUSE(ops, opts.mountpoint, **options)
     finally:
         if flusher is not None:
             flusher.stop()

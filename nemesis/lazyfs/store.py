@@ -139,11 +139,11 @@ class Store:
         with self.lock:
             src = self.lookup(old)
             parent, name = self._parent_of(new)
-            if src is self.root or (src.is_dir and (new + "/").startswith(old.rstrip("/") + "/")):
-                raise _err(errno.EINVAL, new)
             victim = parent.children.get(name)
             if victim is src:
                 return
+            if src is self.root or (src.is_dir and (new + "/").startswith(old.rstrip("/") + "/")):
+                raise _err(errno.EINVAL, new)
             if victim is not None:
                 self._check_replace(src, victim, new)
                 self._detach(victim)
@@ -183,11 +183,10 @@ class Store:
         self.dirty.discard(node)
         self._close_fd(node)
 
-    def readdir(self, path: str) -> list[str]:
+    def readdir(self, node: Node) -> list[str]:
         with self.lock:
-            node = self.lookup(path)
             if not node.is_dir:
-                raise _err(errno.ENOTDIR, path)
+                raise _err(errno.ENOTDIR, node.label())
             return list(node.children)
 
     # ---- file data -----------------------------------------------------
@@ -249,11 +248,20 @@ class Store:
                 self.dirty.discard(node)
 
     def set_attrs(self, node: Node, **attrs: Any) -> None:
-        """chmod/chown/utimens: immediate (not modelled as losable)."""
+        """chmod/chown/utimens: applied to the backing file at once, not modelled as losable."""
         with self.lock:
             for key, value in attrs.items():
                 setattr(node, key, value)
             node.ctime = max(node.ctime, node.mtime)
+            if node.backing is None:
+                return  # the journal's create applies mode and owner later
+            real = self.tree.real(node.backing)
+            if "mode" in attrs:
+                os.chmod(real, stat.S_IMODE(node.mode))
+            if "uid" in attrs or "gid" in attrs:
+                os.chown(real, node.uid, node.gid)
+            if "mtime" in attrs or "atime" in attrs:
+                os.utime(real, ns=(node.atime, node.mtime))
 
     # ---- durability ----------------------------------------------------
 

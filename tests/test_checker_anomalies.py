@@ -1,0 +1,236 @@
+"""Every anomaly, positive and negative, on hand-built histories.
+
+All scenarios are merged into one history checked once by Spark (local[2], one shared
+session) and once by the single-process reference implementation; the two must agree
+exactly, and each scenario's slice of the Spark results is asserted on. Verdicts
+(valid/invalid/unknown, allow) go through check_path on each scenario alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest_checker import History, merge, scenario_view, spark  # noqa: F401
+
+from checkers import reference, spark_checks
+from checkers.check import check_path, exit_code
+from checkers.ingest import ingest
+from checkers.verdict import classify_unread, records
+
+
+def clean() -> History:
+    """Two partitions, two consumers, no anomaly, but every near-miss the checks must allow."""
+    h = History()
+    h.send(1, 0, 100, 0)
+    h.send(1, 0, 101, 1)
+    h.send(2, 1, 100, 0)  # the same value in another partition: not a duplicate
+    h.send(2, 1, 201, 1)
+    h.send(3, 0, 102, type="info")  # indeterminate, later read at offset 2: committed
+    h.send(4, 0, 103, type="info")  # indeterminate, never read: not lost
+    h.send(5, 0, 104, type="fail", error="NOT_ENOUGH_REPLICAS")  # failed, never read
+    h.invoke_poll(8, 1, from_offset=2)  # begins before the ack of offset 2: may miss it
+    h.send(2, 1, 202, 2)
+    h.complete_poll(8, 1, [], hwm=2)
+    h.poll(7, 0, [(0, 100), (1, 101)], from_offset=0, hwm=2)
+    h.send(6, 0, 105, 7)  # offsets 3..6 never existed: no skip when a poll jumps to 7
+    h.poll(7, 0, [(2, 102), (7, 105)], from_offset=2, hwm=8)
+    h.poll(7, 0, [(0, 100)], from_offset=0, hwm=8)  # an explicit seek back is no regression
+    h.poll(8, 1, [(0, 100), (1, 201), (2, 202)], from_offset=0, hwm=3)
+    h.send(2, 1, 203, 3)
+    h.ops[-1]["acks"] = "1"  # acks=1: a read that misses it is not stale
+    h.poll(8, 1, [], from_offset=3, hwm=3)
+    h.final(9, 0, [(0, 100), (1, 101), (2, 102), (7, 105)])
+    h.final(9, 1, [(0, 100), (1, 201), (2, 202), (3, 203)])
+    return h
+
+
+def loss() -> History:
+    h = History()
+    for off, v in enumerate([10, 11, 12, 13, 14]):
+        h.send(1, 0, v, off)
+    h.send(2, 0, 15, type="info")  # never read, indeterminate: neither lost nor unseen
+    h.final(9, 0, [(0, 10), (1, 11), (3, 13)], hwm=4)
+    return h
+
+
+def inconsistent_duplicate_regression() -> History:
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.send(1, 0, 11, 1)
+    h.send(1, 1, 20, 0)
+    h.send(1, 1, 21, 1)
+    h.send(1, 1, 22, 2)
+    h.poll(5, 0, [(0, 10), (1, 99)], from_offset=0, hwm=2)  # offset 1 read as 99, acked as 11
+    h.poll(6, 1, [(0, 20), (1, 21), (2, 22), (3, 21)], from_offset=0, hwm=4)  # 21 twice
+    h.poll(6, 1, [(2, 22)])  # no seek, yet it goes back from 3 to 2
+    h.final(9, 0, [(0, 10), (1, 11)])
+    h.final(9, 1, [(0, 20), (1, 21), (2, 22), (3, 21)])
+    return h
+
+
+def regression_within_poll() -> History:
+    h = History()
+    for off, v in enumerate([10, 11, 12]):
+        h.send(1, 0, v, off)
+    h.poll(5, 0, [(0, 10), (2, 12), (1, 11)], from_offset=0, hwm=3)
+    h.final(9, 0, [(0, 10), (1, 11), (2, 12)])
+    return h
+
+
+def skip_send_aborted() -> History:
+    h = History()
+    for off, v in enumerate([10, 11, 12, 13]):
+        h.send(1, 0, v, off)
+    h.send(2, 1, 20, 5)
+    h.send(2, 1, 21, 3)  # process 2's second ack on partition 1 gets a lower offset
+    h.send(3, 1, 22, type="fail", error="NOT_LEADER")
+    h.send(3, 1, 23, 6)
+    h.poll(5, 0, [(0, 10), (1, 11)], from_offset=0, hwm=4)
+    h.poll(5, 0, [(3, 13)])  # continues from 1 without a seek and skips the existing 2
+    h.poll(6, 1, [(3, 21), (4, 22), (5, 20), (6, 23)], from_offset=3, hwm=7)  # 22 had failed
+    h.final(9, 0, [(0, 10), (1, 11), (2, 12), (3, 13)])
+    h.final(9, 1, [(3, 21), (4, 22), (5, 20), (6, 23)], from_offset=3)
+    return h
+
+
+def stale() -> History:
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.send(1, 0, 11, 1)
+    # hwm-behind: begins after offset 1 was acked, reads from 0, claims the log ends at 1
+    h.poll(5, 0, [(0, 10)], from_offset=0, hwm=1)
+    # skipped: begins after the ack, its records jump from 0 to 2 over the acked 1
+    h.send(1, 0, 12, 2)
+    h.poll(6, 0, [(0, 10), (2, 12)], from_offset=0, hwm=3)
+    h.poll(7, 0, [], from_offset=3, hwm=3)  # starts past every acked offset: not stale
+    h.final(9, 0, [(0, 10), (1, 11), (2, 12)])
+    return h
+
+
+def no_final_read() -> History:
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.send(1, 1, 20, 0)
+    h.poll(7, 0, [(0, 10)], from_offset=0, hwm=1)
+    h.final(9, 0, [(0, 10)])
+    return h
+
+
+SCENARIOS = [
+    clean, loss, inconsistent_duplicate_regression, regression_within_poll,
+    skip_send_aborted, stale, no_final_read,
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def zoo(spark, tmp_path_factory):  # noqa: F811
+    run = merge([s() for s in SCENARIOS]).write(tmp_path_factory.mktemp("zoo"))
+    ing = ingest(run / "history.jsonl", run / "parquet")
+    uncapped = 1_000_000
+    spark_out = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", uncapped)
+    ref_out = reference.run(ing.ops_path, ing.reads_path, "all", uncapped)
+    return spark_out, ref_out
+
+
+def view(zoo, scenario) -> dict[str, list[dict]]:
+    return scenario_view(zoo[0], SCENARIOS.index(scenario))
+
+
+def verdict_of(scenario, tmp_path, config: dict | None = None) -> dict:
+    return check_path(scenario().write(tmp_path / "run", config), backend="reference")
+
+
+@pytest.mark.spark
+def test_spark_and_reference_agree_exactly(zoo):
+    s, r = zoo
+    assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
+    assert records(classify_unread(s)) == records(classify_unread(r))
+    assert s.complete_partitions == r.complete_partitions
+    assert s.stats == r.stats
+    assert sum(n for n, _ in s.anomalies.values()) > 0  # the zoo does contain anomalies
+
+
+@pytest.mark.spark
+def test_clean_history_has_no_anomaly(zoo, tmp_path):
+    assert view(zoo, clean) == {}
+    res = verdict_of(clean, tmp_path)
+    assert res["valid"] is True and exit_code(res) == 0
+    assert res["stats"]["info_sends_read"] == 1
+    assert res["lost"]["count"] == 0
+
+
+@pytest.mark.spark
+def test_lost_write_before_a_later_read_vs_trailing_unseen(zoo, tmp_path):
+    v = view(zoo, loss)
+    assert [r["value"] for r in v["lost-write"]] == [12]
+    assert [r["value"] for r in v["unseen"]] == [14]
+    assert "stale-read" not in v  # lost records are not also stale reads
+    res = verdict_of(loss, tmp_path)
+    assert res["valid"] is False and exit_code(res) == 1
+    assert res["lost"]["count"] == 2
+
+
+@pytest.mark.spark
+def test_inconsistent_offsets_duplicate_nonmonotonic_poll(zoo):
+    v = view(zoo, inconsistent_duplicate_regression)
+    [inc] = v["inconsistent-offsets"]
+    assert (inc["partition"], inc["offset"]) == (0, 1)
+    assert sorted(x["value"] for x in inc["values"]) == [11, 99]
+    [dup] = v["duplicate"]  # value 20 at offset 0 of partition 1 only: not a duplicate
+    assert (dup["partition"], dup["value"]) == (1, 21)
+    assert [o["offset"] for o in dup["offsets"]] == [1, 3]
+    [nm] = v["nonmonotonic-poll"]
+    assert (nm["process"], nm["offset"], nm["expected"]) == ("6", 2, 4)
+    # process 5's poll began after offset 1 was acked and returned another value there
+    [st] = v["stale-read"]
+    assert (st["process"], st["kind"], st["missed"]["value"]) == ("5", "other-value", 11)
+
+
+@pytest.mark.spark
+def test_nonmonotonic_poll_within_one_poll(zoo):
+    v = view(zoo, regression_within_poll)
+    [nm] = v["nonmonotonic-poll"]
+    assert (nm["offset"], nm["expected"]) == (1, 3)
+    [skip] = v["poll-skip"]  # 0 -> 2 jumps over the existing offset 1
+    assert skip["skipped_offset"] == 1
+
+
+@pytest.mark.spark
+def test_poll_skip_nonmonotonic_send_aborted_read(zoo):
+    v = view(zoo, skip_send_aborted)
+    [skip] = v["poll-skip"]
+    assert (skip["process"], skip["expected"], skip["offset"], skip["skipped_offset"]) == (
+        "5", 2, 3, 2,
+    )  # fmt: skip
+    [ns] = v["nonmonotonic-send"]
+    assert (ns["process"], ns["offset"], ns["prev_offset"]) == ("2", 3, 5)
+    [ab] = v["aborted-read"]
+    assert (ab["partition"], ab["offset"], ab["value"]) == (1, 4, 22)
+    assert "stale-read" not in v  # that skip is across polls, not inside one read
+
+
+@pytest.mark.spark
+def test_stale_reads(zoo):
+    v = view(zoo, stale)
+    got = {(e["process"], e["kind"], e["missed"]["offset"]) for e in v["stale-read"]}
+    assert got == {("5", "hwm-behind", 1), ("6", "skipped", 1)}
+
+
+@pytest.mark.spark
+def test_missing_final_read_makes_the_verdict_unknown(zoo, tmp_path):
+    v = view(zoo, no_final_read)
+    assert [r["value"] for r in v["unconfirmed"]] == [20]
+    assert "unseen" not in v
+    res = verdict_of(no_final_read, tmp_path)
+    assert res["valid"] == "unknown" and exit_code(res) == 2
+    assert any("[1]" in n for n in res["notes"])
+
+
+def test_allowed_anomalies_do_not_invalidate(tmp_path):
+    res = verdict_of(loss, tmp_path, {"checker": {"allow": ["lost-write", "unseen"]}})
+    assert res["valid"] is True
+    assert res["anomalies"]["unseen"]["count"] == 1
+    res = check_path(loss().write(tmp_path / "run2", {"checker": {"allow": ["unseen"]}}),
+                     backend="reference")  # fmt: skip
+    assert res["valid"] is False

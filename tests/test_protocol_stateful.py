@@ -1,0 +1,450 @@
+"""Hypothesis state machines over the protocol, checking the seeds' invariants after every step.
+
+`MetadataMachine` drives replication.metadata's pure rules the way the controller applies them
+(fence, unfence + election, leader shrink/expand, unclean registration, balanced recovery)
+next to a model of which replicas hold the complete committed log. Seeds 000/001:
+- every leader candidate (ISR + unfenced ELR, of live brokers) holds the complete committed log;
+- ISR and ELR are disjoint, and the ELR is empty while the ISR meets MinISR;
+- with at most MinISR-1 power losses outstanding, a complete replica always remains
+  electable (cleanly, or by balanced recovery), so no committed record is ever lost.
+The same machine with the ELR disabled must find the last-replica-standing loss.
+
+`ReplicaMachine` drives a leader `Replica` with random follower fetches, produces and ISR
+changes: the HWM never passes an ISR member's LEO, never moves back, and never advances
+while the ISR is below MinISR.
+
+`SimMachine` drives the whole simulator (produce, power loss, SIGKILL, restart, network
+isolation, time) and checks that every acks=all acknowledgement survives."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from replication import metadata as md
+from replication.config import NodeConfig
+from replication.log import MemoryLog
+from replication.metadata import PartitionState, Rules
+from replication.outputs import Reply
+from replication.partition import Replica
+from replication.sim import Sim
+
+BROKER = st.integers(min_value=1, max_value=5)
+
+
+class MetadataMachine(RuleBasedStateMachine):
+    """One partition's metadata under the controller's rules, plus a durability model."""
+
+    elr_enabled = True
+    limit_power_losses = True
+
+    @initialize(rf=st.integers(2, 5), data=st.data())
+    def setup(self, rf: int, data) -> None:
+        self._start(rf, data.draw(st.integers(1, rf), label="min_isr"))
+
+    def _start(self, rf: int, min_isr: int) -> None:
+        self.min_isr = min_isr
+        self.rules = Rules(self.min_isr, elr_enabled=self.elr_enabled)
+        self.brokers = set(range(1, rf + 1))
+        replicas = tuple(sorted(self.brokers))
+        self.state = PartitionState("t", 0, replicas, leader=1, isr=replicas)
+        self.unfenced = set(self.brokers)
+        self.down: set[int] = set()
+        self.clean_marker: set[int] = set()
+        self.committed = 0  # acks=all records acknowledged so far
+        self.has = dict.fromkeys(self.brokers, 0)  # committed records each replica holds
+        self.lossy: set[int] = set()  # lost power, not back in the ISR since
+
+    @property
+    def complete(self) -> set[int]:
+        return {b for b, n in self.has.items() if n == self.committed}
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _apply(self, change: md.Change | None) -> None:
+        if change is None:
+            return
+        new = change.state
+        assert new.partition_epoch == self.state.partition_epoch + 1
+        assert new.leader_epoch >= self.state.leader_epoch
+        if new.leader != self.state.leader:
+            assert new.leader_epoch == self.state.leader_epoch + 1
+        recovery = change.reason.startswith("unclean-recovery")
+        if new.leader is not None and new.leader not in self.down and (
+                self.limit_power_losses or not recovery):
+            # Loss would happen here: a leader without the committed log makes the
+            # followers truncate to it. Only an unclean recovery after MinISR or more
+            # power losses may do that (and reports potential data loss).
+            assert new.leader in self.complete, f"incomplete leader elected: {change}"
+        self.state = new
+
+    def _fence(self, b: int) -> None:
+        self.unfenced.discard(b)
+        self._apply(md.fence(self.state, b, self.rules, self.unfenced))
+        self._apply(md.elect_if_leaderless(self.state, self.rules, self.unfenced))
+
+    def _alive_leader(self) -> int | None:
+        leader = self.state.leader
+        return leader if leader is not None and leader not in self.down else None
+
+    # -- rules --------------------------------------------------------------------------------
+
+    @rule(b=BROKER)
+    def session_timeout(self, b: int) -> None:
+        """The controller stops hearing from b (crashed, or cut off) and fences it."""
+        if b in self.unfenced:
+            self._fence(b)
+
+    @rule(b=BROKER, lose=st.booleans(), data=st.data())
+    def crash(self, b: int, lose: bool, data) -> None:
+        """SIGKILL, or power loss (`lose`): the unflushed suffix, committed records too, goes."""
+        if b not in self.brokers or b in self.down:
+            return
+        if lose:
+            if self.limit_power_losses and len(self.lossy | {b}) > self.min_isr - 1:
+                return
+            self.has[b] = data.draw(st.integers(0, self.has[b]), label="flushed")
+            self.lossy.add(b)
+        self.down.add(b)
+
+    @rule(b=BROKER)
+    def controlled_shutdown(self, b: int) -> None:
+        """Flush, leave leadership and ISR, write the clean-shutdown marker."""
+        if b in self.brokers and b not in self.down:
+            if b in self.unfenced:
+                self._fence(b)
+            self.down.add(b)
+            self.clean_marker.add(b)
+
+    @rule(b=BROKER)
+    def restart(self, b: int) -> None:
+        """Registration: a still-unfenced old incarnation is fenced first; without the
+        marker the registration is unclean."""
+        if b not in self.down:
+            return
+        if b in self.unfenced:
+            self._fence(b)
+        if b not in self.clean_marker:
+            self._apply(md.unclean_registration(self.state, b, self.rules))
+        self.clean_marker.discard(b)
+        self.down.discard(b)
+
+    @rule(b=BROKER)
+    def heartbeat(self, b: int) -> None:
+        """A registered, fenced broker heartbeats: unfenced, then leaderless partitions elect."""
+        if b in self.brokers and b not in self.down and b not in self.unfenced:
+            self.unfenced.add(b)
+            self._apply(md.elect_if_leaderless(self.state, self.rules, self.unfenced))
+
+    @rule(r=BROKER)
+    def shrink(self, r: int) -> None:
+        """The leader drops a lagging follower by AlterPartition."""
+        leader = self._alive_leader()
+        if leader is None or leader not in self.unfenced or r == leader or r not in self.state.isr:
+            return
+        self._apply(md.alter_isr(self.state, [x for x in self.state.isr if x != r], self.rules))
+
+    @rule(r=BROKER)
+    def expand(self, r: int) -> None:
+        """A live, unfenced follower caught up with the leader's log and joins the ISR."""
+        leader = self._alive_leader()
+        if (leader is None or leader not in self.unfenced or r in self.state.isr
+                or r not in self.brokers or r in self.down or r not in self.unfenced):
+            return
+        self.has[r] = self.has[leader]
+        self.lossy.discard(r)
+        self._apply(md.alter_isr(self.state, [*self.state.isr, r], self.rules))
+
+    @rule()
+    def commit(self) -> None:
+        """An acks=all record is acknowledged: accepted with ISR >= MinISR and replicated to
+        every ISR member, which must all be alive to fetch it."""
+        leader = self._alive_leader()
+        if leader is None or leader not in self.unfenced or len(self.state.isr) < self.min_isr:
+            return
+        if set(self.state.isr) & self.down:
+            return
+        assert set(self.state.isr) <= self.complete
+        self.committed += 1
+        for r in self.state.isr:
+            self.has[r] = self.committed
+
+    @rule()
+    def balanced_recovery(self) -> None:
+        """ISR and ELR empty: ask every LastKnownELR member (all must answer) and elect the
+        best log; a complete log beats any incomplete one (higher epoch and offset)."""
+        s = self.state
+        if not self.elr_enabled or s.leader is not None or s.isr or s.elr:
+            return
+        targets = s.last_known_elr or s.replicas
+        if any(t in self.down or t not in self.unfenced for t in targets):
+            return
+        best = max(targets, key=lambda t: (self.has[t], -t))
+        self._apply(md.Change(md.elect_recovered(s, best), "unclean-recovery-balanced"))
+
+    # -- invariants ---------------------------------------------------------------------------
+
+    @invariant()
+    def structure(self) -> None:
+        s = self.state
+        assert md.leader_candidates_ok(s), s
+        assert not set(s.isr) & set(s.elr)
+        assert not set(s.isr) & set(s.last_known_elr)
+        if self.elr_enabled and len(s.isr) >= self.min_isr:
+            assert s.elr == () and s.last_known_elr == (), s
+        if s.leader is not None:
+            assert s.leader in self.unfenced
+
+    @invariant()
+    def candidates_are_complete(self) -> None:
+        s = self.state
+        candidates = set(s.isr) | (set(s.elr) & self.unfenced)
+        live = candidates - self.down
+        assert live <= self.complete, (s, self.complete)
+
+    @invariant()
+    def a_complete_replica_stays_electable(self) -> None:
+        if not (self.elr_enabled and self.limit_power_losses):
+            return
+        s = self.state
+        pool = set(s.isr) | set(s.elr) | set(s.last_known_elr) or set(s.replicas)
+        assert pool & self.complete, (s, self.complete, self.lossy)
+
+
+TestMetadataMachine = MetadataMachine.TestCase
+TestMetadataMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+class UnlimitedLossMachine(MetadataMachine):
+    """Any number of power losses: data may be lost, but never through a clean election."""
+
+    limit_power_losses = False
+
+
+TestUnlimitedLossMachine = UnlimitedLossMachine.TestCase
+TestUnlimitedLossMachine.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+class NoElrMachine(MetadataMachine):
+    elr_enabled = False
+
+    @initialize()
+    def setup(self) -> None:  # the seeds' RF 3, MinISR 2, so the search is short
+        self._start(3, 2)
+
+
+def test_machine_finds_last_replica_standing_loss_without_elr() -> None:
+    """The invariants can fail: pre-KIP-966 rules re-elect a replica that lost committed data."""
+    with pytest.raises(AssertionError, match="incomplete leader elected|<="):
+        run_state_machine_as_test(NoElrMachine, settings=settings(
+            max_examples=400, stateful_step_count=40, deadline=None, derandomize=True,
+            database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+
+
+class ReplicaMachine(RuleBasedStateMachine):
+    """A leader Replica of (1, 2, 3) with followers whose fetch offsets only move forward."""
+
+    isr_update = "controller"
+
+    @initialize(min_isr=st.integers(1, 3))
+    def setup(self, min_isr: int) -> None:
+        self.config = NodeConfig(min_insync_replicas=min_isr, replica_lag_time_max_ms=100,
+                                 isr_update=self.isr_update)
+        self.now = 0
+        self.leader = Replica(1, "t", 0, MemoryLog())
+        self.meta = PartitionState("t", 0, (1, 2, 3), leader=1, isr=(1, 2, 3))
+        self._take(self.leader.on_metadata(self.meta, self.config, self.now))
+        self.fetched = {2: 0, 3: 0}
+        self.alter: dict | None = None
+        self.acked_last: list[int] = []
+        self.hwm_before = 0
+
+    def _take(self, out: list) -> None:
+        for o in out:
+            if isinstance(o, Reply) and isinstance(o.token, tuple) and o.token[0] == "all":
+                if "error" not in o.msg:
+                    self.acked_last.append(o.token[1])
+                    assert o.token[1] < self.leader.hwm
+            elif getattr(o, "dest", None) == "controller":
+                assert self.alter is None, "two AlterPartitions in flight"
+                self.alter = o.msg
+
+    @rule(n=st.integers(1, 3), acks=st.sampled_from(["1", "all"]))
+    def produce(self, n: int, acks: str) -> None:
+        below = len(self.leader.isr) < self.config.min_insync_replicas
+        last = self.leader.log.end_offset + n - 1
+        out = self.leader.produce((acks, last), [b"v"] * n, acks, self.now)
+        if acks == "all" and below:
+            assert out[0].msg["error"] == "NOT_ENOUGH_REPLICAS"
+        self._take(out)
+
+    @rule(r=st.sampled_from([2, 3]), data=st.data())
+    def fetch(self, r: int, data) -> None:
+        offset = data.draw(st.integers(self.fetched[r], self.leader.log.end_offset), label="offset")
+        self.fetched[r] = offset
+        msg = {"type": "fetch", "topic": "t", "partition": 0, "replica": r, "offset": offset,
+               "leader_epoch": self.leader.leader_epoch, "wait": False}
+        self._take(self.leader.fetch(("fetch", r), msg, self.now))
+
+    @rule(ms=st.integers(1, 150))
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        self._take(self.leader.tick(self.now))
+
+    @precondition(lambda self: self.alter is not None)
+    @rule(commit=st.booleans())
+    def controller_answers(self, commit: bool) -> None:
+        alter, self.alter = self.alter, None
+        if not commit:
+            self.leader.on_alter_failed()
+            return
+        self.meta = replace(self.meta, isr=tuple(alter["isr"]),
+                            partition_epoch=self.meta.partition_epoch + 1)
+        self._take(self.leader.on_alter_response({"state": self.meta.to_dict()}, self.now))
+
+    @rule(r=st.sampled_from([2, 3]))
+    def controller_fences(self, r: int) -> None:
+        """The controller removes a follower on its own (session timeout)."""
+        if r not in self.meta.isr or self.alter is not None:
+            return
+        self.meta = replace(self.meta, isr=tuple(x for x in self.meta.isr if x != r),
+                            partition_epoch=self.meta.partition_epoch + 1)
+        self._take(self.leader.on_metadata(self.meta, self.config, self.now))
+
+    @invariant()
+    def hwm_rules(self) -> None:
+        leader = self.leader
+        assert self.hwm_before <= leader.hwm <= leader.log.end_offset
+        for r in leader.isr:
+            if r != 1:
+                assert leader.hwm <= self.fetched[r], (leader.isr, leader.hwm, self.fetched)
+        if len(leader.isr) < self.config.min_insync_replicas:
+            assert leader.hwm == self.hwm_before, "HWM advanced below MinISR"
+        # Every acknowledged acks=all record sits on every member of the committed ISR.
+        for last in self.acked_last:
+            assert all(self.fetched[r] > last for r in self.meta.isr if r != 1)
+        self.hwm_before = leader.hwm
+
+
+TestReplicaMachine = ReplicaMachine.TestCase
+TestReplicaMachine.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+class LocalFirstReplicaMachine(ReplicaMachine):
+    isr_update = "local-first"
+
+
+def test_machine_finds_local_first_isr_race() -> None:
+    """Seed 004: with isr.update=local-first the leader acknowledges on an ISR the
+    controller has not committed, so an acked record can be missing from a committed ISR
+    member -- the invariants above catch it."""
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(LocalFirstReplicaMachine, settings=settings(
+            max_examples=200, stateful_step_count=40, deadline=None, derandomize=True,
+            database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
+
+
+class SimMachine(RuleBasedStateMachine):
+    """The whole cluster under faults. Power losses are limited to MinISR-1 outstanding at
+    a time (a broker stays "lossy" from its power loss until it is back in the ISR); then,
+    with the ELR on, no acks=all acknowledgement may ever be lost."""
+
+    @initialize(min_isr=st.sampled_from([2, 3]), flush=st.sampled_from([None, 1, 3]))
+    def setup(self, min_isr: int, flush: int | None) -> None:
+        self.min_isr = min_isr
+        self.sim = Sim(3, NodeConfig(min_insync_replicas=min_isr, flush_messages=flush,
+                                     replica_lag_time_max_ms=2000))
+        self.sim.create_topic("t", 1, 3)
+        self.acked: dict[int, str] = {}
+        self.next_value = 0
+        self.lossy: set[int] = set()
+
+    def _settle_lossy(self) -> None:
+        isr = set(self.sim.state().isr)
+        self.lossy = {b for b in self.lossy if b in self.sim.down or b not in isr}
+
+    @rule(n=st.integers(1, 3))
+    def produce(self, n: int) -> None:
+        for _ in range(n):
+            value = f"v{self.next_value}"
+            self.next_value += 1
+            reply = self.sim.produce([value], wait_ms=1000)
+            if "error" not in reply:
+                assert reply["offset"] not in self.acked
+                self.acked[reply["offset"]] = value
+
+    @rule(b=st.integers(1, 3), lose=st.booleans())
+    def crash(self, b: int, lose: bool) -> None:
+        if b in self.sim.down:
+            return
+        self._settle_lossy()
+        if lose:
+            if len(self.lossy | {b}) > self.min_isr - 1:
+                return
+            self.lossy.add(b)
+        self.sim.crash(b, lose_unflushed=lose)
+
+    @rule(b=st.integers(1, 3))
+    def restart(self, b: int) -> None:
+        if b in self.sim.down:
+            self.sim.restart(b)
+            self.sim.run(self.sim.step_ms)  # the registration reaches the controller
+
+    @rule(b=st.integers(1, 3))
+    def isolate(self, b: int) -> None:
+        self.sim.isolate(b)
+
+    @rule()
+    def heal(self) -> None:
+        self.sim.heal()
+
+    @rule(ms=st.integers(100, 8000))
+    def run(self, ms: int) -> None:
+        self.sim.run(ms)
+        self._settle_lossy()
+
+    @invariant()
+    def metadata_structure(self) -> None:
+        s = self.sim.state()
+        assert md.leader_candidates_ok(s), s
+        if len(s.isr) >= self.min_isr:
+            assert s.elr == () and s.last_known_elr == (), s
+
+    @invariant()
+    def live_candidates_hold_every_ack(self) -> None:
+        s = self.sim.state()
+        unfenced = self.sim.controller.unfenced()
+        candidates = (set(s.isr) | (set(s.elr) & unfenced)) - self.sim.down
+        for b in candidates:
+            log = self.sim.logs[(b, "t", 0)]
+            for offset, value in self.acked.items():
+                assert offset < log.end_offset, (b, offset, value, s)
+                assert log.read(offset, 1)[0].value.decode() == value, (b, offset, s)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "sim"):
+            return
+        sim = self.sim
+        sim.heal()
+        for b in sorted(sim.down):
+            sim.restart(b)
+        sim.run(15_000)
+        consumed = dict(sim.consume())
+        missing = {o: v for o, v in self.acked.items() if consumed.get(o) != v}
+        assert not missing, (missing, sim.state())
+
+
+TestSimMachine = SimMachine.TestCase
+TestSimMachine.settings = settings(max_examples=40, stateful_step_count=20, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow])
