@@ -1,6 +1,7 @@
 """Overhead of the lossy FUSE filesystem versus its backing directory, and power-loss latency.
 
     .venv/bin/python benchmarks/lazyfs_overhead.py [--size-mb 64] [--fsyncs 300] [--power-losses 10]
+        [--no-sync-backing]
 
 Prints, side by side for the backing directory and the mount over it: sequential
 append throughput with 4 KiB and 64 KiB writes (no fsync inside the timed loop),
@@ -95,6 +96,8 @@ def main() -> int:
     parser.add_argument("--fsyncs", type=int, default=300, help="fsyncs per latency run")
     parser.add_argument("--power-losses", type=int, default=10)
     parser.add_argument("--dir", default=None, help="where to create the backing dir and mountpoint")
+    parser.add_argument("--no-sync-backing", action="store_true",
+                        help="mount with --no-sync-backing (fsync through the mount skips the backing fsync)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="lazyfs-bench-") as tmp:
@@ -102,13 +105,14 @@ def main() -> int:
         backing.mkdir()
         mnt.mkdir()
         (backing / "direct").mkdir()
-        spawn_daemon(MountOptions(str(backing), str(mnt), sock))
+        spawn_daemon(MountOptions(str(backing), str(mnt), sock, sync_backing=not args.no_sync_backing))
         client = LazyFSClient(sock)
         try:
             (mnt / "via").mkdir()
             total = args.size_mb << 20
             print(f"lazyfs overhead: {args.size_mb} MiB appends, {args.fsyncs} fsyncs, "
-                  f"{args.power_losses} power losses; backing fs under {tmp}")
+                  f"{args.power_losses} power losses; backing fs under {tmp}; "
+                  f"backing fsync on flush: {not args.no_sync_backing}; load average {os.getloadavg()[0]:.1f}")
             print(f"{'measure':<28}{'backing':>12}{'mount':>12}{'mount/backing':>15}")
             for block in (4096, 65536):
                 direct = append_throughput(backing / "direct" / "t", total, block)

@@ -5,8 +5,8 @@
 
 Histories come from checkers.linear.simulate: a real register accessed by concurrent
 clients, so every one is linearizable and any verdict but "valid" is the search giving up
-within its budget (reported as "unknown", never hidden). ``ops`` counts operations in the
-history; ``checked`` those left after failed cas ops (which did not happen) are dropped.
+within its budget (reported as "unknown", never hidden). ``ops`` counts operations invoked
+in the history; ``checked`` those left once failed cas ops (which did not happen) are dropped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def bench_one(n: int, processes: int, budget: Budget, seed: int) -> dict:
     started = time.perf_counter()
     verdict = check(ops, CASRegister(), budget)
     checked = time.perf_counter() - started
-    return {"ops": len(ops), "processes": processes, "checked": verdict["ops"],
+    return {"ops": n, "processes": processes, "checked": verdict["ops"],
             "valid": verdict["valid"], "explored": verdict["explored"],
             "generate_s": generated, "check_s": checked,
             "note": (verdict.get("unknown") or {}).get("reason", "")}

@@ -212,8 +212,7 @@ def forensics(
         wanted: dict[int, set[int]] = {}
         for p, v in zip(lost["partition"], lost["value"], strict=True):
             wanted.setdefault(int(p), set()).add(int(v))
-        disk, reader = find_on_disk(nodes_dir, wanted, topic)
-        notes.append(f"segment files read with {reader}")
+        disk = find_on_disk(nodes_dir, wanted, topic)
     rows = []
     for rec in lost.to_dict("records"):
         key = (int(rec["partition"]), int(rec["value"]))

@@ -11,10 +11,14 @@ from pyspark.sql import SparkSession
 MASTER_ENV = "HARNESS_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
 
-# Spark's default console logging buries the checker's output; keep warnings off stderr
-# unless something is actually broken.
+# Spark's default console logging buries the checker's output: errors only. PySpark counts
+# as a shell, whose loggers (repl.Main, PythonGatewayServer) would reset the root to WARN.
 _LOG4J = """\
 rootLogger.level = error
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console

@@ -60,9 +60,10 @@ def summarise(
 def tune(spark: SparkSession, input_bytes: int) -> None:
     """Size shuffles to the input: small histories are dominated by per-stage overhead."""
     cores = spark.sparkContext.defaultParallelism
-    partitions = max(1, min(4 * cores, input_bytes // (32 << 20)))
+    small = input_bytes < (4 << 20)
+    partitions = 1 if small else max(2 * cores, min(8 * cores, input_bytes // (16 << 20)))
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    spark.conf.set("spark.sql.adaptive.enabled", str(input_bytes > (64 << 20)).lower())
+    spark.conf.set("spark.sql.adaptive.enabled", str(not small).lower())
 
 
 class SparkChecks:
@@ -293,12 +294,13 @@ class SparkChecks:
             "from_offset",
             (F.col("offset") - 1).alias("hi"),
         )
-        # For each gap, the first visible acked record at or after the gap's start.
-        w = Window.partitionBy(P).orderBy("key", "kind_order").rowsBetween(
-            Window.currentRow, Window.unboundedFollowing
+        # For each gap, the first visible acked record at or after the gap's start: scan
+        # downwards so the frame only grows (an unbounded-following frame is quadratic).
+        w = Window.partitionBy(P).orderBy(F.desc("key"), F.desc("kind_order")).rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
         )
         ev = sends.unionByName(g, allowMissingColumns=True)
-        ev = ev.withColumn("next", F.first("missed", ignorenulls=True).over(w))
+        ev = ev.withColumn("next", F.last("missed", ignorenulls=True).over(w))
         polls = self._polls().select(F.col("index").alias("op"), "hwm")
         return (
             ev.filter(

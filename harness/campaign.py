@@ -29,8 +29,8 @@ FINISHED_CELLS = ("done", "error")  # never re-run on resume
 RunTest = Callable[[dict[str, Any], Path], Path]
 
 
-class CampaignBusy(RuntimeError):
-    """Another process is running this campaign folder."""
+class CampaignBusy(ValueError):
+    """Another process is running this campaign folder (a user error, like a bad file)."""
 
 
 def _default_run_test() -> RunTest:

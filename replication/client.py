@@ -179,14 +179,26 @@ class Client:
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 1000,
                     refresh: bool = False) -> dict:
-        """Records below the HWM from `offset`: {"records": [[offset, value]], "hwm", "log_end_offset", "node", "leader_epoch"}."""
-        _, address = await self.leader_address(topic, partition, refresh)
-        try:
-            reply = await self.pool.get(address).request(
-                {"type": "fetch", "topic": topic, "partition": partition, "offset": offset,
-                 "max_records": max_records}, self.request_timeout_s)
-        except ConnectionLost as e:
-            raise ClientError(E.NETWORK_ERROR, str(e)) from e
-        if "error" in reply:
-            raise ClientError(reply["error"], str(reply.get("hwm", "")))
-        return reply
+        """Records below the HWM from `offset`: {"records": [[offset, value]], "hwm",
+        "log_end_offset", "node", "leader_epoch"}. Retries errors that a metadata refresh can
+        cure (moved leader, fenced epoch, lagging new leader) until the request timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.request_timeout_s
+        while True:
+            state = await self.partition_state(topic, partition, refresh)
+            try:
+                _, address = await self.leader_address(topic, partition)
+                reply = await self.pool.get(address).request(
+                    {"type": "fetch", "topic": topic, "partition": partition, "offset": offset,
+                     "max_records": max_records, "leader_epoch": state["leader_epoch"]},
+                    max(0.05, deadline - loop.time()))
+            except ConnectFailed:
+                reply = {"error": E.NOT_LEADER}
+            except ConnectionLost as e:
+                raise ClientError(E.NETWORK_ERROR, str(e)) from e
+            if "error" not in reply:
+                return reply
+            if reply["error"] not in E.RETRIABLE_FETCH or loop.time() + self.retry_backoff_s >= deadline:
+                raise ClientError(reply["error"], str(reply.get("hwm", "")))
+            await asyncio.sleep(self.retry_backoff_s)
+            refresh = True

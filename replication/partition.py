@@ -193,6 +193,16 @@ class Replica:
         return {"records": encode_records(records), "hwm": self.hwm, "leader_epoch": self.leader_epoch}
 
     def _consumer_fetch(self, msg: dict) -> dict:
+        epoch = msg.get("leader_epoch")
+        if epoch is not None and epoch < self.leader_epoch:
+            return {"error": E.FENCED_LEADER_EPOCH}
+        if epoch is not None and epoch > self.leader_epoch:
+            # KIP-320: the client knows of a newer leader than we do; we may be a zombie.
+            return {"error": E.UNKNOWN_LEADER_EPOCH}
+        if self.hwm < self.epoch_start:
+            # A new leader's HWM lags until its ISR has fetched up to where its epoch began;
+            # serving reads before then could hide records the old leader had committed.
+            return {"error": E.OFFSET_NOT_AVAILABLE, "hwm": self.hwm}
         offset = int(msg["offset"])
         if offset < 0 or offset > self.hwm:
             return {"error": E.OFFSET_OUT_OF_RANGE, "hwm": self.hwm}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from test_report import write_run_folder
 
-from harness.campaign import classify, newest_unfinished, run_campaign
+from harness.campaign import Campaign, CampaignBusy, classify, newest_unfinished, run_campaign
 from harness.campaign_spec import CampaignError, load_spec
 from harness.config import ConfigError
 from harness.report import report_path
@@ -114,6 +114,18 @@ def test_campaign_runs_every_cell_and_judges_the_night(
     top = (results / "index.html").read_text()
     assert 'href="campaigns/night/' in top and 'src="campaigns/night/trend-lost.png"' in top
     assert (results / "campaigns" / "night" / "trend-lost.png").is_file()
+
+
+def test_report_of_a_campaign_folder_rewrites_its_pages(tmp_path: Path,
+                                                       campaign_file: Path) -> None:
+    results = tmp_path / "results"
+    folder = run_campaign(campaign_file, False, None, simulated_run_test, results)
+    run_dir = folder / _state(folder)["cells"][0]["run_dir"]
+    for page in (run_dir / "report.html", folder / "index.html", results / "index.html"):
+        page.unlink()
+    assert report_path(folder) == folder / "index.html"
+    for page in (run_dir / "report.html", folder / "index.html", results / "index.html"):
+        assert page.is_file()
 
 
 def test_time_budget_skips_then_resume_runs_the_rest(tmp_path: Path, campaign_file: Path,
@@ -240,3 +252,24 @@ def test_classify() -> None:
     assert classify("no-loss", "unknown", 0) == "unknown"
     assert classify("loss-allowed", False, 3) == "expected-loss"
     assert classify("loss-allowed", True, 0) == "not-detected"
+
+
+def test_a_campaign_folder_runs_in_one_process_at_a_time(tmp_path: Path,
+                                                         campaign_file: Path) -> None:
+    results = tmp_path / "results"
+
+    def interrupted(config: dict[str, Any], root: Path) -> Path:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_campaign(campaign_file, False, None, interrupted, results)
+    folder = newest_unfinished(results, "night")
+    assert _state(folder)["status"] == "interrupted"
+    assert {c["status"] for c in _state(folder)["cells"]} == {"pending"}
+    holder = Campaign.open(folder)
+    holder.lock()
+    try:
+        with pytest.raises(CampaignBusy, match="being run by another process"):
+            run_campaign(campaign_file, True, None, simulated_run_test, results)
+    finally:
+        holder.unlock()

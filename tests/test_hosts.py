@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="openssh-server not installed"),
 ]
 
-PY = "/usr/bin/python3"  # inside hosts: the system interpreter, not the harness venv
+PY = sys.executable  # netns hosts share our filesystem, so the venv runs inside them too
 ARGV_JSON = "import json, sys; print(json.dumps(sys.argv[1:]))"
 
 
@@ -135,6 +135,15 @@ def test_connection_is_reused_and_reconnects(hosts):
     transport.close()  # the connection dies under us
     assert remote.run(["echo", "back"]).stdout == "back\n"
     assert remote._client.get_transport() is not transport
+
+
+def test_lost_connection_is_reported_then_recovered(hosts):
+    remote = hosts[2].remote
+    # The shell's parent is the sshd process serving our connection: kill it mid-command.
+    with pytest.raises(Unreachable, match=r"host n3 .*connection lost running"):
+        remote.run("echo started; kill -9 $PPID; sleep 5")
+    assert remote.run(["echo", "again"]).stdout == "again\n"
+    assert remote.run("kill -9 $$", check=False).rc == -1  # killed by a signal, link intact
 
 
 # -- daemons -------------------------------------------------------------------------------
@@ -299,6 +308,53 @@ def test_cleanup_after_a_crashed_run(cluster, tmp_path):
     # The live cluster of this process was left alone.
     assert live_hosts[0].remote.run(["echo", "alive"]).stdout == "alive\n"
     assert cleanup_stale() == []
+
+
+FUSE_FS = "import mfusepy, sys; mfusepy.FUSE(mfusepy.Operations(), sys.argv[1], foreground=True)"
+
+FUSE_CRASHER = """
+import subprocess, sys, time
+from pathlib import Path
+from harness.hosts import NetnsProvider
+fs, cluster_dir = sys.argv[1], Path(sys.argv[2])
+p = NetnsProvider(cluster_dir, 1)
+(h,) = p.up()
+# One mount inside the host (over SSH, as nodes do), one in this namespace under the work dir.
+inner = h.remote.start_daemon("fs", [sys.executable, "-c", fs, str(h.data_dir)], h.log_dir / "fs.log")
+outer_dir = cluster_dir / "outer"
+outer_dir.mkdir()
+outer = subprocess.Popen([sys.executable, "-c", fs, str(outer_dir)], start_new_session=True,
+                         stderr=subprocess.DEVNULL).pid
+h.remote.run(f"for i in $(seq 100); do mountpoint -q {h.data_dir} && exit 0; sleep 0.1; done; exit 1")
+while str(outer_dir) not in Path("/proc/self/mounts").read_text():
+    time.sleep(0.05)
+print(p.slot, inner, outer, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.fuse
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="needs /dev/fuse")
+def test_cleanup_removes_fuse_mounts_of_a_crashed_run(tmp_path):
+    cluster_dir = tmp_path / "fused"
+    proc = subprocess.Popen([sys.executable, "-c", FUSE_CRASHER, FUSE_FS, str(cluster_dir)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        slot, inner, outer = map(int, proc.stdout.readline().split())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert _alive(inner) and _alive(outer)
+    assert str(cluster_dir / "outer") in Path("/proc/self/mounts").read_text()
+
+    assert slot in cleanup_stale()
+
+    assert str(cluster_dir) not in Path("/proc/self/mounts").read_text()
+    assert not _alive(inner)
+    deadline = time.monotonic() + 10  # the outer daemon exits by itself once unmounted
+    while _alive(outer) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(outer)
 
 
 def test_cleanup_when_nothing_exists_is_harmless():

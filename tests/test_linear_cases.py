@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 import time
 
 import pytest
 
 from checkers.linear import (
     KV,
+    UNKNOWN,
     Budget,
     CASRegister,
     HistoryError,
@@ -292,3 +294,7 @@ def test_nemesis_ops_are_ignored():
              (0, "ok", "write", 1), ("nemesis", "info", "stop-partition", None))
     v = verdict(rows)
     assert v["valid"] is True and v["ops"] == 1
+
+
+def test_unknown_survives_pickling_for_spark_workers():
+    assert pickle.loads(pickle.dumps(UNKNOWN)) is UNKNOWN

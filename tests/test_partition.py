@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import random
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def _reachability(hosts) -> dict[tuple[str, str], bool]:
 
     def from_host(src):
         others = [h.address for h in hosts if h is not src]
-        out = src.remote.run(["/usr/bin/python3", "-c", PROBE, *others], timeout=30).stdout
+        out = src.remote.run([sys.executable, "-c", PROBE, *others], timeout=30).stdout
         return {(src.name, by_address[a]): ok for a, ok in json.loads(out).items()}
 
     with ThreadPoolExecutor(len(hosts)) as pool:

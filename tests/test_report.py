@@ -217,7 +217,7 @@ def test_report_of_a_run_with_lost_records(tmp_path: Path) -> None:
     first = lost.sort_by("ack_time").to_pylist()[0]
     assert f"{first['value']} 0 {first['offset']}" in text
     assert "truncated at epoch 2" in text and "truncated/lost" in text
-    assert "More columns in loss.parquet : leader_changes, truncations" in text
+    assert "More columns in loss.parquet : faults, leader_changes, truncations" in text
     assert "isolate-leader" not in text and "outcome" in text  # schedule.json as a table
     # Anomalies with examples, events, and links to the raw files.
     assert "lost-write" in text and '"partition": 0' in text
@@ -277,13 +277,25 @@ def test_latency_sample_is_bounded(tmp_path: Path) -> None:
     assert sum(sum(c) for c in summary.throughput.values()) == sum(summary.sends.values())
 
 
-def test_fault_pairs_invoke_and_completion_records() -> None:
+def _windows(ops: list[tuple[int, str, str, Any]], end: int = 100) -> tuple[list, int]:
     tracker = FaultTracker()
-    for time, kind, f in [(1, "invoke", "start-kill"), (2, "info", "start-kill"),
-                          (5, "invoke", "stop-kill"), (6, "info", "stop-kill"),
-                          (7, "info", "stop-pause"), (8, "info", "start-partition")]:
-        tracker.feed({"time": time, "type": kind, "f": f, "process": "nemesis"})
-    windows = tracker.windows(end_ns=10)
-    assert [(w.kind, w.start_ns, w.end_ns, w.healed) for w in windows] == [
-        ("kill", 1, 6, True), ("partition", 8, 10, False)]
-    assert tracker.unmatched_stops == 1
+    for time, kind, f, value in ops:
+        tracker.feed({"time": time, "type": kind, "f": f, "process": "nemesis", "value": value})
+    return ([(w.kind, w.start_ns, w.end_ns, w.healed) for w in tracker.windows(end)],
+            tracker.unmatched_stops)
+
+
+def test_fault_pairs_invoke_and_completion_records() -> None:
+    n2 = {"nodes": ["n2"]}
+    assert _windows([(1, "invoke", "start-kill", n2), (2, "info", "start-kill", n2),
+                     (5, "invoke", "stop-kill", n2), (6, "info", "stop-kill", n2),
+                     (7, "info", "stop-pause", None), (8, "info", "start-partition", None)],
+                    end=10) == ([("kill", 1, 6, True), ("partition", 8, 10, False)], 1)
+
+
+def test_overlapping_faults_of_one_kind_and_the_final_heal() -> None:
+    a, b = {"nodes": ["n2"]}, {"nodes": ["n3"]}
+    assert _windows([(1, "info", "start-pause", a), (2, "info", "start-pause", b),
+                     (3, "info", "stop-pause", b), (4, "info", "start-kill", a),
+                     (9, "info", "stop-all", {"healed": True})]) == (
+        [("pause", 1, 9, True), ("pause", 2, 3, True), ("kill", 4, 9, True)], 0)

@@ -134,7 +134,7 @@ class SegmentLogMatchesMemoryLog(RuleBasedStateMachine):
 
 
 SegmentLogMatchesMemoryLog.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=100,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

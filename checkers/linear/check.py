@@ -58,7 +58,7 @@ def combine(model: Model, parts: list[Partition], results: list[SearchResult]) -
     }
     if invalid:
         part, result = invalid[0]
-        assert result.failure is not None
+        assert result.failure is not None  # an invalid search always ends at a return entry
         verdict["failure"] = describe_failure(part, result.failure)
         if part.key is not None:
             verdict["invalid_keys"] = [thaw(p.key) for p, _ in invalid]
@@ -70,6 +70,7 @@ def combine(model: Model, parts: list[Partition], results: list[SearchResult]) -
 
 
 def describe_failure(part: Partition, failure: Failure) -> dict[str, Any]:
+    """The failing window as JSON."""
     model = part.model
 
     def show(op: Operation, **extra: Any) -> dict[str, Any]:

@@ -1,18 +1,28 @@
 """The linearizability search: Wing & Gong's algorithm as refined by Lowe.
 
-The history is a doubly linked list of call and return entries in real-time order. The
-search walks it, linearizing ops just in time: at a call entry it tries to apply that op
-to the model state; if the model accepts it and the configuration (set of linearized ops,
-state) has not been seen before, the op is linearized and its entries are lifted out of
-the list. Reaching a return entry means that op's return passed while it was still
-unlinearized, so the search backtracks. Reaching the end of the list means every op that
-returned is linearized: the history is linearizable. Ops with an unknown outcome have no
-return entry, so they may be linearized at any point after their call, or never.
+The history is a doubly linked list of call and return entries in real-time order. Ops
+are linearized just in time: in a configuration (the set of ops linearized so far and the
+model state) the candidates are the ops whose call precedes the first return entry still
+in the list. The search tries them one by one, earliest return first; an op the model
+accepts that leads to a configuration not seen before is linearized and its entries are
+lifted out of the list. When no candidate works, the op of the first return entry cannot
+take effect before it returned, and the search backtracks. When no return entry is left,
+every op that returned is linearized: the history is linearizable. Ops with an unknown
+outcome have no return entry, so they may be linearized at any point after their call,
+or never.
 
 The memo of seen configurations is Lowe's cache. The linearized set is stored compactly
 as (m, gaps): every op with id < m except the ``gaps`` is linearized and none with id >= m
 is. Ids are in call order, so ``gaps`` holds only ops still pending at that point and
 stays small however long the history is, where a bitset would grow with it.
+
+Two prunings on top (sound, and checked against brute force in the tests): a read-only op
+the model accepts is the only candidate tried, and of identical pending ops only the one
+returning first is (see ``_Search._candidates``).
+
+Cost: ops with an unknown outcome stay candidates forever, so many concurrent hanging
+writes make the search exponential, as in every WGL-style checker; the budget turns that
+into an "unknown" verdict.
 """
 
 from __future__ import annotations
@@ -77,6 +87,13 @@ class _Search:
         self.model = model
         self.budget = budget
         self._build_list()
+        self.inputs = [(op.f, op.value) for op in ops]
+        self.outputs = [op.output for op in ops]
+        self.read_only = [model.read_only(op) for op in ops]
+        kinds: dict[tuple[Any, Any, Any], int] = {}
+        self.kind = [kinds.setdefault((op.f, op.value, op.output), len(kinds)) for op in ops]
+        never = 1 + max((op.ret or op.call for op in ops), default=0)  # after every return
+        self.rank = [never + i if op.ret is None else op.ret for i, op in enumerate(ops)]
 
     def _build_list(self) -> None:
         """Entries 1..E in real-time order, 0 is the head of a circular list."""
@@ -90,35 +107,28 @@ class _Search:
         self.is_call = [False] + [p[2] for p in points]
         self.op_of = [-1] + [p[1] for p in points]
         self.ret_entry = [0] * (n + 1)  # call entry -> its return entry (0: none)
-        call_entry = {}
+        self.call_entry = [0] * len(self.ops)
         for e in range(1, n + 1):
             if self.is_call[e]:
-                call_entry[self.op_of[e]] = e
+                self.call_entry[self.op_of[e]] = e
             else:
-                self.ret_entry[call_entry[self.op_of[e]]] = e
+                self.ret_entry[self.call_entry[self.op_of[e]]] = e
         self.nxt = [(e + 1) % (n + 1) for e in range(n + 1)]
         self.prv = [(e - 1) % (n + 1) for e in range(n + 1)]
 
     def run(self, want_linearization: bool) -> SearchResult:
-        nxt, prv, is_call, op_of, ret_entry = (
-            self.nxt, self.prv, self.is_call, self.op_of, self.ret_entry)
+        nxt, prv, ret_entry = self.nxt, self.prv, self.ret_entry
         step = self.model.step
-        inputs = [(op.f, op.value) for op in self.ops]
-        outputs = [op.output for op in self.ops]
-        read_only = [self.model.read_only(op) for op in self.ops]
         deadline, max_states = self.budget.deadline, self.budget.max_states
-
         state = self.model.init()
         m, gaps = 0, frozenset()
         seen: set[tuple[int, frozenset[int], Hashable]] = set()
-        stack: list[tuple[int, Hashable, int, frozenset[int]]] = []
+        stack: list[tuple[int, Hashable, int, frozenset[int], list[int], int, int]] = []
         best = -1
         failure = None
         countdown = _CHECK_EVERY
-        e = nxt[0]
-        fresh = True  # at a configuration not scanned yet
-        forced = False  # trying the one read-only op this configuration needs to try
-        while e:
+        fresh = True  # at a configuration whose candidates are not computed yet
+        while True:
             countdown -= 1
             if not countdown:
                 countdown = _CHECK_EVERY
@@ -126,64 +136,82 @@ class _Search:
                 if reason:
                     return SearchResult(None, len(seen), reason)
             if fresh:
-                # A read-only op the model accepts now can go first in any linearization
-                # from here (it changes nothing, and whatever had to precede it already
-                # has), so when there is one it is the only op worth trying.
                 fresh = False
-                x = e
-                while x and is_call[x]:
-                    i = op_of[x]
-                    if read_only[i] and step(state, inputs[i], outputs[i])[0]:
-                        e, forced = x, True
-                        break
-                    x = nxt[x]
-            if is_call[e]:
-                i = op_of[e]
-                ok, new_state = step(state, inputs[i], outputs[i])
-                if ok:
-                    if i < m:
-                        new_m, new_gaps = m, gaps - {i}
-                    else:
-                        new_m, new_gaps = i + 1, gaps.union(range(m, i)) if i > m else gaps
-                    config = (new_m, new_gaps, new_state)
-                    if config not in seen:
-                        seen.add(config)
-                        stack.append((e, state, m, gaps))
-                        state, m, gaps = new_state, new_m, new_gaps
-                        # lift the call and its return out of the list
-                        nxt[prv[e]] = nxt[e]
-                        prv[nxt[e]] = prv[e]
-                        r = ret_entry[e]
-                        if r:
-                            nxt[prv[r]] = nxt[r]
-                            prv[nxt[r]] = prv[r]
-                        e = nxt[0]
-                        fresh, forced = True, False
-                        continue
-                if not forced:
-                    e = nxt[e]
+                first_ret, cands = self._candidates(state)
+                if not first_ret:  # every op that returned is linearized
+                    lin = [self.op_of[f[0]] for f in stack] if want_linearization else []
+                    return SearchResult(True, len(seen),
+                                        linearization=[self.ops[i].id for i in lin])
+                pos = 0
+            if pos < len(cands):
+                e = cands[pos]
+                pos += 1
+                i = self.op_of[e]
+                ok, new_state = step(state, self.inputs[i], self.outputs[i])
+                if not ok:
                     continue
-            elif len(stack) > best:  # op e returned while still unlinearized
-                best = len(stack)
-                failure = self._failure(e, state, stack)
-            # This configuration has failed: backtrack to the last one that still has
-            # ops to try. Frames of forced read-only ops have none, so they go too.
-            forced = False
-            while True:
-                if not stack:
-                    return SearchResult(False, len(seen), failure=failure)
-                e, state, m, gaps = stack.pop()
-                r = ret_entry[e]  # unlift in reverse order of lifting
+                if i < m:
+                    new_m, new_gaps = m, gaps - {i}
+                else:
+                    new_m, new_gaps = i + 1, gaps.union(range(m, i)) if i > m else gaps
+                config = (new_m, new_gaps, new_state)
+                if config in seen:
+                    continue
+                seen.add(config)
+                stack.append((e, state, m, gaps, cands, pos, first_ret))
+                state, m, gaps = new_state, new_m, new_gaps
+                # lift the call and its return out of the list
+                nxt[prv[e]] = nxt[e]
+                prv[nxt[e]] = prv[e]
+                r = ret_entry[e]
                 if r:
-                    nxt[prv[r]] = r
-                    prv[nxt[r]] = r
-                nxt[prv[e]] = e
-                prv[nxt[e]] = e
-                if not read_only[op_of[e]]:
-                    break
+                    nxt[prv[r]] = nxt[r]
+                    prv[nxt[r]] = prv[r]
+                fresh = True
+                continue
+            # No candidate works: the op of first_ret cannot be linearized before it returns.
+            if len(stack) > best:
+                best = len(stack)
+                failure = self._failure(first_ret, state, stack)
+            if not stack:
+                return SearchResult(False, len(seen), failure=failure)
+            e, state, m, gaps, cands, pos, first_ret = stack.pop()
+            r = ret_entry[e]  # unlift in reverse order of lifting
+            if r:
+                nxt[prv[r]] = r
+                prv[nxt[r]] = r
+            nxt[prv[e]] = e
+            prv[nxt[e]] = e
+
+    def _candidates(self, state: Hashable) -> tuple[int, list[int]]:
+        """The first return entry (0 if none is left) and the call entries worth trying in
+        this configuration, most urgent (earliest return) first.
+
+        Two prunings, both sound by exchanging ops in a linearization:
+        - a read-only op the model accepts now can go first in any linearization from here
+          (it changes nothing, and whatever had to precede it already has), so when there
+          is one it is the only op worth trying;
+        - of identical pending ops (same f, value and output) only the one that returns
+          first needs trying: swapping it with an identical op placed before it keeps the
+          states and every real-time constraint.
+        """
+        nxt, is_call, op_of, kind, rank = self.nxt, self.is_call, self.op_of, self.kind, self.rank
+        first: dict[int, int] = {}
+        read = 0
+        e = nxt[0]
+        while e and is_call[e]:  # the pending calls precede the first return entry
+            i = op_of[e]
+            if self.read_only[i]:
+                if not read and self.model.step(state, self.inputs[i], self.outputs[i])[0]:
+                    read = e
+            else:
+                j = first.get(kind[i])
+                if j is None or rank[i] < rank[j]:
+                    first[kind[i]] = i
             e = nxt[e]
-        lin = [op_of[s[0]] for s in stack] if want_linearization else []
-        return SearchResult(True, len(seen), linearization=[self.ops[i].id for i in lin])
+        if read:
+            return e, [read]
+        return e, [self.call_entry[i] for i in sorted(first.values(), key=rank.__getitem__)]
 
     @staticmethod
     def _over_budget(deadline: float | None, max_states: int | None, states: int) -> str | None:

@@ -7,6 +7,8 @@ an unknown or changed key fails closed.
 
 from __future__ import annotations
 
+import re
+import select
 import shlex
 import stat
 import threading
@@ -17,6 +19,7 @@ from pathlib import Path, PurePosixPath
 import paramiko
 
 Argv = list[str] | str
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # A daemon name becomes a pidfile name; keep it to a safe, flat file name.
 _SAFE_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
@@ -53,7 +56,7 @@ class CommandTimeout(RemoteError):
 
 @dataclass(frozen=True)
 class Result:
-    rc: int
+    rc: int  # -1 when the command was killed by a signal (SSH reports no exit status then)
     stdout: str
     stderr: str
 
@@ -83,6 +86,11 @@ def to_command(argv: Argv) -> str:
     if not argv:
         raise ValueError("empty argv")
     return shlex.join(str(a) for a in argv)
+
+
+def as_root(command: str) -> str:
+    """command under non-interactive sudo (fails rather than prompting for a password)."""
+    return "sudo -n -- sh -c " + shlex.quote(command)
 
 
 def _check_name(name: str) -> str:
@@ -175,7 +183,10 @@ class Remote:
             try:
                 return transport.open_session(timeout=self.connect_timeout)
             except (paramiko.SSHException, EOFError, OSError) as err:
-                transport.close()
+                if transport.is_active():
+                    # Refused by a live server (e.g. too many sessions): other threads'
+                    # commands still use this connection, so it must stay open.
+                    raise RemoteError(f"on {self.name}: cannot open a session: {err}") from err
                 if attempt == 2:
                     raise self._unreachable(err) from err
         raise AssertionError("unreachable")
@@ -208,7 +219,7 @@ class Remote:
         """
         command = to_command(argv)
         if sudo and self.endpoint.sudo:
-            command = "sudo -n -- sh -c " + shlex.quote(command)
+            command = as_root(command)
         channel = self._open_channel()
         writer = None
         try:
@@ -248,17 +259,24 @@ class Remote:
             while channel.recv_stderr_ready():
                 err += channel.recv_stderr(65536)
                 progressed = True
-            if channel.exit_status_ready() and not channel.recv_ready() and not (
-                channel.recv_stderr_ready()
-            ):
+            # The exit status may overtake the last output (sshd reports the exit as soon
+            # as it reaps the child), so the end is the status *and* the channel's EOF. Like
+            # ssh, this waits for anything the command left holding its stdout/stderr.
+            done = channel.exit_status_ready() and (channel.eof_received or channel.closed)
+            if done and not channel.recv_ready() and not channel.recv_stderr_ready():
                 break
-            if channel.closed and not channel.exit_status_ready():
-                raise EOFError("channel closed before the command exited")
-            if time.monotonic() > deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise CommandTimeout(self.name, command, timeout)
             if not progressed:
-                channel.status_event.wait(0.02)
-        return channel.recv_exit_status(), bytes(out), bytes(err)
+                # The channel's fileno becomes readable on output, EOF and close; the short
+                # cap covers an exit status that arrives after EOF (it wakes nothing).
+                select.select([channel], [], [], min(remaining, 0.05))
+        rc = channel.recv_exit_status()
+        # -1 means no exit status: the command died by a signal, or the connection broke.
+        if rc == -1 and not channel.get_transport().is_active():
+            raise EOFError("connection closed before the command exited")
+        return rc, bytes(out), bytes(err)
 
     # -- daemons --------------------------------------------------------------------------
 
@@ -281,8 +299,12 @@ class Remote:
         if self.is_running(name):
             raise RemoteError(f"on {self.name}: daemon {name!r} is already running")
         pidfile = self._pidfile(name)
+        bad = [k for k in (env or {}) if not _ENV_NAME.fullmatch(k)]
+        if bad:
+            raise ValueError(f"invalid environment variable name(s): {bad}")
         envs = [f"{k}={v}" for k, v in (env or {}).items()]
-        inner = to_command(["env", *envs, *argv]) if envs else to_command(argv)
+        # `env --` ends option parsing, so neither a value nor argv[0] is read as an option.
+        inner = to_command(["env", "--", *envs, *argv])
         q = shlex.quote
         script = (
             f"mkdir -p {q(str(self.endpoint.run_dir))} {q(str(PurePosixPath(log_path).parent))}"
@@ -356,7 +378,8 @@ done
             try:
                 return paramiko.SFTPClient.from_transport(transport)
             except (paramiko.SSHException, EOFError, OSError) as err:
-                transport.close()
+                if transport.is_active():
+                    raise RemoteError(f"on {self.name}: cannot start sftp: {err}") from err
                 if attempt == 2:
                     raise self._unreachable(err) from err
         raise AssertionError("unreachable")

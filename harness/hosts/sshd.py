@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
+READY_TIMEOUT = 20.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,10 @@ class SshdSpec:
         return self.config_dir / "ssh_host_ed25519_key"
 
     @property
+    def pidfile(self) -> Path:
+        return self.config_dir / "sshd.pid"
+
+    @property
     def log(self) -> Path:
         return self.config_dir / "sshd.log"
 
@@ -38,7 +44,7 @@ def render_config(spec: SshdSpec) -> str:
     return "\n".join([
         f"ListenAddress {spec.address}:22",
         f"HostKey {spec.host_key}",
-        f"PidFile {spec.config_dir / 'sshd.pid'}",
+        f"PidFile {spec.pidfile}",
         f"AuthorizedKeysFile {spec.authorized_keys}",
         "AuthenticationMethods publickey",
         "PubkeyAuthentication yes",
@@ -56,6 +62,10 @@ def render_config(spec: SshdSpec) -> str:
         "X11Forwarding no",
         "PermitTunnel no",
         "PrintMotd no",
+        # bash sources ~/.bashrc for commands run by sshd only in a top-level shell; an
+        # inherited SHLVL makes it a nested one. That keeps a login's interactive set-up
+        # (here a pyenv init costing ~0.5 s) out of every command the harness sends.
+        "SetEnv SHLVL=1",
         # The harness multiplexes many concurrent commands over one connection per host.
         "MaxSessions 128",
         "MaxStartups 64:30:128",
@@ -71,10 +81,10 @@ def write_config(spec: SshdSpec) -> None:
 
 
 def start_all(specs: list[SshdSpec]) -> None:
-    """Start every sshd at once and wait for all of them.
+    """Start every sshd at once and wait until each accepts connections.
 
-    sshd binds its listening socket before it daemonizes, so once the launching process has
-    exited the host accepts connections: no polling needed.
+    sshd daemonizes before it binds, but writes its PidFile only once the listening socket
+    is bound: the pidfile's appearance is the readiness signal.
     """
     PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
     procs = []
@@ -92,3 +102,10 @@ def start_all(specs: list[SshdSpec]) -> None:
             failures.append(f"{spec.netns}: sshd exited {proc.returncode}: {out.decode().strip()} {log}")
     if failures:
         raise RuntimeError("could not start sshd: " + "; ".join(failures))
+    deadline = time.monotonic() + READY_TIMEOUT
+    for spec in specs:
+        while not spec.pidfile.exists():
+            if time.monotonic() > deadline:
+                log = spec.log.read_text(errors="replace")[-2000:] if spec.log.exists() else ""
+                raise RuntimeError(f"{spec.netns}: sshd not listening after {READY_TIMEOUT}s {log}")
+            time.sleep(0.005)

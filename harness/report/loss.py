@@ -31,8 +31,11 @@ def read_loss(path: Path, cap: int = 200) -> LossTable:
     """Read `path`; known columns missing from the file are simply not shown."""
     table = pq.read_table(path)
     result = LossTable(total=table.num_rows)
-    result.columns = [c for c in COLUMNS if c in table.column_names]
-    result.other_columns = [c for c in table.column_names if c not in COLUMNS]
+    shown = [c for c in COLUMNS if c in table.column_names]
+    if "explanation" in shown and "faults" in shown:
+        shown.remove("faults")  # the checker's explanation already names the faults
+    result.columns = shown
+    result.other_columns = [c for c in table.column_names if c not in shown]
     if "ack_time" in table.column_names and table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=[("ack_time", "ascending")]))
     kinds = (pc.cast(table.column("kind"), "string") if "kind" in table.column_names

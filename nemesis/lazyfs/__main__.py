@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from nemesis.lazyfs.control import LazyFSClient, LazyFSError
-from nemesis.lazyfs.mount import MountOptions, run_foreground, spawn_daemon, unmount
+from nemesis.lazyfs.mount import MountOptions, spawn_daemon, unmount
 from nemesis.lazyfs.torn import MODES
 
 
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             opts = MountOptions(args.backing, args.mountpoint, args.control, args.flush_interval_ms,
                                 args.dirty_limit_bytes, sync_backing=not args.no_sync_backing)
             if args.foreground:
+                # imported here: only the daemon needs libfuse, ctl and umount do not
+                from nemesis.lazyfs.daemon import run_foreground
+
                 run_foreground(opts)
                 return 0
             result: dict[str, Any] = {"pid": spawn_daemon(opts), "mountpoint": args.mountpoint,

@@ -8,17 +8,21 @@ slow-fsync, eio-write, eio-fsync, ping) and the op's arguments; responses are
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import socketserver
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nemesis.lazyfs.fs import Faults
-from nemesis.lazyfs.store import Store
+from nemesis.lazyfs.faults import Faults
+
+if TYPE_CHECKING:
+    from nemesis.lazyfs.store import Store
 
 MAX_REQUEST = 1 << 16
+log = logging.getLogger(__name__)
 
 
 class LazyFSError(RuntimeError):
@@ -75,6 +79,9 @@ class Controller:
             return {"ok": True, **op(req)}
         except (ValueError, OSError) as exc:
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # a bug must reach the caller, not kill the handler silently
+            log.exception("control request %r failed", line)
+            return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}"}
 
 
 class ControlServer:
@@ -103,7 +110,8 @@ class ControlServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits forever on a server never started
+            self._server.shutdown()
         self._server.server_close()
         if os.path.exists(self.path):
             os.unlink(self.path)

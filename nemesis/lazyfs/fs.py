@@ -13,6 +13,7 @@ from typing import Any
 
 import mfusepy
 
+from nemesis.lazyfs.faults import Faults
 from nemesis.lazyfs.node import Node
 from nemesis.lazyfs.store import Store
 
@@ -22,19 +23,9 @@ MAX_WRITE = 1 << 20
 
 
 @dataclass
-class Faults:
-    """I/O faults switched on and off through the control socket."""
-
-    slow_fsync_ms: int = 0
-    eio_write: bool = False
-    eio_fsync: bool = False
-
-
-@dataclass
 class Handle:
     node: Node
     append: bool
-    generation: int
 
 
 def _fh(fip: Any) -> int | None:
@@ -83,7 +74,7 @@ class LazyOps(mfusepy.Operations):
     def __init__(self, store: Store, on_ready: Callable[[], None] | None = None) -> None:
         self.store = store
         self.faults = Faults()
-        self._on_ready = on_ready
+        self.on_ready = on_ready  # called once the kernel has the mount
         self._handles: dict[int, Handle] = {}
         self._next_fh = itertools.count(1)
         self._lock = threading.Lock()
@@ -104,8 +95,8 @@ class LazyOps(mfusepy.Operations):
             config_3.nullpath_ok = 1
         if conn_info is not None:
             conn_info.max_write = MAX_WRITE
-        if self._on_ready is not None:
-            self._on_ready()
+        if self.on_ready is not None:
+            self.on_ready()
 
     def destroy(self, path: str) -> None:
         self.store.flush_all()  # a clean unmount is a clean shutdown
@@ -116,14 +107,14 @@ class LazyOps(mfusepy.Operations):
         self.store.opened(node)
         with self._lock:
             fh = next(self._next_fh)
-            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND), self.store.generation)
+            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND))
         return fh
 
     def _handle(self, fh: int) -> Handle:
         handle = self._handles.get(fh)
         if handle is None:
             raise mfusepy.FuseOSError(errno.EBADF)
-        if handle.generation != self.store.generation:
+        if handle.node.generation != self.store.generation:
             # the file was open across a power loss: that process is gone
             raise mfusepy.FuseOSError(errno.EIO)
         return handle
@@ -221,7 +212,7 @@ class LazyOps(mfusepy.Operations):
     def release(self, path: str | None, fh: int) -> int:
         with self._lock:
             handle = self._handles.pop(fh, None)
-        if handle is not None and handle.generation == self.store.generation:
+        if handle is not None:
             self.store.released(handle.node)
         return 0
 

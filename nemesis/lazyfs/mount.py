@@ -1,4 +1,4 @@
-"""Mounting, daemonizing and unmounting lossy filesystems.
+"""Starting, finding and unmounting lossy-filesystem daemons (no libfuse needed here).
 
 A daemon is a `python -m nemesis.lazyfs mount ... --foreground` child in its own
 session. It writes SOCK.pid next to its control socket and a registry entry
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -19,15 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from nemesis.lazyfs.control import Controller, ControlServer, LazyFSClient, LazyFSError
-from nemesis.lazyfs.flusher import Flusher
-from nemesis.lazyfs.fs import LazyFUSE, LazyOps
-from nemesis.lazyfs.store import Store
-
-log = logging.getLogger(__name__)
+from nemesis.lazyfs.control import LazyFSClient, LazyFSError
 
 READY_TIMEOUT_S = 20.0
 EXIT_TIMEOUT_S = 20.0
+LAZY_EXIT_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -44,7 +39,7 @@ def registry_dir() -> str:
     return os.environ.get("LAZYFS_RUN_DIR") or os.path.join(tempfile.gettempdir(), "lazyfs-mounts")
 
 
-def _registry_file(mountpoint: str) -> str:
+def registry_file(mountpoint: str) -> str:
     key = hashlib.sha1(os.path.realpath(mountpoint).encode()).hexdigest()[:16]
     return os.path.join(registry_dir(), key + ".json")
 
@@ -65,58 +60,18 @@ def is_mounted(mountpoint: str) -> bool:
     return False
 
 
-def _write_json(path: str, data: dict[str, Any]) -> None:
+def write_json(path: str, data: dict[str, Any]) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(data, f)
     os.replace(tmp, path)
 
 
-def _remove(path: str) -> None:
+def remove_file(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def run_foreground(opts: MountOptions) -> None:
-    """Mount and serve until unmounted; flushes everything on a clean unmount."""
-    for path, what in ((opts.backing, "backing directory"), (opts.mountpoint, "mountpoint")):
-        if not os.path.isdir(path):
-            raise NotADirectoryError(f"{what} {path!r} is not a directory")
-    if is_mounted(opts.mountpoint):
-        raise RuntimeError(f"{opts.mountpoint} is already mounted; run `umount` on it first")
-    store = Store(opts.backing, sync_backing=opts.sync_backing, dirty_limit=opts.dirty_limit_bytes)
-    control: list[ControlServer] = []
-    flusher = Flusher(store, opts.flush_interval_ms) if opts.flush_interval_ms > 0 else None
-    registry = _registry_file(opts.mountpoint)
-    # Resolved now: once mounted, touching the mountpoint before init returns deadlocks.
-    entry = {"pid": os.getpid(), "control": os.path.abspath(opts.control),
-             "mountpoint": os.path.realpath(opts.mountpoint), "backing": os.path.realpath(opts.backing)}
-
-    def on_ready() -> None:
-        _write_json(pidfile_for(opts.control), {"pid": os.getpid()})
-        os.makedirs(registry_dir(), exist_ok=True)
-        _write_json(registry, entry)
-        server = ControlServer(opts.control, Controller(store, ops.faults))
-        server.start()
-        control.append(server)
-        if flusher is not None:
-            flusher.start()
-
-    ops = LazyOps(store, on_ready)
-    options: dict[str, Any] = {"foreground": True, "fsname": "lazyfs", "subtype": "lazyfs"}
-    if os.getuid() == 0:
-        options["allow_other"] = True  # brokers may run as another user
-    try:
-        LazyFUSE(ops, opts.mountpoint, **options)
-    finally:
-        if flusher is not None:
-            flusher.stop()
-        for server in control:
-            server.stop()
-        _remove(pidfile_for(opts.control))
-        _remove(registry)
 
 
 def spawn_daemon(opts: MountOptions) -> int:
@@ -161,21 +116,35 @@ def unmount(mountpoint: str, timeout: float = EXIT_TIMEOUT_S) -> dict[str, Any]:
     if is_mounted(mountpoint):
         done = subprocess.run(["fusermount3", "-u", mountpoint], capture_output=True, text=True)
         if done.returncode != 0:
+            # busy, or the daemon is dead: still a clean shutdown if the daemon can flush
+            result["flushed"] = _try_flush(entry)
             lazy = subprocess.run(["fusermount3", "-uz", mountpoint], capture_output=True, text=True)
             if lazy.returncode != 0:
                 raise RuntimeError(f"cannot unmount {mountpoint}: {done.stderr.strip()}; {lazy.stderr.strip()}")
             result["lazy"] = True
+            timeout = min(timeout, LAZY_EXIT_TIMEOUT_S)  # users of a detached mount keep it alive
         result["unmounted"] = True
     pid = entry.get("pid") if entry else None
     if isinstance(pid, int):
         result["daemon"] = _await_exit(pid, timeout)
-    _remove(_registry_file(mountpoint))
+    remove_file(registry_file(mountpoint))
     return result
+
+
+def _try_flush(entry: dict[str, Any] | None) -> bool:
+    control = entry.get("control") if entry else None
+    if not isinstance(control, str):
+        return False
+    try:
+        LazyFSClient(control, timeout=10.0).flush_all()
+    except (OSError, LazyFSError, ValueError):
+        return False
+    return True
 
 
 def _read_registry(mountpoint: str) -> dict[str, Any] | None:
     try:
-        with open(_registry_file(mountpoint)) as f:
+        with open(registry_file(mountpoint)) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None

@@ -35,6 +35,7 @@ class Node:
         self.extents = DirtyExtents()
         self.fd: int | None = None
         self.open_count = 0
+        self.generation = 0  # the store generation (power-loss epoch) it belongs to
 
     @property
     def is_dir(self) -> bool:

@@ -50,6 +50,7 @@ class Store:
         """Rebuild the namespace from the backing directory (the durable state)."""
         self.tree.index.clear()
         root = node_from_stat(os.stat(self.tree.root), "/", None, "/")
+        root.generation = self.generation
         self.tree.index["/"] = root
         self._load_dir(root, "/")
         return root
@@ -62,6 +63,7 @@ class Store:
                     continue  # only regular files and directories are modelled
                 child_rel = os.path.join(rel, entry.name)
                 child = node_from_stat(st, entry.name, node, child_rel)
+                child.generation = self.generation
                 node.children[entry.name] = child
                 self.tree.index[child_rel] = child
                 if child.is_dir:
@@ -98,6 +100,7 @@ class Store:
             if name in parent.children:
                 raise _err(errno.EEXIST, path)
             node = Node(stat.S_IFREG | stat.S_IMODE(mode), name, parent)
+            node.generation = self.generation
             node.uid, node.gid = uid, gid
             parent.children[name] = node
             parent.touch()
@@ -110,6 +113,7 @@ class Store:
             if name in parent.children:
                 raise _err(errno.EEXIST, path)
             node = Node(stat.S_IFDIR | stat.S_IMODE(mode), name, parent)
+            node.generation = self.generation
             node.uid, node.gid = uid, gid
             parent.children[name] = node
             parent.touch()
@@ -183,8 +187,17 @@ class Store:
         self.dirty.discard(node)
         self._close_fd(node)
 
+    def _check_live(self, node: Node) -> None:
+        """Nodes from before a power loss are dead: a process still holding one gets EIO.
+
+        Checked under the lock, so a request racing with lose_unsynced cannot
+        put a dead node back into the cache."""
+        if node.generation != self.generation:
+            raise _err(errno.EIO, node.label())
+
     def readdir(self, node: Node) -> list[str]:
         with self.lock:
+            self._check_live(node)
             if not node.is_dir:
                 raise _err(errno.ENOTDIR, node.label())
             return list(node.children)
@@ -193,10 +206,13 @@ class Store:
 
     def opened(self, node: Node) -> None:
         with self.lock:
+            self._check_live(node)
             node.open_count += 1
 
     def released(self, node: Node) -> None:
         with self.lock:
+            if node.generation != self.generation:
+                return  # opened before a power loss: its state is gone already
             node.open_count -= 1
             if node.open_count > 0:
                 return
@@ -207,6 +223,7 @@ class Store:
 
     def read(self, node: Node, offset: int, size: int) -> bytes:
         with self.lock:
+            self._check_live(node)
             size = max(0, min(size, node.size - offset))
             if size == 0:
                 return b""
@@ -223,6 +240,7 @@ class Store:
 
     def write(self, node: Node, offset: int, data: bytes, append: bool = False) -> int:
         with self.lock:
+            self._check_live(node)
             if append:
                 offset = node.size
             self.total_dirty += node.extents.write(offset, data)
@@ -235,6 +253,7 @@ class Store:
 
     def truncate(self, node: Node, size: int) -> None:
         with self.lock:
+            self._check_live(node)
             if node.is_dir:
                 raise _err(errno.EISDIR, node.label())
             if size < node.size:
@@ -250,6 +269,7 @@ class Store:
     def set_attrs(self, node: Node, **attrs: Any) -> None:
         """chmod/chown/utimens: applied to the backing file at once, not modelled as losable."""
         with self.lock:
+            self._check_live(node)
             for key, value in attrs.items():
                 setattr(node, key, value)
             node.ctime = max(node.ctime, node.mtime)
@@ -268,6 +288,7 @@ class Store:
     def fsync(self, node: Node) -> None:
         """fsync/fdatasync: the file's data; plus the journal if its creation is pending."""
         with self.lock:
+            self._check_live(node)
             if node.is_dir:
                 self.commit_journal()
                 return
@@ -403,16 +424,7 @@ class Store:
             self._sync_dirs(dirs)
             files = {}
             for node in sorted(self.dirty, key=lambda n: (n.backing is None, n.backing or "", n.label())):
-                unsynced = node.extents.dirty_bytes
-                kept = 0
-                if node.backing is not None:
-                    pieces = kept_pieces(node.extents, rng, mode)
-                    kept = sum(len(d) for _, d in pieces)
-                    fd = self._fd(node)
-                    assert fd is not None
-                    self._write_pieces(fd, node, pieces, truncate=False)
-                    if self.sync_backing:
-                        os.fsync(fd)
+                unsynced, kept = node.extents.dirty_bytes, self._tear(node, rng, mode)
                 files[node.label()] = {"unsynced_bytes": unsynced, "kept_bytes": kept, "lost_bytes": unsynced - kept}
             self._reset()
             return {
@@ -424,6 +436,18 @@ class Store:
                 "dropped_metadata": dropped_ops,
                 "generation": self.generation,
             }
+
+    def _tear(self, node: Node, rng: random.Random, mode: str) -> int:
+        """Write the randomly kept part of a file's unsynced data; returns the bytes kept."""
+        if node.backing is None:
+            return 0  # its creation never became durable: nothing of it survives
+        pieces = kept_pieces(node.extents, rng, mode)
+        fd = self._fd(node)
+        assert fd is not None
+        self._write_pieces(fd, node, pieces, truncate=False)
+        if self.sync_backing:
+            os.fsync(fd)
+        return sum(len(data) for _, data in pieces)
 
     def _reset(self) -> None:
         """Forget all in-memory state and reload the namespace from the backing directory."""

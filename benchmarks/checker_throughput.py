@@ -1,0 +1,187 @@
+"""Checker throughput: ingest, Spark check on local[2], and the single-process reference.
+
+Generates synthetic Kafka histories (producers, tailing consumers, a paged final read, and a
+few injected anomalies: lost writes, reads of failed sends, stale reads), then prints ops/s
+for each stage and the Spark/reference ratio.
+
+    .venv/bin/python benchmarks/checker_throughput.py                 # 1M and 10M ops
+    .venv/bin/python benchmarks/checker_throughput.py --sizes 100000  # quick
+
+At the end it runs benchmarks/linearizability_bench.py's main() when that exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from checkers import reference, spark_checks  # noqa: E402
+from checkers.ingest import ingest  # noqa: E402
+from checkers.spark import get_session  # noqa: E402
+from checkers.verdict import classify_unread  # noqa: E402
+
+PARTITIONS = 3
+PRODUCERS = 4
+CONSUMERS = 2
+SENDS_PER_ROUND = 60
+FINAL_PAGE = 10_000
+INJECT_EVERY = 50_000  # sends between injected anomalies
+
+
+class Generator:
+    """Writes a history line by line; each op 1 µs after the previous."""
+
+    def __init__(self, fh, seed: int) -> None:
+        self.fh = fh
+        self.rng = random.Random(seed)
+        self.index = 0
+        self.logs: list[list[int]] = [[] for _ in range(PARTITIONS)]
+        self.positions = [[0] * PARTITIONS for _ in range(CONSUMERS)]
+        self.value = 0
+        self.sends = 0
+        self.rounds = 0
+        self.injected = {"lost-write": 0, "aborted-read": 0, "stale-read": 0}
+
+    def op(self, body: str) -> None:
+        self.fh.write(f'{{"index": {self.index}, "time": {self.index * 1000}, {body}}}\n')
+        self.index += 1
+
+    def send(self, p: int) -> None:
+        proc = self.rng.randrange(PRODUCERS)
+        v = self.value
+        self.value += 1
+        self.sends += 1
+        self.op(f'"process": {proc}, "type": "invoke", "f": "send", "partition": {p}, "value": {v}')
+        log = self.logs[p]
+        inject = self.sends % INJECT_EVERY
+        if inject == 1:  # a definitely failed send that the log holds anyway
+            self.op(f'"process": {proc}, "type": "fail", "f": "send", "partition": {p}, '
+                    f'"value": {v}, "error": "NOT_ENOUGH_REPLICAS"')  # fmt: skip
+            log.append(v)
+            self.injected["aborted-read"] += 1
+            return
+        offset = len(log)
+        self.op(f'"process": {proc}, "type": "ok", "f": "send", "partition": {p}, "value": {v}, '
+                f'"offset": {offset}, "node": {p + 1}, "epoch": 1')  # fmt: skip
+        # a lost write: acked, but the log gets a placeholder nobody wrote
+        log.append(-1 if inject == 2 else v)
+        self.injected["lost-write"] += inject == 2
+
+    def poll(self, c: int, p: int, f: str = "poll", limit: int = 500) -> None:
+        start = self.positions[c][p]
+        log = self.logs[p]
+        hwm = len(log)
+        stale_round = self.rounds % (INJECT_EVERY // SENDS_PER_ROUND) == 1
+        if f == "poll" and stale_round and (c, p) == (0, 0) and start < len(log):
+            hwm = start  # stale: the reply claims the log ends before acked records
+            self.injected["stale-read"] += 1
+        proc = f"c{c}" if f == "poll" else f"f{c}"
+        self.op(f'"process": "{proc}", "type": "invoke", "f": "{f}", "partition": {p}, '
+                f'"offset": {start}')  # fmt: skip
+        end = min(hwm, start + limit)
+        recs = ", ".join(f"[{o}, {log[o]}]" for o in range(start, end) if log[o] >= 0)
+        self.op(f'"process": "{proc}", "type": "ok", "f": "{f}", "partition": {p}, '
+                f'"records": [{recs}], "hwm": {hwm}')  # fmt: skip
+        self.positions[c][p] = max(start, end)
+
+    def run(self, n_ops: int) -> None:
+        while self.index < n_ops - 2 * PARTITIONS * (1 + self.sends // FINAL_PAGE):
+            self.rounds += 1
+            for _ in range(SENDS_PER_ROUND):
+                self.send(self.rng.randrange(PARTITIONS))
+            for c in range(CONSUMERS):
+                for p in range(PARTITIONS):
+                    self.poll(c, p)
+        self.op('"process": "nemesis", "type": "info", "f": "stop-partition", "value": null')
+        for p in range(PARTITIONS):
+            self.positions.append([0] * PARTITIONS)
+            while self.positions[-1][p] < len(self.logs[p]):
+                self.poll(len(self.positions) - 1, p, "final-poll", FINAL_PAGE)
+
+
+def generate(path: Path, n_ops: int) -> Generator:
+    with open(path, "w", buffering=1 << 20) as fh:
+        g = Generator(fh, seed=n_ops)
+        g.run(n_ops)
+    return g
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t
+
+
+def summary(out) -> dict[str, int]:
+    found = {name: n for name, (n, _) in out.anomalies.items() if n}
+    found.update(classify_unread(out)["kind"].value_counts().to_dict())
+    return dict(sorted(found.items()))
+
+
+def bench(size: int, work: Path, spark) -> None:
+    hist = work / f"history-{size}.jsonl"
+    g, t_gen = timed(generate, hist, size)
+    ing, t_ing = timed(ingest, hist, work / f"pq-{size}")
+    n = ing.ops
+    print(f"\n== {n:,} ops ({ing.reads:,} records read), history {hist.stat().st_size >> 20} MiB,"
+          f" generated in {t_gen:.1f} s; injected {g.injected}")  # fmt: skip
+    print(f"ingest (jsonl -> parquet)      {t_ing:8.1f} s  {n / t_ing:12,.0f} ops/s")
+    s_out, t_spark = timed(spark_checks.run, spark, ing.ops_path, ing.reads_path, "all")
+    s_sum = summary(s_out)
+    print(f"check, Spark local[2]          {t_spark:8.1f} s  {n / t_spark:12,.0f} ops/s")
+    r_out, t_ref = timed(reference.run, ing.ops_path, ing.reads_path, "all")
+    r_sum = summary(r_out)
+    print(f"check, single-process pandas   {t_ref:8.1f} s  {n / t_ref:12,.0f} ops/s")
+    print(f"Spark speed-up over pandas     {t_ref / t_spark:8.2f}x")
+    print(f"anomalies (Spark)     {s_sum}")
+    if r_sum != s_sum:
+        print(f"MISMATCH (reference) {r_sum}")
+    del r_out
+    hist.unlink()
+    shutil.rmtree(work / f"pq-{size}")
+
+
+def run_linearizability_bench() -> None:
+    path = Path(__file__).with_name("linearizability_bench.py")
+    if not path.exists():
+        print("\n(benchmarks/linearizability_bench.py not present: skipped)")
+        return
+    spec = importlib.util.spec_from_file_location("linearizability_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not hasattr(mod, "main"):
+        print("\n(linearizability_bench.py has no main(): skipped)")
+        return
+    print("\n== linearizability_bench.main()")
+    mod.main([]) if inspect.signature(mod.main).parameters else mod.main()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="1000000,10000000",
+                    help="comma-separated history sizes in operations")  # fmt: skip
+    ap.add_argument("--workdir", type=Path, help="where to write histories (default: a temp dir)")
+    ap.add_argument("--no-linearizability", action="store_true")
+    args = ap.parse_args(argv)
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")]
+    t = time.perf_counter()
+    spark = get_session("local[2]")
+    print(f"Spark session (local[2]) started in {time.perf_counter() - t:.1f} s")
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        for size in sizes:
+            bench(size, Path(tmp), spark)
+    if not args.no_linearizability:
+        run_linearizability_bench()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The mount daemon: store, FUSE loop, control socket and background flusher."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from nemesis.lazyfs.control import Controller, ControlServer
+from nemesis.lazyfs.flusher import Flusher
+from nemesis.lazyfs.fs import LazyFUSE, LazyOps
+from nemesis.lazyfs.mount import (
+    MountOptions,
+    is_mounted,
+    pidfile_for,
+    registry_dir,
+    registry_file,
+    remove_file,
+    write_json,
+)
+from nemesis.lazyfs.store import Store
+
+
+def run_foreground(opts: MountOptions) -> None:
+    """Mount and serve until unmounted; flushes everything on a clean unmount."""
+    for path, what in ((opts.backing, "backing directory"), (opts.mountpoint, "mountpoint")):
+        if not os.path.isdir(path):
+            raise NotADirectoryError(f"{what} {path!r} is not a directory")
+    if is_mounted(opts.mountpoint):
+        raise RuntimeError(f"{opts.mountpoint} is already mounted; run `umount` on it first")
+    store = Store(opts.backing, sync_backing=opts.sync_backing, dirty_limit=opts.dirty_limit_bytes)
+    flusher = Flusher(store, opts.flush_interval_ms) if opts.flush_interval_ms > 0 else None
+    registry = registry_file(opts.mountpoint)
+    # Resolved before mounting: touching the mountpoint before init returns deadlocks.
+    entry = {"pid": os.getpid(), "control": os.path.abspath(opts.control),
+             "mountpoint": os.path.realpath(opts.mountpoint), "backing": os.path.realpath(opts.backing)}
+    ops = LazyOps(store)
+    # Bound before mounting so a bad socket path fails here, not inside the FUSE init.
+    server = ControlServer(opts.control, Controller(store, ops.faults))
+
+    def on_ready() -> None:
+        write_json(pidfile_for(opts.control), {"pid": os.getpid()})
+        os.makedirs(registry_dir(), exist_ok=True)
+        write_json(registry, entry)
+        server.start()
+        if flusher is not None:
+            flusher.start()
+
+    ops.on_ready = on_ready
+    options: dict[str, Any] = {"foreground": True, "fsname": "lazyfs", "subtype": "lazyfs"}
+    if os.getuid() == 0:
+        options["allow_other"] = True  # brokers may run as another user
+    try:
+        LazyFUSE(ops, opts.mountpoint, **options)
+    finally:
+        if flusher is not None:
+            flusher.stop()
+        server.stop()
+        remove_file(pidfile_for(opts.control))
+        remove_file(registry)

@@ -1,0 +1,88 @@
+"""history.jsonl -> Parquet: streaming, corrupt and truncated lines (no Spark needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+from conftest_checker import History
+
+from checkers import ingest as ingest_mod
+from checkers.check import check_path, exit_code
+from checkers.ingest import HistoryError, ingest
+
+
+def small() -> History:
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.send(1, 0, 11, 1)
+    h.nemesis("start-kill", {"nodes": ["n2"]})
+    h.final(9, 0, [(0, 10), (1, 11)])
+    return h
+
+
+def test_tables_hold_every_op_and_record(tmp_path):
+    run = small().write(tmp_path)
+    res = ingest(run / "history.jsonl", tmp_path / "pq")
+    ops = pq.read_table(res.ops_path).to_pylist()
+    reads = pq.read_table(res.reads_path).to_pylist()
+    assert [o["index"] for o in ops] == list(range(7))
+    ack = ops[1]
+    assert (ack["type"], ack["offset"], ack["invoke_index"], ack["process"]) == ("ok", 0, 0, "1")
+    assert json.loads(ops[4]["value_json"]) == {"nodes": ["n2"]}
+    assert [(r["offset"], r["value"], r["pos"], r["from_offset"]) for r in reads] == [
+        (0, 10, 0, 0), (1, 11, 1, 0),
+    ]  # fmt: skip
+    assert reads[0]["invoke_time"] == ops[5]["time"]
+
+
+def test_streams_in_bounded_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest_mod, "BATCH_OPS", 10)
+    h = History()
+    for i in range(100):
+        h.send(i % 3, i % 2, i, i // 2)
+    run = h.write(tmp_path)
+    res = ingest(run / "history.jsonl", tmp_path / "pq")
+    meta = pq.ParquetFile(res.ops_path).metadata
+    assert meta.num_rows == 200 and meta.num_row_groups == 20
+
+
+def test_corrupt_middle_line_is_reported_with_its_line_number(tmp_path):
+    run = small().write(tmp_path)
+    lines = (run / "history.jsonl").read_text().splitlines(keepends=True)
+    lines[2] = '{"index": 2, "time": 3000000, "process": 1, "type": "inv\n'
+    lines[3] = lines[3].replace('"partition": 0', '"partition": "zero"')
+    (run / "history.jsonl").write_text("".join(lines))
+    with pytest.raises(HistoryError) as e:
+        ingest(run / "history.jsonl", tmp_path / "pq")
+    assert e.value.total == 2
+    assert "history.jsonl:3: invalid JSON (" in e.value.errors[0]
+    assert "history.jsonl:4: 'partition' must be an integer" in e.value.errors[1]
+    res = check_path(run)  # fails before any Spark work
+    assert res["valid"] == "unknown" and exit_code(res) == 2
+    assert json.loads((run / "results.json").read_text())["errors"] == e.value.errors
+    cli = subprocess.run(
+        [sys.executable, "-m", "checkers", str(run)], capture_output=True, text=True, timeout=120
+    )
+    assert cli.returncode == 2
+    assert "history.jsonl:3: invalid JSON" in cli.stderr
+
+
+def test_truncated_last_line_is_a_note(tmp_path):
+    run = small().write(tmp_path)
+    with open(run / "history.jsonl", "a") as fh:
+        fh.write('{"index": 7, "time": 8000000, "process": 1, "ty')
+    res = ingest(run / "history.jsonl", tmp_path / "pq")
+    assert res.ops == 7
+    assert len(res.notes) == 1 and "history.jsonl:8: last line is truncated" in res.notes[0]
+
+
+def test_complete_but_invalid_last_line_is_an_error(tmp_path):
+    run = small().write(tmp_path)
+    with open(run / "history.jsonl", "a") as fh:
+        fh.write('{"index": 7, "time": "late", "process": 1, "type": "invoke", "f": "send"}')
+    with pytest.raises(HistoryError, match="history.jsonl:8: 'time' must be an integer"):
+        ingest(run / "history.jsonl", tmp_path / "pq")
