@@ -28,8 +28,8 @@ nonmonotonic-send    a process's successive acked sends to p are not given incre
 aborted-read         a value whose send definitely failed (fail, and never ok/info) was read.
 stale-read           a read R of p whose invocation began after an acks=all send (p, o, v)
                      was acknowledged, that started at or before o (its poll offset, if
-                     given), and that misses the record although the record exists (v is
-                     read by some read of p, so this is distinct from loss), because either
+                     given), and that misses the record although the record exists (some
+                     read returned v at offset o, so this is distinct from loss), because
                        hwm-behind:  R reported a high watermark <= o (its view of the log
                                     predates the acknowledgement), or
                        other-value: R returned a different value at offset o, or

@@ -135,7 +135,8 @@ class ReferenceChecks:
         return polls.rename(columns={"index": "op", "invoke_offset": "from_offset"})
 
     def _visible(self) -> pd.DataFrame:
-        v = self.acked[self.acked["acks"] == "all"].merge(self.read_set, on=[P, "value"])
+        read = self.cells.loc[self.cells["read"], [P, "offset", "value"]]
+        v = self.acked[self.acked["acks"] == "all"].merge(read, on=[P, "offset", "value"])
         return v.rename(columns={"ack_index": "ack_op"})
 
     @staticmethod

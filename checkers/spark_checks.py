@@ -84,43 +84,48 @@ class SparkChecks:
             "epoch",
             F.coalesce(F.col("acks"), F.lit(acks)).alias("acks"),
         )
-        # One row per distinct (partition, offset, value) anyone saw; most checks start here.
-        obs = self.reads.select(P, "offset", "value", F.lit(True).alias("is_read"), "index")
+        # One row per distinct (partition, offset, value) anyone saw, with its ack if acked;
+        # most checks start here.
+        no_long, no_str = F.lit(None).cast("long"), F.lit(None).cast("string")
+        obs = self.reads.select(
+            P, "offset", "value", F.lit(True).alias("is_read"), "index",
+            no_long.alias("ack_time"), no_str.alias("acks"),
+        )  # fmt: skip
         obs = obs.unionByName(
             self.acked.select(
-                P, "offset", "value", F.lit(False).alias("is_read"), F.col("ack_index").alias("index")
-            )
+                P, "offset", "value", F.lit(False).alias("is_read"),
+                F.col("ack_index").alias("index"), "ack_time", "acks",
+            )  # fmt: skip
         )
         self.cells = (
             obs.groupBy(P, "offset", "value")
-            .agg(F.max("is_read").alias("read"), F.min("index").alias("first_op"))
+            .agg(
+                F.max("is_read").alias("read"),
+                F.min("index").alias("first_op"),
+                F.min(F.when(~F.col("is_read"), F.col("index"))).alias("ack_op"),
+                F.min("ack_time").alias("ack_time"),
+                F.max("acks").alias("acks"),
+            )
             .cache()
         )
         self.read_set = self.cells.filter("read").select(P, "value")
 
     # -- per-anomaly plans -------------------------------------------------------------
 
-    def inconsistent_offsets(self) -> DataFrame:
+    def _multi(self, keys: list[str], inner: list[str], name: str) -> DataFrame:
+        """Cells sharing `keys` with another cell, the others collected as `name`."""
+        multi = self.cells.groupBy(*keys).count().filter("count > 1").drop("count")
         return (
-            self.cells.groupBy(P, "offset")
-            .agg(
-                F.count("*").alias("n"),
-                F.sort_array(F.collect_list(F.struct("value", "first_op"))).alias("values"),
-            )
-            .filter("n > 1")
-            .drop("n")
+            self.cells.join(multi, keys, "left_semi")
+            .groupBy(*keys)
+            .agg(F.sort_array(F.collect_list(F.struct(*inner))).alias(name))
         )
 
+    def inconsistent_offsets(self) -> DataFrame:
+        return self._multi([P, "offset"], ["value", "first_op"], "values")
+
     def duplicate(self) -> DataFrame:
-        return (
-            self.cells.groupBy(P, "value")
-            .agg(
-                F.count("*").alias("n"),
-                F.sort_array(F.collect_list(F.struct("offset", "first_op"))).alias("offsets"),
-            )
-            .filter("n > 1")
-            .drop("n")
-        )
+        return self._multi([P, "value"], ["offset", "first_op"], "offsets")
 
     def unread(self) -> DataFrame:
         max_read = self.reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
@@ -193,12 +198,10 @@ class SparkChecks:
         )
 
     def stale_read(self, steps: DataFrame, inconsistent: DataFrame) -> DataFrame:
-        visible = self.acked.filter(F.col("acks") == "all").join(
-            self.read_set, [P, "value"], "left_semi"
+        visible = self.cells.filter(
+            F.col("read") & F.col("ack_op").isNotNull() & (F.col("acks") == "all")
         )
-        missed = F.struct(
-            "offset", "value", F.col("ack_index").alias("ack_op"), "ack_time"
-        ).alias("missed")
+        missed = F.struct("offset", "value", "ack_op", "ack_time").alias("missed")
         parts = [self._stale_hwm(visible, missed), self._stale_other_value(visible, inconsistent)]
         gaps = steps.filter(
             (F.col("offset") > F.col("expected"))
@@ -260,7 +263,7 @@ class SparkChecks:
             P,
             "offset",
             F.col("value").alias("sent_value"),
-            F.col("ack_index").alias("ack_op"),
+            "ack_op",
             "ack_time",
         )
         polls = self._polls().select(F.col("index"), "hwm")

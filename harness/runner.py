@@ -76,7 +76,7 @@ async def _run(config: dict, cluster: Cluster, history: HistoryWriter, run_dir: 
                replay_from: Path | None) -> None:
     loop = asyncio.get_running_loop()
     if cluster.lazyfs:
-        await loop.run_in_executor(None, lambda: [cluster.mount_lazyfs(h) for h in cluster.broker_hosts.values()])
+        await loop.run_in_executor(None, lambda: [cluster.mount_lazyfs(h) for h in cluster.hosts])
     await loop.run_in_executor(None, cluster.start, cluster.controller_host)
     for host in cluster.broker_hosts.values():
         await loop.run_in_executor(None, cluster.start, host)
@@ -212,7 +212,7 @@ def _teardown(cluster: Cluster) -> None:
             host.remote.stop_all(timeout=10)
         except Exception as e:
             _say(f"stopping nodes on {host.name}: {e}")
-        if cluster.lazyfs and host.name != cluster.controller_host.name:
+        if cluster.lazyfs:
             cluster.umount_lazyfs(host)
 
 

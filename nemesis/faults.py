@@ -162,9 +162,9 @@ class Nemesis:
                 if details:
                     value["lost"] = details
         except Exception as e:
-            self.history.nemesis(f"start-{fault.kind}", {**value, "error": str(e)})
-            self.schedule.ended(fault.id, self.clock(), "failed", str(e))
-            return
+            # Half-applied (e.g. killed, then the cache could not be dropped): record it and
+            # still undo it below, so no node stays down for the rest of the run.
+            value["error"] = str(e)
         self.history.nemesis(f"start-{fault.kind}", value)
         await asyncio.sleep(max(0.0, fault.duration_s))
         try:
@@ -172,7 +172,8 @@ class Nemesis:
                 await loop.run_in_executor(None, grudges.heal, self.cluster.hosts)
             else:
                 await loop.run_in_executor(None, self._heal, fault.kind, resolved)
-            self.schedule.ended(fault.id, self.clock(), "ok")
+            self.schedule.ended(fault.id, self.clock(), "failed" if "error" in value else "ok",
+                                value.get("error"))
         except Exception as e:
             self.schedule.ended(fault.id, self.clock(), "failed", str(e))
         self.history.nemesis(f"stop-{fault.kind}", {"nodes": value.get("nodes", sorted(value.get("grudge", {})))})

@@ -327,7 +327,15 @@ class Replica:
         return [Send(self.state.leader, {
             "type": "fetch", "topic": self.topic, "partition": self.partition,
             "replica": self.broker_id, "offset": self.log.end_offset,
-            "last_fetched_epoch": self.log.latest_epoch(), "leader_epoch": self.leader_epoch})]
+            "last_fetched_epoch": self._last_record_epoch(), "leader_epoch": self.leader_epoch})]
+
+    def _last_record_epoch(self) -> int:
+        """The epoch of the last record, -1 for an empty log (Kafka's LastFetchedEpoch). Not
+        the epoch cache's latest entry: a former leader that wrote nothing keeps an entry at
+        its LEO, which no truncation removes, so the leader would report divergence forever."""
+        end = self.log.end_offset
+        started = [epoch for epoch, start in self.log.epoch_entries() if start < end]
+        return started[-1] if started else -1
 
     def on_fetch_response(self, request: dict, response: dict, now: int) -> list[Output]:
         self.fetch_in_flight = False

@@ -362,3 +362,57 @@ def test_leader_epoch_truncation_replaces_divergent_suffix() -> None:
         (5, 2, 3, "leader-epoch")
     assert _log(sim, 1) == _log(sim, 2) == _log(sim, 3) == ["a", "b", "s", "t"]
     assert sim.logs[(1, "t", 0)].epoch_entries() == [(0, 0), (1, 2)]
+
+
+# ---- regressions found by the state machines -----------------------------------------------------
+
+
+def _fetch_storm(sim: Sim, ms: int) -> int:
+    """The most messages any one step of `ms` delivers (a healthy cluster parks its fetches)."""
+    worst = 0
+    for _ in range(ms // sim.step_ms):
+        sim.now += sim.step_ms
+        sim._carry_out(("controller",), sim.controller.tick(sim.now))
+        for b in sorted(sim.brokers):
+            sim._carry_out(("broker", b), sim.brokers[b].tick(sim.now))
+        delivered = 0
+        while sim.queue and delivered < 10_000:
+            sim._deliver(sim.queue.popleft())
+            delivered += 1
+        worst = max(worst, delivered)
+    return worst
+
+
+def test_restarted_former_leader_without_records_does_not_livelock() -> None:
+    """An empty former leader keeps its leader-epoch entry (epoch 0 at offset 0). Fetching
+    with that entry as its last fetched epoch, it was told to truncate to 0, which removed
+    nothing, and fetched again at once: a fetch/truncate loop. The fetch now carries the
+    epoch of the last fetched record (-1 for an empty log), as Kafka's Fetch API says."""
+    sim = _sim()
+    sim.crash(1)
+    sim.restart(1)
+    assert _fetch_storm(sim, 1000) < 100
+    assert _view(sim) == (2, (1, 2, 3), (), ())
+    assert _produce_acked(sim, ["x"]) == [(0, "x")]
+    sim.run(500)
+    assert _log(sim, 1) == ["x"]
+
+
+def test_former_leader_with_empty_epoch_does_not_livelock() -> None:
+    """The same with records below the empty epoch: replica 2 led epoch 1 without writing,
+    so its cache ends (0, 0), (1, 2); leader 1 of epoch 2 answers epoch 1 with (0, 2)."""
+    sim = _sim()
+    _produce_acked(sim, ["a", "b"])
+    sim.crash(1)
+    sim.restart(1)
+    sim.run(1000)
+    assert sim.state().leader == 2 and sim.state().leader_epoch == 1
+    sim.crash(2)
+    sim.restart(2)
+    assert _fetch_storm(sim, 1000) < 100
+    assert sim.state().leader == 1 and sim.state().leader_epoch == 2
+    assert sim.logs[(2, "t", 0)].epoch_entries() == [(0, 0), (1, 2)]
+    assert _produce_acked(sim, ["c"]) == [(2, "c")]
+    sim.run(500)
+    assert _log(sim, 2) == ["a", "b", "c"]
+    assert sim.logs[(2, "t", 0)].epoch_entries() == [(0, 0), (2, 2)]

@@ -12,9 +12,10 @@ outcome have no return entry, so they may be linearized at any point after their
 or never.
 
 The memo of seen configurations is Lowe's cache. The linearized set is stored compactly
-as (m, gaps): every op with id < m except the ``gaps`` is linearized and none with id >= m
-is. Ids are in call order, so ``gaps`` holds only ops still pending at that point and
-stays small however long the history is, where a bitset would grow with it.
+as (m, gaps): every op with id < m except the ``gaps`` (a sorted tuple, the smallest
+hashable form) is linearized and none with id >= m is. Ids are in call order, so ``gaps``
+holds only ops still pending at that point and stays small however long the history is,
+where a bitset would grow with it.
 
 Two prunings on top (sound, and checked against brute force in the tests): a read-only op
 the model accepts is the only candidate tried, and of identical pending ops only the one
@@ -121,9 +122,9 @@ class _Search:
         step = self.model.step
         deadline, max_states = self.budget.deadline, self.budget.max_states
         state = self.model.init()
-        m, gaps = 0, frozenset()
-        seen: set[tuple[int, frozenset[int], Hashable]] = set()
-        stack: list[tuple[int, Hashable, int, frozenset[int], list[int], int, int]] = []
+        m, gaps = 0, ()
+        seen: set[tuple[int, tuple[int, ...], Hashable]] = set()
+        stack: list[tuple[int, Hashable, int, tuple[int, ...], list[int], int, int]] = []
         best = -1
         failure = None
         countdown = _CHECK_EVERY
@@ -151,9 +152,9 @@ class _Search:
                 if not ok:
                     continue
                 if i < m:
-                    new_m, new_gaps = m, gaps - {i}
+                    new_m, new_gaps = m, tuple(g for g in gaps if g != i)
                 else:
-                    new_m, new_gaps = i + 1, gaps.union(range(m, i)) if i > m else gaps
+                    new_m, new_gaps = i + 1, gaps + tuple(range(m, i)) if i > m else gaps
                 config = (new_m, new_gaps, new_state)
                 if config in seen:
                     continue
