@@ -1,7 +1,7 @@
 """Time the linearizability checker on simulated cas-register histories.
 
     .venv/bin/python benchmarks/linearizability_bench.py [--sizes 1000,10000,100000]
-        [--processes 5,50] [--budget-s 120] [--max-states 5000000] [--seed 1]
+        [--processes 5,50] [--budget-s 120] [--max-states 10000000] [--seed 1]
 
 Histories come from checkers.linear.simulate: a real register accessed by concurrent
 clients, so every one is linearizable and any verdict but "valid" is the search giving up
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", type=_ints, default=[1000, 10000, 100000])
     p.add_argument("--processes", type=_ints, default=[5, 50])
     p.add_argument("--budget-s", type=float, default=120.0)
-    p.add_argument("--max-states", type=int, default=5_000_000)
+    p.add_argument("--max-states", type=int, default=10_000_000)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     header = (f"{'ops':>7} {'procs':>5} {'checked':>7} {'verdict':>8} {'explored':>9} "

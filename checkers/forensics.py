@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from checkers.segments import find_on_disk
+from checkers.verdict import py_scalar
 
 NS = 1_000_000_000
 FAULT_SLACK_NS = 5 * NS  # a fault that ended this shortly before the ack still counts
@@ -163,7 +164,8 @@ def explain(rec: dict, faults: list[Fault], events: list[dict], disk_hosts: list
     unclean = [e for e in window if e["kind"] in ("unclean-election", "unclean-recovery")]
     fault_text = _relevant_faults(faults, ack, until)
 
-    parts = [f"acked by broker {rec['node']} at leader epoch {rec['epoch']} at {_secs(ack)}"]
+    node, epoch = py_scalar(rec["node"]), py_scalar(rec["epoch"])
+    parts = [f"acked by broker {node} at leader epoch {epoch} at {_secs(ack)}"]
     if state:
         parts[0] += f" (ISR {state.get('isr')})"
     parts += fault_text

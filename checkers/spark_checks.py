@@ -18,6 +18,9 @@ from checkers.verdict import CheckOutput
 
 P = "partition"
 INFO_READ = "info-sends-read"  # a statistic, counted in the same job as the anomalies
+# Below this many probes, range conditions are broadcast joins; above, window scans.
+RANGE_JOIN_MAX = 10_000
+JUMP = ["process", P, "index", "pos", "prev_op", "expected", "offset"]
 
 
 def summarise(
@@ -128,8 +131,16 @@ class SparkChecks:
         return self._multi([P, "value"], ["offset", "first_op"], "offsets")
 
     def unread(self) -> DataFrame:
+        """Acked sends whose value no read of their partition returned."""
+        # Narrow down on the cached cells first, so the full acked and read sets are never
+        # shuffled against each other: only acks nobody read at their own offset are checked
+        # against reads of the value elsewhere.
+        cand = self.cells.filter(F.col("ack_op").isNotNull() & ~F.col("read"))
+        cand = cand.select(P, "value", "offset")
+        elsewhere = self.read_set.join(cand.select(P, "value"), [P, "value"], "left_semi")
+        keys = cand.join(elsewhere, [P, "value"], "left_anti")
         max_read = self.reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
-        return self.acked.join(self.read_set, [P, "value"], "left_anti").join(
+        return self.acked.join(keys, [P, "value", "offset"], "left_semi").join(
             F.broadcast(max_read), P, "left"
         )
 
@@ -155,24 +166,27 @@ class SparkChecks:
         )
 
     def poll_skip(self, steps: DataFrame) -> DataFrame:
-        known = self.cells.select(P, "offset").distinct()
-        known = known.withColumn(
-            "prev_known", F.lag("offset").over(Window.partitionBy(P).orderBy("offset"))
-        )
         jumps = steps.filter(F.col("offset") > F.col("expected"))
-        return (
-            jumps.join(known, [P, "offset"])
-            .filter(F.col("prev_known") >= F.col("expected"))
-            .select(
-                "process",
-                P,
-                F.col("index").alias("op"),
-                "prev_op",
-                "expected",
-                "offset",
-                F.col("prev_known").alias("skipped_offset"),
+        known = self.cells.select(P, F.col("offset").alias("k"))
+        if jumps.count() <= RANGE_JOIN_MAX:
+            # Few jumps (the normal case): probe them from every known offset, no sort.
+            j = F.broadcast(jumps.select(*[c for c in JUMP if c != P], F.col(P).alias("jp")))
+            cond = (F.col(P) == F.col("jp")) & (F.col("k") >= F.col("expected"))
+            hits = known.join(j, cond & (F.col("k") < F.col("offset")))
+            skipped = hits.groupBy(*JUMP).agg(F.max("k").alias("skipped_offset"))
+        else:
+            w = Window.partitionBy(P).orderBy("k")
+            prev = known.distinct().withColumn("prev", F.lag("k").over(w))
+            skipped = (
+                jumps.select(*JUMP)
+                .join(prev.withColumnRenamed("k", "offset"), [P, "offset"])
+                .filter(F.col("prev") >= F.col("expected"))
+                .withColumnRenamed("prev", "skipped_offset")
             )
-        )
+        return skipped.select(
+            "process", P, F.col("index").alias("op"), "prev_op", "expected", "offset",
+            "skipped_offset",
+        )  # fmt: skip
 
     def nonmonotonic_send(self) -> DataFrame:
         w = Window.partitionBy("process", P).orderBy("ack_index")
@@ -207,7 +221,7 @@ class SparkChecks:
             (F.col("offset") > F.col("expected"))
             & ((F.col("pos") > 0) | F.col("from_offset").isNotNull())
         )
-        if gaps.limit(1).count():
+        if not gaps.isEmpty():
             parts.append(self._stale_skipped(visible, gaps, missed))
         stale = parts[0]
         for p in parts[1:]:
@@ -286,43 +300,45 @@ class SparkChecks:
         )
 
     def _stale_skipped(self, visible: DataFrame, gaps: DataFrame, missed: Column) -> DataFrame:
-        sends = visible.select(P, F.col("offset").alias("key"), F.lit(1).alias("kind_order"), missed)
         g = gaps.select(
             P,
-            F.col("expected").alias("key"),
-            F.lit(0).alias("kind_order"),
+            F.col("expected").alias("lo"),
+            (F.col("offset") - 1).alias("hi"),
             F.col("index").alias("op"),
             "process",
             "invoke_time",
             "from_offset",
-            (F.col("offset") - 1).alias("hi"),
         )
-        # For each gap, the first visible acked record at or after the gap's start: scan
-        # downwards so the frame only grows (an unbounded-following frame is quadratic).
-        w = Window.partitionBy(P).orderBy(F.desc("key"), F.desc("kind_order")).rowsBetween(
-            Window.unboundedPreceding, Window.currentRow
-        )
-        ev = sends.unionByName(g, allowMissingColumns=True)
-        ev = ev.withColumn("next", F.last("missed", ignorenulls=True).over(w))
+        first = self._first_visible_at_or_after(visible, g, missed)
         polls = self._polls().select(F.col("index").alias("op"), "hwm")
         return (
-            ev.filter(
-                (F.col("kind_order") == 0)
-                & (F.col("next.offset") <= F.col("hi"))
+            first.filter(
+                (F.col("next.offset") <= F.col("hi"))
                 & (F.col("next.ack_time") < F.col("invoke_time"))
             )
             .join(polls, "op")
             .select(
-                "op",
-                "process",
-                P,
-                "invoke_time",
-                "from_offset",
-                "hwm",
-                F.lit("skipped").alias("kind"),
-                F.col("next").alias("missed"),
+                "op", "process", P, "invoke_time", "from_offset", "hwm",
+                F.lit("skipped").alias("kind"), F.col("next").alias("missed"),
             )
+        )  # fmt: skip
+
+    @staticmethod
+    def _first_visible_at_or_after(visible: DataFrame, g: DataFrame, missed: Column) -> DataFrame:
+        """Each gap row of g with `next`: the lowest visible acked record at offset >= lo."""
+        if g.count() <= RANGE_JOIN_MAX:
+            sends = visible.select(F.col(P).alias("vp"), F.col("offset").alias("k"), missed)
+            cond = (F.col(P) == F.col("vp")) & (F.col("k") >= F.col("lo"))
+            hits = sends.join(F.broadcast(g), cond & (F.col("k") <= F.col("hi")))
+            return hits.groupBy(*g.columns).agg(F.min("missed").alias("next"))
+        sends = visible.select(P, F.col("offset").alias("lo"), F.lit(1).alias("kind_order"), missed)
+        # Scan downwards so the frame only grows (an unbounded-following frame is quadratic).
+        w = Window.partitionBy(P).orderBy(F.desc("lo"), F.desc("kind_order")).rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
         )
+        ev = sends.unionByName(g.withColumn("kind_order", F.lit(0)), allowMissingColumns=True)
+        ev = ev.withColumn("next", F.last("missed", ignorenulls=True).over(w))
+        return ev.filter(F.col("kind_order") == 0).select(*g.columns, "next")
 
     # -- evidence about the run as a whole -------------------------------------------
 

@@ -45,7 +45,8 @@ def run_from_cli(args) -> int:
 
 
 def run_test(config: dict[str, Any], results_root: Path, argv: list[str] | None = None,
-             replay_from: Path | None = None, check: bool = True) -> Path:
+             replay_from: Path | None = None, check: bool = True,
+             plan: list[dict] | None = None) -> Path:
     """Run one test and return its folder (history, schedule, events, nodes/, results)."""
     cleaned = cleanup.cleanup_stale()
     if cleaned:
@@ -59,7 +60,7 @@ def run_test(config: dict[str, Any], results_root: Path, argv: list[str] | None 
         lazyfs = any(f in NEEDS_LAZYFS for f in config["nemesis"]["faults"])
         cluster = Cluster(hosts, config["system"], lazyfs=lazyfs)
         try:
-            asyncio.run(_run(config, cluster, history, run_dir, replay_from))
+            asyncio.run(_run(config, cluster, history, run_dir, replay_from, plan))
         finally:
             history.close()
             _collect(cluster, run_dir)
@@ -73,7 +74,7 @@ def run_test(config: dict[str, Any], results_root: Path, argv: list[str] | None 
 
 
 async def _run(config: dict, cluster: Cluster, history: HistoryWriter, run_dir: Path,
-               replay_from: Path | None) -> None:
+               replay_from: Path | None, plan: list[dict] | None) -> None:
     loop = asyncio.get_running_loop()
     if cluster.lazyfs:
         await loop.run_in_executor(None, lambda: [cluster.mount_lazyfs(h) for h in cluster.hosts])
@@ -92,6 +93,9 @@ async def _run(config: dict, cluster: Cluster, history: HistoryWriter, run_dir: 
         from nemesis.schedule import load_schedule
         entries = replay_plan(load_schedule(replay_from / "schedule.json"))
         schedule = ScheduleRecord(run_dir / "schedule.json", params_from_config(config), entries)
+    elif plan is not None:
+        # A scripted scenario (tests, docs): fixed faults instead of the seed's random ones.
+        schedule = ScheduleRecord(run_dir / "schedule.json", params_from_config(config), plan)
     else:
         schedule = ScheduleRecord(run_dir / "schedule.json", params_from_config(config))
     started = time.monotonic()

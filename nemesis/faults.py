@@ -82,7 +82,7 @@ class Nemesis:
         if select == "elr-members":
             return self._hosts_of(elr)
         if select == "followers":
-            return self._hosts_of([r for r in state["replicas"] if r != leader])
+            return [] if leader is None else self._hosts_of([r for r in state["replicas"] if r != leader])
         raise ValueError(f"unknown target {target}")
 
     async def _partition_state(self, partition: int) -> dict | None:

@@ -102,7 +102,10 @@ class Replica:
     def _become_leader(self, state: PartitionState, now: int) -> list[Output]:
         out = self._resign(E.NOT_LEADER) if self.role == "leader" else []
         self.role, self.leader_epoch = "leader", state.leader_epoch
-        self.log.assign_epoch(state.leader_epoch)
+        # The epoch enters the epoch cache with its first record, not now: an entry without
+        # records outlives a later truncation to the LEO (which removes nothing), so as a
+        # follower this replica would report that empty epoch as its last fetched one and
+        # be told to diverge forever, or meet older-epoch records it cannot append.
         self.epoch_start = self.log.end_offset
         self.isr = state.isr
         self.alter_in_flight = False
@@ -327,15 +330,7 @@ class Replica:
         return [Send(self.state.leader, {
             "type": "fetch", "topic": self.topic, "partition": self.partition,
             "replica": self.broker_id, "offset": self.log.end_offset,
-            "last_fetched_epoch": self._last_record_epoch(), "leader_epoch": self.leader_epoch})]
-
-    def _last_record_epoch(self) -> int:
-        """The epoch of the last record, -1 for an empty log (Kafka's LastFetchedEpoch). Not
-        the epoch cache's latest entry: a former leader that wrote nothing keeps an entry at
-        its LEO, which no truncation removes, so the leader would report divergence forever."""
-        end = self.log.end_offset
-        started = [epoch for epoch, start in self.log.epoch_entries() if start < end]
-        return started[-1] if started else -1
+            "last_fetched_epoch": self.log.latest_epoch(), "leader_epoch": self.leader_epoch})]
 
     def on_fetch_response(self, request: dict, response: dict, now: int) -> list[Output]:
         self.fetch_in_flight = False

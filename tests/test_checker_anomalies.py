@@ -130,7 +130,7 @@ def zoo(spark, tmp_path_factory):  # noqa: F811
     uncapped = 1_000_000
     spark_out = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", uncapped)
     ref_out = reference.run(ing.ops_path, ing.reads_path, "all", uncapped)
-    return spark_out, ref_out
+    return spark_out, ref_out, ing
 
 
 def view(zoo, scenario) -> dict[str, list[dict]]:
@@ -143,12 +143,22 @@ def verdict_of(scenario, tmp_path, config: dict | None = None) -> dict:
 
 @pytest.mark.spark
 def test_spark_and_reference_agree_exactly(zoo):
-    s, r = zoo
+    s, r, _ = zoo
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     assert s.complete_partitions == r.complete_partitions
     assert s.stats == r.stats
     assert sum(n for n, _ in s.anomalies.values()) > 0  # the zoo does contain anomalies
+
+
+@pytest.mark.spark
+def test_window_scans_for_many_jumps_agree_with_broadcast_joins(zoo, spark, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(spark_checks, "RANGE_JOIN_MAX", -1)
+    _, r, ing = zoo
+    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
+    for name in ("poll-skip", "stale-read"):
+        assert s.anomalies[name] == r.anomalies[name]
+        assert s.anomalies[name][0] > 0
 
 
 @pytest.mark.spark

@@ -369,6 +369,8 @@ class SimMachine(RuleBasedStateMachine):
         self.acked: dict[int, str] = {}
         self.next_value = 0
         self.lossy: set[int] = set()
+        self.produce(3)  # every run starts with acknowledged records at stake
+        assert len(self.acked) == 3
 
     def _settle_lossy(self) -> None:
         isr = set(self.sim.state().isr)
@@ -405,12 +407,25 @@ class SimMachine(RuleBasedStateMachine):
     def isolate(self, b: int) -> None:
         self.sim.isolate(b)
 
-    @rule()
-    def heal(self) -> None:
-        self.sim.heal()
+    @rule(a=st.sampled_from([1, 2, 3, "controller"]), b=st.sampled_from([1, 2, 3]))
+    def cut(self, a, b: int) -> None:
+        if a != b:
+            self.sim.partition(a, b)
 
-    @rule(ms=st.integers(100, 8000))
-    def run(self, ms: int) -> None:
+    @rule(b=st.integers(1, 3))
+    def clean_shutdown(self, b: int) -> None:
+        if b not in self.sim.down:
+            self.sim.clean_shutdown(b)
+
+    @rule()
+    def restart_controller(self) -> None:
+        self.sim.restart_controller()
+
+    @rule(ms=st.integers(100, 8000), heal=st.booleans())
+    def run(self, ms: int, heal: bool) -> None:
+        """Time passes; faults are often transient."""
+        if heal:
+            self.sim.heal()
         self.sim.run(ms)
         self._settle_lossy()
 
@@ -421,12 +436,18 @@ class SimMachine(RuleBasedStateMachine):
         if len(s.isr) >= self.min_isr:
             assert s.elr == () and s.last_known_elr == (), s
 
+    def _registered(self, b: int) -> bool:
+        """The controller's view of b is about the running process (not a crashed one whose
+        session has not timed out yet, while its restarted successor cannot register)."""
+        broker, info = self.sim.brokers.get(b), self.sim.controller.brokers.get(b)
+        return broker is not None and info is not None and broker.broker_epoch == info.broker_epoch
+
     @invariant()
     def live_candidates_hold_every_ack(self) -> None:
         s = self.sim.state()
         unfenced = self.sim.controller.unfenced()
-        candidates = (set(s.isr) | (set(s.elr) & unfenced)) - self.sim.down
-        for b in candidates:
+        candidates = set(s.isr) | (set(s.elr) & unfenced)
+        for b in filter(self._registered, candidates):
             log = self.sim.logs[(b, "t", 0)]
             for offset, value in self.acked.items():
                 assert offset < log.end_offset, (b, offset, value, s)

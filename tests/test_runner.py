@@ -113,4 +113,4 @@ def test_sigkilled_run_leaves_a_checkable_history_and_is_cleaned_up(tmp_path):
     check = subprocess.run([sys.executable, "-m", "harness.cli", "check", str(run_dir)], env=env,
                            capture_output=True, text=True, timeout=600)
     assert check.returncode in (0, 1, 2), check.stderr
-    assert (run_dir / "results.json").exists()
+    assert (run_dir / "results.json").exists(), check.stdout[-2000:] + check.stderr[-2000:]
