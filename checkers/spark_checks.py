@@ -73,8 +73,7 @@ class SparkChecks:
     def __init__(self, spark: SparkSession, ops_path: Path, reads_path: Path, acks: str) -> None:
         self.ops = spark.read.parquet(str(ops_path))
         self.reads = spark.read.parquet(str(reads_path))
-        sends = self.ops.filter(F.col("f") == "send")
-        self.sends = sends
+        self.sends = sends = self.ops.filter(F.col("f") == "send")
         self.acked = sends.filter((F.col("type") == "ok") & F.col("offset").isNotNull()).select(
             P,
             "value",
@@ -144,7 +143,7 @@ class SparkChecks:
             F.broadcast(max_read), P, "left"
         )
 
-    def _read_steps(self) -> DataFrame:
+    def read_steps(self) -> DataFrame:
         """Reads that break the per-process sequence, with the offset they should have had."""
         w = Window.partitionBy("process", P).orderBy("index", "pos")
         expected = F.when(
@@ -397,7 +396,7 @@ def run(
 ) -> CheckOutput:
     tune(spark, ops_path.stat().st_size + reads_path.stat().st_size)
     c = SparkChecks(spark, ops_path, reads_path, acks)
-    steps = c._read_steps()
+    steps = c.read_steps()
     inconsistent = c.inconsistent_offsets()
     found = summarise(
         {

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
+from harness.campaign_detection import detection_times, format_table
 from harness.campaign_spec import Cell, load_spec
 from harness.index import render_campaign, write_results_index
 from harness.report.outcome import read_outcome
@@ -265,3 +266,7 @@ def _print_summary(campaign: Campaign) -> None:
         if cell["outcome"] in ("regression", "not-detected", "error"):
             print(f"  {cell['outcome']}: {cell['id']} {cell.get('error') or ''}".rstrip(),
                   flush=True)
+    detections = detection_times(cells)
+    if detections:
+        print("time to detection (campaign time until a run lost acknowledged records):\n"
+              + format_table(detections), flush=True)

@@ -12,6 +12,8 @@
     expect = "no-loss"              # or "loss-allowed"
     set = { "workload.acks" = "all", "system.min.insync.replicas" = 2 }
 
+    nemesis = ["kill"]              # optional: only these [[nemesis]] mixes (default: all)
+
     [[nemesis]]
     name = "kill"
     faults = ["kill"]               # every other key is a [nemesis] setting: interval, duration...
@@ -83,12 +85,12 @@ def load_spec(path: Path) -> tuple[str, list[Cell]]:
         if expect not in EXPECTATIONS:
             raise CampaignError(f"{path}: config {config['name']!r}: expect must be one of "
                                 f"{EXPECTATIONS}, got {expect!r}")
-        extra = sorted(set(config) - {"name", "expect", "set"})
+        extra = sorted(set(config) - {"name", "expect", "set", "nemesis"})
         if extra:
             raise CampaignError(f"{path}: config {config['name']!r}: unknown key(s) {extra}; "
-                                "known: name, expect, set")
+                                "known: name, expect, set, nemesis")
         sets = _overrides(config.get("set", {}), path, f"config {config['name']!r} set")
-        for nemesis in nemeses:
+        for nemesis in _mixes_for(config, nemeses, path):
             mix = {f"nemesis.{k}": v for k, v in nemesis.items() if k != "name"}
             for limit in limits:
                 for seed in seeds:
@@ -100,6 +102,26 @@ def load_spec(path: Path) -> tuple[str, list[Cell]]:
                     cells.append(Cell(cell_id, config["name"], nemesis["name"], seed, limit,
                                       expect, resolved))
     return name, cells
+
+
+def _mixes_for(config: dict[str, Any], nemeses: list[dict[str, Any]],
+               path: Path) -> list[dict[str, Any]]:
+    """The [[nemesis]] mixes a config runs under: those its `nemesis` list names, else all.
+
+    A weakness is found by the faults that exercise it, so each config may pick its own."""
+    wanted = config.get("nemesis")
+    if wanted is None:
+        return nemeses
+    by_name = {n["name"]: n for n in nemeses}
+    if (not isinstance(wanted, list) or not wanted or len(set(wanted)) != len(wanted)
+            or not all(isinstance(w, str) for w in wanted)):
+        raise CampaignError(f"{path}: config {config['name']!r}: nemesis must be a non-empty "
+                            f"list of distinct [[nemesis]] names, got {wanted!r}")
+    unknown = [w for w in wanted if w not in by_name]
+    if unknown:
+        raise CampaignError(f"{path}: config {config['name']!r}: nemesis {unknown} not defined; "
+                            f"[[nemesis]] tables: {sorted(by_name)}")
+    return [by_name[w] for w in wanted]
 
 
 def _read(path: Path) -> dict[str, Any]:

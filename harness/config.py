@@ -33,6 +33,7 @@ KNOWN_FAULTS = (
 )
 KNOWN_ANOMALIES = ANOMALIES  # the checker's names, for checker.allow
 TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
+HOST_PROVIDERS = ("netns", "ssh")
 # Names under results/ that are not tests: the newest-run link and the campaigns folder.
 RESERVED_NAMES = ("latest", "campaigns")
 TOP = ""  # the table holding the top-level keys in SCHEMA
@@ -210,9 +211,17 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "allow": _names(KNOWN_ANOMALIES, "anomaly names"),
         "spark_master": _nonempty_str(),
     },
+    "hosts": {
+        "provider": _choice(*HOST_PROVIDERS),
+        "inventory": _nonempty_str(),
+    },
 }
 # Fields whose value is a table merged key by key across layers rather than replaced.
 _MERGED = {("nemesis", "weights")}
+# Keys that may be left out of their table ([system] keys all may, see validate()).
+_OPTIONAL = {("hosts", "inventory")}
+# What a table missing altogether means: configs stored before [hosts] existed ran on netns.
+_ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"}}
 
 
 @dataclass(frozen=True)
@@ -461,19 +470,24 @@ def validate(config: Mapping[str, Any], prov: Provenance | None = None, *,
     for table, fields in SCHEMA.items():
         if not table:
             continue
-        given = config.get(table, {})
+        given = config.get(table, _ABSENT_TABLES.get(table, {}))
         if not isinstance(given, Mapping):
             raise _bad(table, given, "a table of settings", prov)
         for key in given:
             if key not in fields:
                 raise _unknown(full_key(table, key), prov.get(full_key(table, key),
                                                                _Origin("config")), None)
-        # [system] keys are optional: a missing one takes the node's own default.
         out[table] = {key: _checked(full_key(table, key), given, field, prov,
-                                    required=table != "system", local=key)
-                      for key, field in fields.items() if table != "system" or key in given}
+                                    required=_required(table, key), local=key)
+                      for key, field in fields.items() if key in given or _required(table, key)}
     _check_relations(out, prov)
+    _check_hosts(out, prov)
     return out
+
+
+def _required(table: str, key: str) -> bool:
+    # [system] keys are optional: a missing one takes the node's own default.
+    return table != "system" and (table, key) not in _OPTIONAL
 
 
 def _everywhere(config: Mapping[str, Any], origin: _Origin) -> Provenance:
@@ -542,6 +556,39 @@ def _check_relations(c: Mapping[str, Any], prov: Provenance) -> None:
     if "outage" in nemesis["faults"] and n_brokers < 2:
         raise _relation_error("nemesis.faults", "outage hits several brokers at once and "
                               f"needs nodes >= 3, got nodes = {c['nodes']}", prov)
+
+
+def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
+    """hosts.inventory becomes an absolute path (so test.json replays from anywhere); with
+    the ssh provider it must load and list at least `nodes` hosts."""
+    hosts = c["hosts"]
+    if "inventory" in hosts:
+        hosts["inventory"] = str(_inventory_path(hosts["inventory"], _where("hosts.inventory", prov)))
+    if hosts["provider"] != "ssh":
+        return
+    if "inventory" not in hosts:
+        raise _relation_error("hosts.provider", "the ssh provider needs hosts.inventory, the "
+                              "path of an inventory TOML file (see docs/vms.md)", prov)
+    # Imported here: the hosts package pulls in paramiko, which plain config use never needs.
+    from harness.hosts.inventory import InventoryError, load_inventory
+    try:
+        entries = load_inventory(Path(hosts["inventory"]))
+    except InventoryError as e:
+        raise _relation_error("hosts.inventory", str(e), prov) from None
+    if len(entries) < c["nodes"]:
+        culprit = _later("hosts.inventory", "nodes", prov)
+        raise _relation_error(culprit, f"nodes = {c['nodes']} needs as many hosts, but "
+                              f"{hosts['inventory']} lists {len(entries)}", prov)
+
+
+def _inventory_path(value: str, origin: _Origin) -> Path:
+    """A relative path is relative to the TOML config file that set it, else to the cwd."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    source = Path(origin.source)
+    base = source.parent if source.suffix == ".toml" and source.is_file() else Path.cwd()
+    return (base / path).absolute()
 
 
 def _later(a: str, b: str, prov: Provenance) -> str:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.campaign_detection import detection_times
 from harness.report import plots
 from harness.report.outcome import read_outcome
 from harness.report.render import environment, render_run, write_atomically
@@ -77,6 +78,7 @@ def render_campaign(folder: Path) -> Path:
         verdict=state.get("verdict") or "pending",
         counts=_counts(cells),
         matrix=build_matrix(folder, cells),
+        detections=detection_times(cells),
         notable=[c for c in cells if c.get("outcome") in ("regression", "not-detected", "error",
                                                           "unknown")],
         results_index="../../../index.html" if results_index.is_file() else None,

@@ -14,7 +14,7 @@ from typing import Any
 from harness import store
 from harness.cluster import Cluster
 from harness.hosts import cleanup
-from harness.hosts.netns_provider import NetnsProvider
+from harness.hosts.provider import make_provider
 from nemesis.faults import LOSSY, Nemesis
 from nemesis.schedule import ScheduleRecord, params_from_config, replay_plan
 from replication.client import Client, ClientError
@@ -53,12 +53,12 @@ def run_test(config: dict[str, Any], results_root: Path, argv: list[str] | None 
         _say(f"cleaned up {len(cleaned)} leftover cluster(s) from an earlier run")
     run_dir = store.new_run(results_root, config, argv or [])
     _say(f"run folder {run_dir}")
-    provider = NetnsProvider(CLUSTER_ROOT / run_dir.name, config["nodes"])
+    provider = make_provider(config, CLUSTER_ROOT / run_dir.name)
     history = HistoryWriter(run_dir / "history.jsonl")
     try:
         hosts = provider.up()
         lazyfs = any(f in NEEDS_LAZYFS for f in config["nemesis"]["faults"])
-        cluster = Cluster(hosts, config["system"], lazyfs=lazyfs)
+        cluster = Cluster(hosts, config["system"], python=provider.python, lazyfs=lazyfs)
         try:
             asyncio.run(_run(config, cluster, history, run_dir, replay_from, plan))
         finally:

@@ -259,6 +259,45 @@ def test_leader_epoch_truncation_keeps_committed_record_in_same_scenario() -> No
     assert sim.consume() == acked
 
 
+def test_seed_001_kip_966_walkthrough_in_the_simulator() -> None:
+    # 1. Leader=R1, ISR=[R1,R2,R3]
+    sim = _sim()
+    assert _view(sim) == (1, (1, 2, 3), (), ())
+    # 2. R3 unreachable, fenced; the ISR still meets MinISR.
+    sim.isolate(3)
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (1, (1, 2), (), ())
+    # 3. req1 is replicated to R2, the HWM covers it, the producer gets its ack.
+    acked = _produce_acked(sim, ["req1"])
+    assert sim.brokers[1].replicas[("t", 0)].hwm == 1
+    assert (_log(sim, 1), _log(sim, 2), _log(sim, 3)) == (["req1"], ["req1"], [])
+    # 4. R2 unreachable: the ISR is below MinISR, R2 joins the ELR.
+    sim.isolate(2)
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (1, (1,), (2,), ())
+    # 5. An OS error kills R1 (its page cache too): NoLeader, R1 joins the ELR.
+    assert sim.crash(1, lose_unflushed=True) == 1
+    sim.run(BASE.broker_session_timeout_ms + 500)
+    assert _view(sim) == (None, (), (1, 2), ())
+    # 6. R1 restarts without req1 and registers uncleanly: out of the ELR, not elected.
+    sim.restart(1)
+    sim.run(1000)
+    assert _log(sim, 1) == []
+    assert _events(sim, "broker-registered", broker=1)[-1]["clean"] is False
+    assert 1 in sim.controller.unfenced()
+    assert _view(sim) == (None, (), (2,), (1,))
+    # 7. R2 reachable again (R3 still not): unfenced, elected from the ELR.
+    sim.heal()
+    sim.isolate(3)
+    sim.run(400)
+    (election,) = _events(sim, "partition-change", reason="election")
+    assert [election[k] for k in ("leader", "isr", "elr", "last_known_elr")] == [2, [2], [], [1]]
+    # 8. R1 catches up from R2 and is re-added; MinISR reached, LastKnownELR cleaned.
+    sim.run(2000)
+    assert _view(sim) == (2, (1, 2), (), ())
+    assert _log(sim, 1) == ["req1"] and sim.consume() == acked
+
+
 def _elr_member_loses_power(**overrides) -> tuple[Sim, list]:
     """Seed 001 steps 1-5 with real brokers: "x" committed on 1 and 2, then 1 is the last
     replica standing and loses power; 1 and 2 are in the ELR."""

@@ -364,27 +364,49 @@ class SimMachine(RuleBasedStateMachine):
     def setup(self, min_isr: int, flush: int | None) -> None:
         self.min_isr = min_isr
         self.sim = Sim(3, NodeConfig(min_insync_replicas=min_isr, flush_messages=flush,
-                                     replica_lag_time_max_ms=2000))
+                                     replica_lag_time_max_ms=1000,
+                                     broker_session_timeout_ms=1500))
         self.sim.create_topic("t", 1, 3)
         self.acked: dict[int, str] = {}
         self.next_value = 0
         self.lossy: set[int] = set()
-        self.produce(3)  # every run starts with acknowledged records at stake
+        self.calls: list = []  # produce calls not answered yet, with their values
+        self._send(3)  # every run starts with acknowledged records at stake
+        self.sim.run(500)
+        self._harvest()
         assert len(self.acked) == 3
 
     def _settle_lossy(self) -> None:
         isr = set(self.sim.state().isr)
         self.lossy = {b for b in self.lossy if b in self.sim.down or b not in isr}
 
+    def _send(self, n: int) -> None:
+        """acks=all produces to the leader the controller names, 50 ms apart."""
+        for _ in range(n):
+            leader = self.sim.state().leader
+            if leader in self.sim.brokers:
+                value = f"v{self.next_value}"
+                self.next_value += 1
+                call = self.sim.call(leader, {"type": "produce", "topic": "t", "partition": 0,
+                                              "acks": "all", "values": [value]})
+                self.calls.append((call, value))
+            self.sim.run(50)
+
+    def _harvest(self) -> None:
+        waiting = []
+        for call, value in self.calls:
+            if call.response is None:
+                waiting.append((call, value))
+            elif "error" not in call.response:
+                offset = call.response["offset"]
+                assert offset not in self.acked, ("two acks for one offset", offset, value)
+                self.acked[offset] = value
+        self.calls = waiting
+
     @rule(n=st.integers(1, 3))
     def produce(self, n: int) -> None:
-        for _ in range(n):
-            value = f"v{self.next_value}"
-            self.next_value += 1
-            reply = self.sim.produce([value], wait_ms=1000)
-            if "error" not in reply:
-                assert reply["offset"] not in self.acked
-                self.acked[reply["offset"]] = value
+        self._send(n)
+        self._harvest()
 
     @rule(b=st.integers(1, 3), lose=st.booleans())
     def crash(self, b: int, lose: bool) -> None:
@@ -421,12 +443,14 @@ class SimMachine(RuleBasedStateMachine):
     def restart_controller(self) -> None:
         self.sim.restart_controller()
 
-    @rule(ms=st.integers(100, 8000), heal=st.booleans())
-    def run(self, ms: int, heal: bool) -> None:
-        """Time passes; faults are often transient."""
+    @rule(ms=st.integers(100, 8000), heal=st.booleans(), n=st.integers(0, 3))
+    def run(self, ms: int, heal: bool, n: int) -> None:
+        """Time passes with the workload producing; faults are often transient."""
         if heal:
             self.sim.heal()
+        self._send(n)
         self.sim.run(ms)
+        self._harvest()
         self._settle_lossy()
 
     @invariant()
@@ -461,6 +485,7 @@ class SimMachine(RuleBasedStateMachine):
         for b in sorted(sim.down):
             sim.restart(b)
         sim.run(15_000)
+        self._harvest()
         consumed = dict(sim.consume())
         missing = {o: v for o, v in self.acked.items() if consumed.get(o) != v}
         assert not missing, (missing, sim.state())

@@ -7,6 +7,7 @@
     known_hosts = "known_hosts"      # must already vouch for every host's key
     work_dir = "/var/lib/kch"        # on each host: <work_dir>/<name>/{data,run,logs}
     sudo = false                     # true: privileged commands run under `sudo -n`
+    python = "python3"               # runs the nodes: an interpreter with this project installed
 
     [[hosts]]
     name = "n1"
@@ -35,12 +36,14 @@ class HostEntry:
     known_hosts: Path
     work_dir: PurePosixPath
     sudo: bool
+    python: str
 
 
-_DEFAULTS: dict[str, Any] = {"port": 22, "user": "root", "work_dir": "/var/lib/kch", "sudo": False}
+_DEFAULTS: dict[str, Any] = {"port": 22, "user": "root", "work_dir": "/var/lib/kch", "sudo": False,
+                             "python": "python3"}
 _TYPES: dict[str, type] = {
     "name": str, "address": str, "port": int, "user": str, "key_file": str,
-    "known_hosts": str, "work_dir": str, "sudo": bool,
+    "known_hosts": str, "work_dir": str, "sudo": bool, "python": str,
 }
 
 
@@ -97,5 +100,6 @@ def load_inventory(path: Path) -> list[HostEntry]:
             user=values["user"], key_file=_local_path(path.parent, values["key_file"]),
             known_hosts=_local_path(path.parent, values["known_hosts"]),
             work_dir=PurePosixPath(values["work_dir"]), sudo=values["sudo"],
+            python=values["python"],
         ))
     return entries

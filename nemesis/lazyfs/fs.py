@@ -19,7 +19,7 @@ from nemesis.lazyfs.store import Store
 
 # Largest write the kernel may send in one request: big sequential appends
 # arrive as few large writes instead of many 4 KiB ones.
-MAX_WRITE = 1 << 20
+MAX_WRITE = 128 * 1024  # libfuse sizes its receive buffers for 32 pages; more gives EINVAL
 
 
 @dataclass

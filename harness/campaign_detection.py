@@ -1,0 +1,73 @@
+"""Time to detection: how much campaign time a weakness needs before a run catches it.
+
+For each config expected to lose data, its finished cells are taken in run order and their
+wall-clock durations (set-up, workload, final read and check) are added up until a cell whose
+checker reports lost acknowledged records (lost-write or unseen); that sum is one detection
+time, and counting starts again from zero. So with three seeds that all lose data there are
+three samples, each one run long; with one detecting run out of three, one sample of three
+runs. Time spent after the last detection is reported apart as `undetected_s` (the search
+had not succeeded yet), never folded into the statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+FINISHED = ("done", "error")
+
+
+@dataclass
+class Detection:
+    config: str
+    runs: int = 0  # finished cells
+    detecting_runs: int = 0
+    seeds: list[int] = field(default_factory=list)
+    samples_s: list[float] = field(default_factory=list)
+    undetected_s: float = 0.0
+
+    @property
+    def median_s(self) -> float | None:
+        return median(self.samples_s) if self.samples_s else None
+
+    @property
+    def worst_s(self) -> float | None:
+        return max(self.samples_s) if self.samples_s else None
+
+
+def detection_times(cells: list[dict[str, Any]]) -> list[Detection]:
+    """One row per `loss-allowed` config that has finished cells, in campaign order."""
+    rows: dict[str, Detection] = {}
+    for cell in cells:
+        if cell.get("expect") != "loss-allowed" or cell.get("status") not in FINISHED:
+            continue
+        row = rows.setdefault(cell["config"], Detection(cell["config"]))
+        row.runs += 1
+        if cell.get("seed") not in row.seeds:
+            row.seeds.append(cell.get("seed"))
+        row.undetected_s += float(cell.get("duration_s") or 0.0)
+        if cell.get("lost"):
+            row.detecting_runs += 1
+            row.samples_s.append(round(row.undetected_s, 1))
+            row.undetected_s = 0.0
+    for row in rows.values():
+        row.undetected_s = round(row.undetected_s, 1)
+    return list(rows.values())
+
+
+def _fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes}m{secs:02d}s"
+
+
+def format_table(rows: list[Detection]) -> str:
+    """A plain-text table for the end of a campaign's output."""
+    lines = [f"{'config':<24} {'detected':>9} {'median':>8} {'worst':>8} {'undetected':>11}  seeds"]
+    for r in rows:
+        lines.append(f"{r.config:<24} {f'{r.detecting_runs}/{r.runs}':>9} {_fmt(r.median_s):>8} "
+                     f"{_fmt(r.worst_s):>8} {_fmt(r.undetected_s or None):>11}  "
+                     + ",".join(str(s) for s in r.seeds))
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""The host provider a run's config asks for (`[hosts]`), and the interpreter its nodes use."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.hosts.host import Host
+from harness.hosts.inventory import HostEntry, InventoryError
+from harness.hosts.netns_provider import NetnsProvider
+from harness.hosts.ssh_provider import SshProvider
+
+
+class Provider(Protocol):
+    python: str  # the interpreter that runs `-m replication` and `-m nemesis.lazyfs` on the hosts
+
+    def up(self) -> list[Host]: ...
+
+    def down(self) -> None: ...
+
+
+class LocalNetnsProvider(NetnsProvider):
+    """Netns hosts share this machine's filesystem, so they run our own interpreter."""
+
+    python = sys.executable
+
+
+class InventoryProvider(SshProvider):
+    """The first `nodes` hosts of an inventory; n1 (the controller) is the first listed."""
+
+    def __init__(self, inventory: Path, nodes: int) -> None:
+        super().__init__(inventory)
+        if len(self.entries) < nodes:
+            raise InventoryError(f"{self.inventory}: lists {len(self.entries)} host(s), "
+                                 f"but the run needs nodes = {nodes}")
+        self.entries = self.entries[:nodes]
+        self.python = shared_python(self.inventory, self.entries)
+
+
+def shared_python(inventory: Path, entries: Sequence[HostEntry]) -> str:
+    """The one `python` of the hosts used: a cluster starts every node the same way."""
+    found = {e.python for e in entries}
+    if len(found) != 1 or "" in found:
+        detail = ", ".join(f"{e.name}: {e.python!r}" for e in entries)
+        raise InventoryError(f"{inventory}: python must be one non-empty path for all the hosts "
+                             f"a run uses (set it in [defaults]); got {detail}")
+    return found.pop()
+
+
+def make_provider(config: Mapping[str, Any], cluster_dir: Path) -> Provider:
+    """The provider of a validated config; `cluster_dir` is the netns cluster's local folder."""
+    hosts = config["hosts"]
+    if hosts["provider"] == "netns":
+        return LocalNetnsProvider(cluster_dir, config["nodes"])
+    if hosts["provider"] == "ssh":
+        return InventoryProvider(Path(hosts["inventory"]), config["nodes"])
+    raise ValueError(f"hosts.provider: unknown provider {hosts['provider']!r}")

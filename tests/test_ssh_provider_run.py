@@ -1,0 +1,119 @@
+"""`run_test` with hosts.provider = "ssh" on real sshds, and vagrant/inventory.py's key checks.
+
+There is no hypervisor here, so the VMs of vagrant/ stand in as netns hosts: NetnsProvider
+brings up hosts with their own sshd, vagrant/inventory.py's writer (with its ssh-keyscan
+verification) turns them into an inventory, and the whole run goes through the ssh provider.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import stat
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from harness.config import load_config
+from harness.hosts import NetnsProvider
+from harness.runner import run_test
+from workloads.history import read_history
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.fuse,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and sshd need root"),
+    pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="openssh-server not installed"),
+    pytest.mark.skipif(shutil.which("ssh-keyscan") is None, reason="ssh-keyscan not installed"),
+]
+
+
+def _vagrant_inventory():
+    spec = importlib.util.spec_from_file_location("vagrant_inventory", ROOT / "vagrant" / "inventory.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def netns_hosts(tmp_path_factory):
+    provider = NetnsProvider(tmp_path_factory.mktemp("kch") / "cluster", 4)
+    hosts = provider.up()
+    yield provider, hosts
+    provider.down()
+
+
+def _reported_key(provider: NetnsProvider, name: str) -> str:
+    # What `vagrant ssh -c 'cat /etc/ssh/ssh_host_ed25519_key.pub'` reports for a VM.
+    return (provider.cluster_dir / name / "sshd" / "ssh_host_ed25519_key.pub").read_text()
+
+
+def _logging_python(path: Path, log: Path) -> Path:
+    """An interpreter that records its arguments: shows which python the nodes ran with."""
+    path.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >>{log}\nexec {sys.executable} "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_host_key_is_taken_only_when_it_matches(netns_hosts):
+    provider, hosts = netns_hosts
+    inv = _vagrant_inventory()
+    n1, n2 = hosts[0], hosts[1]
+    key = inv.verified_key("n1", n1.address, _reported_key(provider, "n1"))
+    assert key == " ".join(_reported_key(provider, "n1").split()[:2])
+    # n2's sshd answers at n2's address with n2's key, not the n1 key a VM might report there.
+    with pytest.raises(inv.InventoryScriptError, match="refusing to trust it"):
+        inv.verified_key("n1", n2.address, _reported_key(provider, "n1"))
+
+
+def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
+    provider, hosts = netns_hosts
+    inv = _vagrant_inventory()
+    calls = tmp_path / "python-calls.log"
+    python = _logging_python(tmp_path / "python", calls)
+    vms = [inv.VmHost(h.name, h.address, provider.ssh_dir / "id_ed25519",
+                      inv.verified_key(h.name, h.address, _reported_key(provider, h.name)))
+           for h in hosts]
+    work = tmp_path / "work"
+    inventory = tmp_path / "inventory.toml"
+    inv.write_inventory(inventory, vms, user="root", python=str(python), work_dir=str(work))
+
+    config = load_config("fast", [
+        "nodes=3", "topic.replication_factor=2", "time_limit=8", "seed=3",
+        "nemesis.faults=['partition', 'power-loss']", "nemesis.interval=2", "nemesis.duration=2",
+        "workload.final_read_timeout=30",
+        "hosts.provider=ssh", f"hosts.inventory={str(inventory)!r}",
+    ])
+    run_dir = run_test(config, tmp_path / "results", check=False)
+
+    test = json.loads((run_dir / "test.json").read_text())
+    assert test["config"]["hosts"] == {"provider": "ssh", "inventory": str(inventory)}
+    ops = read_history(run_dir / "history.jsonl")
+    assert any(op["f"] == "send" and op["type"] == "ok" for op in ops)
+    assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
+    started = Counter(op["f"] for op in ops if op["process"] == "nemesis")
+    assert started["start-partition"] + started["start-power-loss"] >= 1, started
+
+    # The first `nodes` hosts of the inventory, in the ssh provider's layout, not netns's.
+    assert sorted(p.name for p in work.iterdir()) == ["n1", "n2", "n3"]
+    for name in ("n1", "n2", "n3"):
+        assert (work / name / "logs" / "node.log").exists()
+        assert (run_dir / "nodes" / name / "node.log").exists()
+    assert not (run_dir / "nodes" / "n4").exists()
+
+    # Every node and the page-cache-loss FS ran under the inventory's python.
+    lines = calls.read_text().splitlines()
+    assert sum("-m replication controller" in line for line in lines) >= 1
+    assert sum("-m replication broker" in line for line in lines) >= 2
+    assert sum("-m nemesis.lazyfs mount" in line for line in lines) == 3
+
+    # Torn down: no node left running on any host, hosts still reachable for the next run.
+    for h in hosts[:3]:
+        assert not h.remote.run(["pgrep", "-f", str(work / h.name)], check=False).ok
