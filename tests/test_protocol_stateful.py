@@ -192,6 +192,11 @@ class MetadataMachine(RuleBasedStateMachine):
             return
         best = max(targets, key=lambda t: (self.has[t], -t))
         self._apply(md.Change(md.elect_recovered(s, best), "unclean-recovery-balanced"))
+        if self.has[best] < self.committed:
+            # Reported potential data loss that was real: the committed log is now the new
+            # leader's, and the others will truncate to it.
+            self.committed = self.has[best]
+            self.has = {b: min(n, self.committed) for b, n in self.has.items()}
 
     # -- invariants ---------------------------------------------------------------------------
 
