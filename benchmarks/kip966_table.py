@@ -62,7 +62,8 @@ def measure(rf: int, min_isr: int, k: int, seconds: float, root: Path) -> dict[s
         f"nodes={rf + 1}", f"time_limit={seconds}", "topic.partitions=1",
         f"topic.replication_factor={rf}", f"system.min.insync.replicas={min_isr}",
         "system.eligible.leader.replicas.enable=true", "system.unclean.recovery.strategy=balanced",
-        "workload.acks=all", "workload.rate=300", "workload.final_read_timeout=60",
+        "workload.acks=all", "workload.rate=300", "workload.producers=16",
+        "workload.final_read_timeout=60",
         "nemesis.faults=['outage', 'pause']", f"seed={k}",
         f"name=kip966-rf{rf}-minisr{min_isr}-k{k}"])
     run_dir = run_test(config, root, plan=scenario(rf, min_isr, k))

@@ -89,7 +89,7 @@ def check_path(path: Path, spark_master: str | None = None, *, backend: str = "s
     """Check a run folder or bare history.jsonl; write results.json + loss.parquet beside it.
 
     backend "reference" runs the single-process pandas checks instead of Spark (for
-    comparison; Spark is the one that scales).
+    comparison and tests; only Spark scales past one machine's memory).
     """
     history, run_dir = locate(path)
     notes: list[str] = []

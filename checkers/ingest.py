@@ -1,5 +1,9 @@
 """Convert history.jsonl to two flat Parquet tables, streaming in bounded batches.
 
+The pass is sequential anyway, so it also records each read's and each ack's predecessor
+from the same process and partition: the order-dependent checks then become filters
+instead of a shuffle and sort of every record.
+
 `ops`   one row per history line (Jepsen operation), completions carry their invocation's
         index/time/offset so checkers never have to pair them again.
 `reads` one row per record returned by an ok poll/final-poll.
@@ -41,6 +45,9 @@ OPS_SCHEMA = pa.schema(
         ("invoke_index", pa.int64()),
         ("invoke_time", pa.int64()),
         ("invoke_offset", pa.int64()),  # the offset a poll asked to read from
+        # for ok sends: this process's previous ok send to the same partition
+        ("prev_ack_op", pa.int64()),
+        ("prev_ack_offset", pa.int64()),
     ]
 )
 
@@ -56,6 +63,9 @@ READS_SCHEMA = pa.schema(
         ("pos", pa.int32()),  # position of the record within its poll
         ("invoke_time", pa.int64()),
         ("from_offset", pa.int64()),
+        # the record this process read from this partition just before (history order)
+        ("prev_op", pa.int64()),
+        ("prev_offset", pa.int64()),
     ]
 )
 
@@ -144,6 +154,9 @@ class _Converter:
     def __init__(self, batches: _Batches) -> None:
         self.b = batches
         self.pending: dict[str, tuple[int, int, int | None]] = {}
+        # (process, partition) -> (op index, offset) of the last record read / last ack
+        self.last_read: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        self.last_ack: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         self.ops = 0
         self.reads = 0
 
@@ -191,6 +204,12 @@ class _Converter:
         o["invoke_index"].append(inv[0])
         o["invoke_time"].append(inv[1])
         o["invoke_offset"].append(inv[2])
+        prev_ack = (None, None)
+        if typ == "ok" and f == "send" and offset is not None:
+            prev_ack = self.last_ack.get((process, partition), prev_ack)
+            self.last_ack[(process, partition)] = (index, offset)
+        o["prev_ack_op"].append(prev_ack[0])
+        o["prev_ack_offset"].append(prev_ack[1])
         self.ops += 1
         if records:
             self._add_reads(records, index, process, partition, time, f, inv[1], inv[2])
@@ -216,16 +235,24 @@ class _Converter:
     def _add_reads(self, records, index, process, partition, time, f, inv_time, from_offset):
         r = self.b.reads
         n = len(records)
+        key = (process, partition)
+        prev_op, prev_offset = self.last_read.get(key, (None, None))
+        offsets = [rec[0] for rec in records]
         r["index"].extend([index] * n)
         r["process"].extend([process] * n)
         r["partition"].extend([partition] * n)
-        r["offset"].extend(rec[0] for rec in records)
+        r["offset"].extend(offsets)
         r["value"].extend(rec[1] for rec in records)
         r["time"].extend([time] * n)
         r["f"].extend([f] * n)
         r["pos"].extend(range(n))
         r["invoke_time"].extend([inv_time] * n)
         r["from_offset"].extend([from_offset] * n)
+        r["prev_op"].append(prev_op)
+        r["prev_op"].extend([index] * (n - 1))
+        r["prev_offset"].append(prev_offset)
+        r["prev_offset"].extend(offsets[:-1])
+        self.last_read[key] = (index, offsets[-1])
         self.reads += n
 
 

@@ -87,13 +87,12 @@ class ReferenceChecks:
         return u.merge(max_read, on=P, how="left")[UNREAD_COLUMNS]
 
     def read_steps(self) -> pd.DataFrame:
-        r = self.reads  # already in (index, pos) order: the history's order
-        g = r.groupby(["process", P], sort=False)
-        prev, prev_op = g["offset"].shift(1), g["index"].shift(1)
+        r = self.reads
         seek = (r["pos"] == 0) & r["from_offset"].notna()
         start = r["from_offset"].to_numpy("float64", na_value=np.nan)
-        expected = pd.Series(np.where(seek, start, (prev + 1).to_numpy("float64")), index=r.index)
-        steps = r.assign(prev_op=prev_op, expected=expected)
+        prev = r["prev_offset"].to_numpy("float64", na_value=np.nan)
+        expected = pd.Series(np.where(seek, start, prev + 1), index=r.index)
+        steps = r.assign(expected=expected)
         return steps[expected.notna() & (steps["offset"] != expected)]
 
     @staticmethod
@@ -111,10 +110,10 @@ class ReferenceChecks:
         return s[["process", P, "op", "prev_op", "expected", "offset", "skipped_offset"]]
 
     def nonmonotonic_send(self) -> pd.DataFrame:
-        a = self.acked.sort_values("ack_index")
-        g = a.groupby(["process", P], sort=False)
-        a = a.assign(prev_offset=g["offset"].shift(1), prev_op=g["ack_index"].shift(1))
-        a = a[a["offset"] <= a["prev_offset"]].rename(columns={"ack_index": "op"})
+        a = self.sends[self.sends["type"] == "ok"]
+        a = a[a["offset"] <= a["prev_ack_offset"]]
+        a = a.rename(columns={"index": "op", "prev_ack_op": "prev_op",
+                              "prev_ack_offset": "prev_offset"})  # fmt: skip
         return a[["process", P, "op", "offset", "prev_op", "prev_offset"]]
 
     def aborted_read(self) -> pd.DataFrame:

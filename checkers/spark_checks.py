@@ -145,16 +145,14 @@ class SparkChecks:
 
     def read_steps(self) -> DataFrame:
         """Reads that break the per-process sequence, with the offset they should have had."""
-        w = Window.partitionBy("process", P).orderBy("index", "pos")
         expected = F.when(
             (F.col("pos") == 0) & F.col("from_offset").isNotNull(), F.col("from_offset")
-        ).otherwise(F.lag("offset").over(w) + 1)
+        ).otherwise(F.col("prev_offset") + 1)
         return (
             self.reads.select(
-                "index", "process", P, "offset", "value", "pos", "from_offset", "invoke_time"
-            )
-            .withColumn("prev_op", F.lag("index").over(w))
-            .withColumn("expected", expected)
+                "index", "process", P, "offset", "value", "pos", "from_offset", "invoke_time",
+                "prev_op", expected.alias("expected"),
+            )  # fmt: skip
             .filter(F.col("offset") != F.col("expected"))
             .cache()
         )
@@ -188,15 +186,11 @@ class SparkChecks:
         )  # fmt: skip
 
     def nonmonotonic_send(self) -> DataFrame:
-        w = Window.partitionBy("process", P).orderBy("ack_index")
-        return (
-            self.acked.withColumn("prev_offset", F.lag("offset").over(w))
-            .withColumn("prev_op", F.lag("ack_index").over(w))
-            .filter(F.col("offset") <= F.col("prev_offset"))
-            .select(
-                "process", P, F.col("ack_index").alias("op"), "offset", "prev_op", "prev_offset"
-            )
-        )
+        acked = self.sends.filter(F.col("type") == "ok")
+        return acked.filter(F.col("offset") <= F.col("prev_ack_offset")).select(
+            "process", P, F.col("index").alias("op"), "offset",
+            F.col("prev_ack_op").alias("prev_op"), F.col("prev_ack_offset").alias("prev_offset"),
+        )  # fmt: skip
 
     def aborted_read(self) -> DataFrame:
         failed = self.sends.filter(F.col("type") == "fail").select(

@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="check a run folder or a history.jsonl")
     check.add_argument("path", type=Path, metavar="PATH")
+    check.add_argument("--spark-master", metavar="URL",
+                       help="Spark master (default local[*] or $HARNESS_SPARK_MASTER)")
+    check.add_argument("--model", choices=["register", "cas-register", "kv"],
+                       help="check a history of another object (.jsonl or Jepsen .edn) for "
+                            "linearizability with this model instead of as a Kafka history")
+    check.add_argument("--budget-s", type=float, default=300.0,
+                       help="with --model: give up with verdict unknown after this long")
 
     report = sub.add_parser("report", help="(re)write the HTML of a run or campaign folder")
     report.add_argument("path", type=Path, metavar="PATH")
@@ -117,10 +124,27 @@ def _run(args: argparse.Namespace) -> Any:
     return _implementation("harness.runner", "run_from_cli", "run")(args)
 
 
+def _check_linearizable(args: argparse.Namespace) -> int:
+    check_file = _implementation("checkers.linear", "check_file", "check")
+    runner_kwargs = {}
+    if args.spark_master:
+        runner_kwargs["runner"] = _implementation("checkers.linear.parallel", "spark_runner",
+                                                  "check")(args.spark_master)
+    verdict = check_file(args.path, args.model, budget_s=args.budget_s, **runner_kwargs)
+    out = args.path.parent / f"{args.path.stem}.linearizability.json"
+    out.write_text(json.dumps(verdict, indent=2, default=str))
+    print(json.dumps({"valid": verdict["valid"], "model": args.model, "results": str(out)}))
+    return {True: 0, False: 1}.get(verdict["valid"], 2)
+
+
 def _check(args: argparse.Namespace) -> int:
+    if args.model or args.path.suffix in (".edn", ".txt"):
+        if not args.model:
+            raise ConfigError("an .edn/.txt history needs --model register|cas-register|kv")
+        return _check_linearizable(args)
     check_path = _implementation("checkers.check", "check_path", "check")
     exit_code = _implementation("checkers.check", "exit_code", "check")
-    results = check_path(args.path)
+    results = check_path(args.path, spark_master=args.spark_master)
     for err in results.get("errors", []):
         print(err, file=sys.stderr)
     summary = {name: a.get("count") for name, a in results.get("anomalies", {}).items()}

@@ -117,3 +117,26 @@ def test_safe_mix_never_takes_down_more_than_one_broker_lossily_at_once() -> Non
         for entry in plan_from_config(cell.resolved):
             if entry["kind"] in HOST_FAULTS:
                 assert entry["target"].get("select") not in multi, entry
+
+
+def _kip966_scenario():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kip966_table",
+                                                  ROOT / "benchmarks" / "kip966_table.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.scenario
+
+
+@pytest.mark.parametrize("rf, min_isr", [(3, 2), (5, 3)])
+def test_kip966_scenario_hits_exactly_k_isr_members_while_the_rest_are_stalled(
+        rf: int, min_isr: int) -> None:
+    scenario = _kip966_scenario()
+    for k in range(1, min_isr + 1):
+        pause, outage = scenario(rf, min_isr, k)
+        stalled, hit = set(pause["target"]["fixed"]["nodes"]), outage["target"]["fixed"]["nodes"]
+        assert len(hit) == k and len(stalled) == rf - min_isr and not stalled & set(hit)
+        assert hit[0] == "n2", "broker 1, the preferred leader, is hit first"
+        assert all(int(n[1:]) - 1 <= rf for n in [*stalled, *hit]), "only replicas are hit"
+        assert pause["start_s"] < outage["start_s"] < pause["start_s"] + pause["duration_s"]
