@@ -6,12 +6,16 @@ offset o, value v). A *read* is one record [offset, value] returned by an ok `po
 and is never reported lost. Sends at acks=0/1 are checked for loss like any acked send but
 not for stale reads (only acks=all promises a committed record).
 
-lost-write           acked (p, o, v), v never read in p, though some read of p reached an
-                     offset >= o (the consumers moved past it; reading o with another value
-                     means the log at o was replaced).
-unseen               acked, v never read in p and no read of p reached o. Only counted for
-                     partitions whose final read completed; otherwise the record is
-                     "unconfirmed" and the verdict is unknown.
+lost-write           acked (p, o, v) missing from the final state of p while that state
+                     reaches an offset >= o. The final state is p's last ok `final-poll`;
+                     a record consumers read earlier and that was later truncated away is
+                     lost (it was below the HWM, hence committed). Where no final read of p
+                     completed, "missing" means v was never read in p, and "reaches" means
+                     some read of p reached an offset >= o.
+unseen               acked, missing as above, and the final state (or, without one, every
+                     read) ends before o. Only counted for partitions whose final read
+                     completed; otherwise the record is "unconfirmed" and the verdict is
+                     unknown.
 inconsistent-offsets one (p, o) seen (read or acked) with more than one value.
 duplicate            one value v seen at more than one offset of the same partition
                      (the same value in two partitions is not a duplicate).

@@ -81,10 +81,24 @@ class ReferenceChecks:
         return _nested(self._multi([P, "value"]), [P, "value"], ["offset", "first_op"], "offsets")
 
     def unread(self) -> pd.DataFrame:
-        u = self.acked.merge(self.read_set, on=[P, "value"], how="left", indicator=True)
+        """As SparkChecks.unread: missing from the last final read, or never read where no
+        final read completed."""
+        final = self.ops[(self.ops["f"] == "final-poll") & (self.ops["type"] == "ok")]
+        last_index = final.groupby(P)["index"].max()
+        final_reads = self.reads[self.reads["index"].isin(set(last_index))]
+        with_final = set(last_index.index)
+        acked_final = self.acked[self.acked[P].isin(with_final)]
+        m = acked_final.merge(final_reads[[P, "value"]].drop_duplicates(), on=[P, "value"],
+                              how="left", indicator=True)
+        m = m[m["_merge"] == "left_only"].drop(columns="_merge")
+        max_final = final_reads.groupby(P)["offset"].max().rename("max_read_offset").reset_index()
+        missing_final = m.merge(max_final, on=P, how="left")
+        acked_rest = self.acked[~self.acked[P].isin(with_final)]
+        u = acked_rest.merge(self.read_set, on=[P, "value"], how="left", indicator=True)
         u = u[u["_merge"] == "left_only"].drop(columns="_merge")
         max_read = self.reads.groupby(P)["offset"].max().rename("max_read_offset").reset_index()
-        return u.merge(max_read, on=P, how="left")[UNREAD_COLUMNS]
+        never_read = u.merge(max_read, on=P, how="left")
+        return pd.concat([missing_final[UNREAD_COLUMNS], never_read[UNREAD_COLUMNS]], ignore_index=True)
 
     def read_steps(self) -> pd.DataFrame:
         r = self.reads

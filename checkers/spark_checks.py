@@ -130,18 +130,29 @@ class SparkChecks:
         return self._multi([P, "value"], ["offset", "first_op"], "offsets")
 
     def unread(self) -> DataFrame:
-        """Acked sends whose value no read of their partition returned."""
-        # Narrow down on the cached cells first, so the full acked and read sets are never
-        # shuffled against each other: only acks nobody read at their own offset are checked
-        # against reads of the value elsewhere.
+        """Acked sends missing from the final state of their partition.
+
+        Where a final read completed, that is its last `final-poll`: a record read by
+        consumers earlier and later truncated away is lost too (it was below the HWM, hence
+        committed). Elsewhere: acked sends whose value no read of the partition returned."""
+        final = self.ops.filter((F.col("f") == "final-poll") & (F.col("type") == "ok"))
+        last_final = final.groupBy(P).agg(F.max("index").alias("index"))
+        final_reads = self.reads.join(F.broadcast(last_final.select("index")), "index", "left_semi")
+        final_set = final_reads.select(P, "value")
+        with_final = last_final.select(P)
+        in_final_part = self.acked.join(F.broadcast(with_final), P, "left_semi")
+        missing_final = in_final_part.join(final_set, [P, "value"], "left_anti")
+        max_final = final_reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
+        # No final read: narrow down on the cached cells first, so the full acked and read sets
+        # are never shuffled against each other.
         cand = self.cells.filter(F.col("ack_op").isNotNull() & ~F.col("read"))
-        cand = cand.select(P, "value", "offset")
+        cand = cand.select(P, "value", "offset").join(F.broadcast(with_final), P, "left_anti")
         elsewhere = self.read_set.join(cand.select(P, "value"), [P, "value"], "left_semi")
         keys = cand.join(elsewhere, [P, "value"], "left_anti")
         max_read = self.reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
-        return self.acked.join(keys, [P, "value", "offset"], "left_semi").join(
-            F.broadcast(max_read), P, "left"
-        )
+        never_read = self.acked.join(keys, [P, "value", "offset"], "left_semi").join(
+            F.broadcast(max_read), P, "left")
+        return missing_final.join(F.broadcast(max_final), P, "left").unionByName(never_read)
 
     def read_steps(self) -> DataFrame:
         """Reads that break the per-process sequence, with the offset they should have had."""

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.campaign_detection import detection_times, format_table
+from harness.campaign_detection import EVIDENCE, detection_times, format_table
 from harness.campaign_spec import Cell, load_spec
 from harness.index import render_campaign, write_results_index
 from harness.report.outcome import read_outcome
@@ -268,5 +268,8 @@ def _print_summary(campaign: Campaign) -> None:
                   flush=True)
     detections = detection_times(cells)
     if detections:
-        print("time to detection (campaign time until a run lost acknowledged records):\n"
-              + format_table(detections), flush=True)
+        print("time to detection (campaign time until a run lost acknowledged records, "
+              "lost-write/unseen):\n" + format_table(detections), flush=True)
+        print("time to detection, counting inconsistent-offsets too (a committed record "
+              "read once, then replaced):\n" + format_table(detection_times(cells, EVIDENCE)),
+              flush=True)

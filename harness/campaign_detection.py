@@ -7,6 +7,13 @@ time, and counting starts again from zero. So with three seeds that all lose dat
 three samples, each one run long; with one detecting run out of three, one sample of three
 runs. Time spent after the last detection is reported apart as `undetected_s` (the search
 had not succeeded yet), never folded into the statistics.
+
+Two measures are kept. `lost` counts a run as detecting when its checker reports lost-write or
+unseen records. `evidence` also counts `inconsistent-offsets`: consumers read only up to the
+high watermark, so an offset read with one value and later with another is a committed record
+that was lost, even though, having been read once before it vanished, it is not a lost-write
+by the Jepsen definition the checker follows (unclean elections and last-replica-standing
+losses mostly show up this way, because the old leader's high watermark covered the records).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from statistics import median
 from typing import Any
 
 FINISHED = ("done", "error")
+LOST = ("lost-write", "unseen")
+EVIDENCE = (*LOST, "inconsistent-offsets")
 
 
 @dataclass
@@ -36,8 +45,15 @@ class Detection:
         return max(self.samples_s) if self.samples_s else None
 
 
-def detection_times(cells: list[dict[str, Any]]) -> list[Detection]:
-    """One row per `loss-allowed` config that has finished cells, in campaign order."""
+def _detects(cell: dict[str, Any], anomalies: tuple[str, ...]) -> bool:
+    found = cell.get("anomalies") or {}
+    return bool(cell.get("lost")) or any(found.get(name) for name in anomalies)
+
+
+def detection_times(cells: list[dict[str, Any]],
+                    anomalies: tuple[str, ...] = LOST) -> list[Detection]:
+    """One row per `loss-allowed` config that has finished cells, in campaign order; a cell
+    detects when its checker reported any of `anomalies` (or lost records)."""
     rows: dict[str, Detection] = {}
     for cell in cells:
         if cell.get("expect") != "loss-allowed" or cell.get("status") not in FINISHED:
@@ -47,7 +63,7 @@ def detection_times(cells: list[dict[str, Any]]) -> list[Detection]:
         if cell.get("seed") not in row.seeds:
             row.seeds.append(cell.get("seed"))
         row.undetected_s += float(cell.get("duration_s") or 0.0)
-        if cell.get("lost"):
+        if _detects(cell, anomalies):
             row.detecting_runs += 1
             row.samples_s.append(round(row.undetected_s, 1))
             row.undetected_s = 0.0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.campaign_detection import detection_times
+from harness.campaign_detection import EVIDENCE, detection_times
 from harness.report import plots
 from harness.report.outcome import read_outcome
 from harness.report.render import environment, render_run, write_atomically
@@ -79,6 +79,7 @@ def render_campaign(folder: Path) -> Path:
         counts=_counts(cells),
         matrix=build_matrix(folder, cells),
         detections=detection_times(cells),
+        evidence=detection_times(cells, EVIDENCE),
         notable=[c for c in cells if c.get("outcome") in ("regression", "not-detected", "error",
                                                           "unknown")],
         results_index="../../../index.html" if results_index.is_file() else None,

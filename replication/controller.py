@@ -156,6 +156,9 @@ class Controller:
         self._commit({"type": "register", "broker": broker_id, "address": msg["address"],
                       "broker_epoch": epoch, "clean": clean}, now, out)
         out.append(Event("broker-registered", {"broker": broker_id, "broker_epoch": epoch, "clean": clean}))
+        for rec in self.recoveries.values():
+            # A new incarnation may have lost the log it described: ask it again.
+            rec.replies.pop(broker_id, None)
         if broker_id in self.brokers:
             self.brokers[broker_id].last_heartbeat = now
         if not clean:
@@ -316,11 +319,22 @@ class Controller:
             return  # balanced waits for every LastKnownELR member: safety before liveness
         if rec.strategy == "proactive" and not complete and now - rec.started < self.config.unclean_recovery_timeout_ms:
             return
-        answered = [b for b in rec.targets if b in rec.replies and b in unfenced]
-        if not answered:
-            return
         order = {b: i for i, b in enumerate(state.replicas)}
-        best = max(answered, key=lambda b: (rec.replies[b][0], rec.replies[b][1], -order[b]))
+
+        def rank(b: int) -> tuple[int, int, int]:
+            return (rec.replies[b][0], rec.replies[b][1], -order[b])
+
+        if rec.strategy == "balanced":
+            # Safety first: the best log wins, so if its broker was fenced since it
+            # answered, wait for it rather than elect a worse log.
+            best = max(rec.replies, key=rank)
+            if best not in unfenced:
+                return
+        else:
+            answered = [b for b in rec.targets if b in rec.replies and b in unfenced]
+            if not answered:
+                return
+            best = max(answered, key=rank)
         new_state = md.elect_recovered(state, best)
         self._set_partition(md.Change(new_state, f"unclean-recovery-{rec.strategy}"), now, out)
         out.append(Event("unclean-recovery", {

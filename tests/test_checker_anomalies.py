@@ -108,6 +108,18 @@ def stale() -> History:
     return h
 
 
+def read_then_truncated() -> History:
+    """Consumers read 11 and 12 (so they were committed); the log was then cut back to offset
+    1 and rewritten, as a returning unclean leader makes its followers do."""
+    h = History()
+    for off, v in enumerate([10, 11, 12]):
+        h.send(1, 0, v, off)
+    h.poll(5, 0, [(0, 10), (1, 11), (2, 12)], from_offset=0, hwm=3)
+    h.send(1, 0, 30, 1)
+    h.final(9, 0, [(0, 10), (1, 30)])
+    return h
+
+
 def no_final_read() -> History:
     h = History()
     h.send(1, 0, 10, 0)
@@ -119,7 +131,7 @@ def no_final_read() -> History:
 
 SCENARIOS = [
     clean, loss, inconsistent_duplicate_regression, regression_within_poll,
-    skip_send_aborted, stale, no_final_read,
+    skip_send_aborted, stale, no_final_read, read_then_truncated,
 ]  # fmt: skip
 
 
@@ -245,3 +257,12 @@ def test_allowed_anomalies_do_not_invalidate(tmp_path):
     partly = {"checker": {"allow": ["unseen", "poll-skip"]}}
     res = check_path(loss().write(tmp_path / "run2", partly), backend="reference")
     assert res["valid"] is False
+
+
+def test_records_read_then_truncated_away_are_lost(zoo, tmp_path):
+    v = view(zoo, read_then_truncated)
+    assert [r["value"] for r in v["lost-write"]] == [11]
+    assert [r["value"] for r in v["unseen"]] == [12]
+    assert v["inconsistent-offsets"], "offset 1 held 11 and then 30"
+    res = verdict_of(read_then_truncated, tmp_path)
+    assert res["valid"] is False and res["lost"]["count"] == 2

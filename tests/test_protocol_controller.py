@@ -177,3 +177,63 @@ def test_alter_partition_checks_epochs_and_fencing() -> None:
     d.heartbeat(1, now=SESSION_MS + 2)
     assert d.view()[0] == 1
     assert _alter(d, [1, 3], now=SESSION_MS + 3)["error"] == "INELIGIBLE_REPLICA"
+
+
+def _lkelr_2_3() -> Driver:
+    """Everyone fenced, then 2 and 3 back with unclean registrations: LastKnownELR [2, 3]."""
+    d = _running_cluster()
+    d.tick(now=SESSION_MS + 1)
+    for b in (2, 3):
+        d.register(b, now=SESSION_MS + 10)
+    for b in (2, 3):
+        assert d.heartbeat(b, now=SESSION_MS + 20)["log_info_requests"]
+    assert d.view() == (None, (), (), (2, 3))
+    return d
+
+
+def test_balanced_recovery_waits_when_the_best_log_is_fenced() -> None:
+    """Broker 2 answers with the best log, then its session times out before broker 3
+    answers: electing 3 (the worse log) would throw away records only 2 holds."""
+    d = _lkelr_2_3()
+    d.heartbeat(2, now=SESSION_MS + 30, log_info=_log_info(0, 12))
+    d.heartbeat(3, now=2 * SESSION_MS + 20)
+    d.tick(now=2 * SESSION_MS + 100)
+    assert d.c.brokers[2].fenced and not d.c.brokers[3].fenced
+    d.heartbeat(3, now=2 * SESSION_MS + 110, log_info=_log_info(0, 6))
+    assert d.view() == (None, (), (), (2, 3))
+    # Broker 2 comes back: it is elected.
+    d.heartbeat(2, now=2 * SESSION_MS + 200)
+    assert d.view() == (2, (2,), (), (3,))
+
+
+def test_balanced_recovery_asks_a_re_registered_broker_again() -> None:
+    """Broker 2 answers, then restarts after a power loss (a new registration): its old
+    answer describes a log that may be gone, so it must be asked again."""
+    d = _lkelr_2_3()
+    d.heartbeat(2, now=SESSION_MS + 30, log_info=_log_info(0, 12))
+    d.register(2, now=SESSION_MS + 40)
+    assert d.heartbeat(2, now=SESSION_MS + 50)["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    d.heartbeat(3, now=SESSION_MS + 60, log_info=_log_info(0, 6))
+    assert d.view() == (None, (), (), (2, 3))
+    d.heartbeat(2, now=SESSION_MS + 70, log_info=_log_info(-1, 0))
+    assert d.view() == (3, (3,), (), (2,))
+
+
+def test_proactive_recovery_does_not_wait_for_fenced_elr_members() -> None:
+    """Proactive (availability first): the ELR [2, 3] is fenced, so the controller asks the
+    replicas it can reach and elects the best of them, reporting potential data loss."""
+    d = Driver()
+    for b in (1, 2, 3):
+        d.register(b, now=0)
+        d.heartbeat(b, now=0)
+    d.send({"type": "create-topic", "topic": "t", "partitions": 1, "replication_factor": 3,
+            "config": {"min.insync.replicas": "2", "unclean.recovery.strategy": "proactive"}}, now=0)
+    d.tick(now=SESSION_MS + 1)
+    assert d.view() == (None, (), (2, 3), ())
+    d.register(1, now=SESSION_MS + 10)
+    assert d.heartbeat(1, now=SESSION_MS + 20)["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    d.heartbeat(1, now=SESSION_MS + 30, log_info=_log_info(0, 4))
+    assert d.view() == (1, (1,), (), ())
+    (rec,) = d.kinds("unclean-recovery")
+    assert (rec["strategy"], rec["leader"], rec["complete"], rec["potential_data_loss"]) == \
+        ("proactive", 1, True, True)

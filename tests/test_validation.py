@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign_detection import detection_times, format_table
+from harness.campaign_detection import EVIDENCE, detection_times, format_table
 from harness.campaign_spec import CampaignError, load_spec
 from harness.index import render_campaign
 from nemesis.schedule import HOST_FAULTS, plan_from_config
@@ -77,6 +77,15 @@ def test_detection_time_sums_runs_until_one_loses_data_then_restarts() -> None:
     assert (y.runs, y.samples_s, y.median_s, y.undetected_s) == (2, [], None, 70.0)
     table = format_table([x, y])
     assert "2/4" in table and "2m15s" in table and "3m00s" in table and "1m10s" in table
+
+
+def test_evidence_measure_also_counts_committed_records_replaced_at_their_offset() -> None:
+    replaced = {**_cell("z", 1, 0, 100), "anomalies": {"inconsistent-offsets": 31}}
+    other = {**_cell("z", 2, 0, 50), "anomalies": {"stale-read": 3}}
+    (strict,) = detection_times([replaced, other])
+    (evidence,) = detection_times([replaced, other], EVIDENCE)
+    assert (strict.detecting_runs, strict.undetected_s) == (0, 150.0)
+    assert (evidence.detecting_runs, evidence.samples_s, evidence.undetected_s) == (1, [100.0], 50.0)
 
 
 def test_campaign_index_shows_the_detection_table(tmp_path: Path) -> None:
