@@ -132,7 +132,7 @@ def test_dispatch_arguments_and_exit_codes(fake_module, tmp_path, capsys, monkey
     fake_module("harness.reproduce", reproduce=lambda d: calls.append(d))
     fake_module("harness.serve", serve=lambda d, p: calls.append((d, p)))
     fake_module("harness.report", report_path=lambda p: p / "report.html")
-    fake_module("checkers.check", check_path=lambda p: {"valid": False, "anomalies": {
+    fake_module("checkers.check", check_path=lambda p, **kw: {"valid": False, "anomalies": {
         "lost-write": {"count": 2, "examples": []}}},
         exit_code=lambda r: {True: 0, False: 1}.get(r["valid"], 2))
     assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 3
