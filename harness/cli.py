@@ -159,9 +159,12 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _campaign(args: argparse.Namespace) -> Any:
+def _campaign(args: argparse.Namespace) -> int:
+    """Exit 1 on a regression night, so a cron job or CI can alert on it."""
     run_campaign = _implementation("harness.campaign", "run_campaign", "campaign")
-    return run_campaign(args.file, args.resume, args.time_budget)
+    folder = run_campaign(args.file, args.resume, args.time_budget)
+    state = json.loads((Path(folder) / "campaign.json").read_text())
+    return 1 if state.get("verdict") == "regression" else 0
 
 
 def _reproduce(args: argparse.Namespace) -> Any:

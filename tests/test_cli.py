@@ -128,14 +128,20 @@ def test_a_missing_project_module_inside_an_implementation_is_not_available(
 def test_dispatch_arguments_and_exit_codes(fake_module, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("HARNESS_RESULTS", raising=False)
     calls = []
-    fake_module("harness.campaign", run_campaign=lambda *a: calls.append(a) or 3)
+    night = tmp_path / "night"
+    night.mkdir()
+    (night / "campaign.json").write_text('{"verdict": "regression"}')
+    fake_module("harness.campaign", run_campaign=lambda *a: calls.append(a) or night)
     fake_module("harness.reproduce", reproduce=lambda d: calls.append(d))
     fake_module("harness.serve", serve=lambda d, p: calls.append((d, p)))
     fake_module("harness.report", report_path=lambda p: p / "report.html")
     fake_module("checkers.check", check_path=lambda p, **kw: {"valid": False, "anomalies": {
         "lost-write": {"count": 2, "examples": []}}},
         exit_code=lambda r: {True: 0, False: 1}.get(r["valid"], 2))
-    assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 3
+    assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 1
+    (night / "campaign.json").write_text('{"verdict": "pass"}')
+    assert cli.main(["campaign", "c.toml"]) == 0
+    calls.pop()
     assert cli.main(["reproduce", "r"]) == 0
     assert cli.main(["serve", "--port", "8123"]) == 0
     assert calls == [(Path("c.toml"), True, 1800), Path("r"), (Path("results"), 8123)]
