@@ -81,10 +81,11 @@ def write_json_atomic(path: Path, data: Any) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (a new or renamed file) durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.store import fsync_dir
+
 NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
 RUN_ENDED = "run-ended"
@@ -69,7 +71,7 @@ class HistoryWriter:
         self.path = Path(path)
         self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         self._lock = threading.Lock()
         self._next_index = 0
         self._last_time = 0
@@ -192,12 +194,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ProcessPool:

@@ -11,15 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import mfusepy
-
 from nemesis.lazyfs.faults import Faults
+from nemesis.lazyfs.libfuse import mfusepy
 from nemesis.lazyfs.node import Node
 from nemesis.lazyfs.store import Store
 
 # Largest write the kernel may send in one request: big sequential appends
 # arrive as few large writes instead of many 4 KiB ones.
-MAX_WRITE = 128 * 1024  # libfuse sizes its receive buffers for 32 pages; more gives EINVAL
+MAX_WRITE = 128 * 1024  # 1 MiB failed at mount with EINVAL (seen while libfuse 2 was loaded)
 
 
 @dataclass
