@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from harness import store
 from harness.cluster import Cluster
@@ -125,17 +128,30 @@ async def _run(config: dict, cluster: Cluster, history: HistoryWriter, run_dir: 
 
 
 async def _progress(workload: KafkaWorkload, nemesis: Nemesis, limit: float) -> None:
+    """A progress bar on a terminal; a line every 5 s in logs (CI, campaigns under cron)."""
+    tty = sys.stderr.isatty()
+    width = shutil.get_terminal_size((100, 20)).columns or 100  # a pty may report 0 columns
+    bar = tqdm(total=int(limit), unit="s", file=sys.stderr, disable=not tty, leave=False, ncols=width,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total} s {postfix}")
     started = time.monotonic()
-    last = 0
-    while True:
-        await asyncio.sleep(5)
-        done = workload.stats["send-ok"]
-        elapsed = time.monotonic() - started
-        active = [f.kind for f in nemesis.schedule.faults if f.started_s is not None and f.ended_s is None]
-        _say(f"{elapsed:5.0f}/{limit:.0f} s  {(done - last) / 5:7.0f} acked sends/s  "
-             f"total ok={done} fail={workload.stats['send-fail']} info={workload.stats['send-info']}  "
-             f"faults now: {', '.join(active) or '-'}")
-        last = done
+    last, last_t = 0, started
+    try:
+        while True:
+            await asyncio.sleep(1 if tty else 5)
+            now = time.monotonic()
+            done = workload.stats["send-ok"]
+            rate = (done - last) / max(now - last_t, 1e-9)
+            last, last_t = done, now
+            active = [f.kind for f in nemesis.schedule.faults if f.started_s is not None and f.ended_s is None]
+            status = (f"{rate:6.0f} acked/s  ok={done} fail={workload.stats['send-fail']} "
+                      f"info={workload.stats['send-info']}  faults: {', '.join(active) or '-'}")
+            if tty:
+                bar.n = min(int(now - started), int(limit))
+                bar.set_postfix_str(status)
+            else:
+                _say(f"{now - started:5.0f}/{limit:.0f} s  {status}")
+    finally:
+        bar.close()
 
 
 async def _create_topic(cluster: Cluster, topic: dict) -> None:
