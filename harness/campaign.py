@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from harness.campaign_detection import EVIDENCE, detection_times, format_table
 from harness.campaign_spec import Cell, load_spec
+from harness.config import validate
 from harness.index import render_campaign, write_results_index
 from harness.report.outcome import read_outcome
 from harness.report.render import render_run
@@ -220,7 +221,9 @@ def _run_cell(campaign: Campaign, cell: dict[str, Any], run_test: RunTest) -> No
     cell.update(status="running", started_at=time.time(), error=None)
     campaign.save()
     try:
-        run_dir = Path(run_test(cell["resolved"], campaign.results_root))
+        # Re-validate: a night resumed after an upgrade may hold configs from an older format.
+        run_dir = Path(run_test(validate(cell["resolved"], source=str(campaign.folder / "campaign.json")),
+                                campaign.results_root))
     except KeyboardInterrupt:
         cell.update(status="pending", started_at=None)
         campaign.save()
