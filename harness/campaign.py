@@ -250,6 +250,26 @@ def _record_run(campaign: Campaign, cell: dict[str, Any], run_dir: Path) -> None
     cell["outcome"] = classify(cell["expect"], outcome.valid, outcome.lost)
 
 
+def refresh_outcomes(folder: Path) -> bool:
+    """Re-read every finished cell's outcome from its run's results.json, e.g. after the runs
+    were re-checked with `harness check` by a newer checker. Skipped (False) while another
+    process runs the campaign."""
+    campaign = Campaign.open(folder)
+    try:
+        campaign.lock()
+    except CampaignBusy:
+        return False
+    try:
+        for cell in campaign.state["cells"]:
+            run_dir = folder / cell["run_dir"] if cell.get("run_dir") else None
+            if cell.get("status") == "done" and run_dir is not None and run_dir.is_dir():
+                _record_run(campaign, cell, run_dir)
+        campaign.save()
+    finally:
+        campaign.unlock()
+    return True
+
+
 def _finish_session(campaign: Campaign, session: dict[str, Any]) -> Path:
     session["ended_at"] = time.time()
     campaign.save()

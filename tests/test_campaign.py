@@ -273,3 +273,18 @@ def test_a_campaign_folder_runs_in_one_process_at_a_time(tmp_path: Path,
             run_campaign(campaign_file, True, None, simulated_run_test, results)
     finally:
         holder.unlock()
+
+
+def test_report_rereads_outcomes_of_rechecked_runs(tmp_path: Path, campaign_file: Path) -> None:
+    """`harness report CAMPAIGN` after its runs were re-checked (`harness check RUN`, e.g. by a
+    newer checker): the matrix follows the runs' new results.json."""
+    folder = run_campaign(campaign_file, False, None, simulated_run_test, tmp_path / "results")
+    cell = next(c for c in _state(folder)["cells"] if c["id"] == "safe-claimed-lossy/kill/s1/t10")
+    assert cell["outcome"] == "not-detected"
+    lossy = next(c for c in _state(folder)["cells"] if c["id"] == "acks1/kill/s1/t10")
+    rechecked = (folder / lossy["run_dir"] / "results.json").read_text()
+    (folder / cell["run_dir"] / "results.json").write_text(rechecked)
+    report_path(folder)
+    cell = next(c for c in _state(folder)["cells"] if c["id"] == "safe-claimed-lossy/kill/s1/t10")
+    assert cell["outcome"] == "expected-loss" and cell["lost"] > 0
+    assert "safe-claimed-lossy" not in (folder / "index.html").read_text().split("Matrix")[0]

@@ -14,9 +14,11 @@ def report_path(path: Path) -> Path:
     """
     path = Path(path)
     if (path / "campaign.json").is_file():
-        # Imported here: harness.index itself builds on this package.
+        # Imported here: harness.index and harness.campaign themselves build on this package.
+        from harness.campaign import refresh_outcomes
         from harness.index import refresh_campaign
 
+        refresh_outcomes(path)  # runs may have been re-checked since
         return refresh_campaign(path)
     if path.is_dir() and any((path / n).exists() for n in ("test.json", "history.jsonl")):
         return render_run(path)
