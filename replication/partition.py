@@ -73,8 +73,17 @@ class Replica:
     def _ev(self, kind: str, **fields) -> Event:
         return Event(kind, {"topic": self.topic, "partition": self.partition, **fields})
 
+    def _quorum(self) -> tuple[int, ...]:
+        """The ISR that counts towards MinISR. A follower the leader has only *proposed* to add
+        ("maximal ISR") must not count: the controller may refuse it (a fenced broker is no
+        leader candidate), and records committed with its help would then sit on too few
+        candidates. Only `isr.update=local-first` acts on the uncommitted view (seed 004)."""
+        if self.config.isr_update == "local-first" or self.state is None:
+            return self.isr
+        return tuple(r for r in self.isr if r in self.state.isr)
+
     def _min_isr_met(self) -> bool:
-        return len(self.isr) >= self.config.min_insync_replicas
+        return len(self._quorum()) >= self.config.min_insync_replicas
 
     # ---- metadata ----------------------------------------------------------------------------
 

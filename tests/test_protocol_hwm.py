@@ -110,10 +110,12 @@ def test_seed_002_hwm_timeline_t1_to_t10() -> None:
     assert r2.hwm == 3 and r3.hwm == 3
 
 
-def test_hwm_frozen_below_min_isr_then_released() -> None:
+def test_hwm_frozen_below_min_isr_until_the_expansion_is_committed() -> None:
     """KIP-966 rule 1: with the ISR shrunk to the leader alone the HWM stays put although the
-    ISR's minimum LEO (the leader's own) moved; a caught-up follower joining the ISR (counted
-    at once, Kafka's "maximal ISR", while the AlterPartition is in flight) releases it."""
+    ISR's minimum LEO (the leader's own) moved. A caught-up follower the leader proposes to add
+    ("maximal ISR") does not count towards MinISR until the controller commits it: found by a
+    safe-config chaos run, where the controller refused a fenced follower after the HWM had
+    already advanced with it, and the leader's power loss then took records consumers had read."""
     r1, r2 = _replica(1), _replica(2)
     shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
     r1.on_metadata(shrunk, CONFIG, now=1)
@@ -125,7 +127,21 @@ def test_hwm_frozen_below_min_isr_then_released() -> None:
     out = _fetch(r1, r2, 1, now=4)
     (alter,) = [o.msg for o in out if getattr(o, "dest", None) == "controller"]
     assert alter["type"] == "alter-partition" and alter["isr"] == [1, 2]
-    assert r1.isr == (1, 2) and r1.hwm == 1
+    assert r1.isr == (1, 2) and r1.hwm == 0, "a proposed member must not release the HWM"
+    committed = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
+    r1.on_alter_response({"state": committed.to_dict()}, now=5)
+    assert r1.hwm == 1
+
+
+def test_refused_expansion_never_releases_the_hwm() -> None:
+    r1, r2 = _replica(1), _replica(2)
+    shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
+    r1.on_metadata(shrunk, CONFIG, now=1)
+    r1.produce("p1", [b"0"], "1", now=2)
+    _fetch(r1, r2, 0, now=3)
+    _fetch(r1, r2, 1, now=4)
+    r1.on_alter_response({"error": "INELIGIBLE_REPLICA", "state": shrunk.to_dict()}, now=5)
+    assert r1.isr == (1,) and r1.hwm == 0
 
 
 def test_hwm_below_min_isr_advances_when_elr_disabled() -> None:
