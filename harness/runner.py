@@ -65,7 +65,6 @@ def run_test(config: dict[str, Any], results_root: Path, argv: list[str] | None 
         try:
             asyncio.run(_run(config, cluster, history, run_dir, replay_from, plan))
         finally:
-            history.close()
             _collect(cluster, run_dir)
             _teardown(cluster)
     finally:

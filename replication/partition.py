@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from replication import errors as E
 from replication.config import NodeConfig
-from replication.log import Log, OffsetOutOfRange, Record
+from replication.log import Log, Record
 from replication.metadata import PartitionState
 from replication.outputs import Event, Output, Reply, Send
 
@@ -397,6 +397,3 @@ class Replica:
     def log_info(self) -> dict:
         return {"topic": self.topic, "partition": self.partition,
                 "epoch": self.log.latest_epoch(), "end_offset": self.log.end_offset}
-
-
-__all__ = ["Replica", "OffsetOutOfRange", "encode_records", "decode_records"]
