@@ -1,7 +1,8 @@
 """Checker throughput: ingest, Spark check on local[2], and the single-process reference.
 
-Generates synthetic Kafka histories (producers, tailing consumers, a paged final read, and a
-few injected anomalies: lost writes, reads of failed sends, stale reads), then prints ops/s
+Generates synthetic Kafka histories shaped like workloads/kafka.py's (producers, tailing
+consumers, then a final read that reads each partition whole until two reads agree), with a
+few injected anomalies (lost writes, reads of failed sends, stale reads), then prints ops/s
 for each stage and the Spark/reference ratio.
 
     .venv/bin/python benchmarks/checker_throughput.py                 # 1M and 10M ops
@@ -33,7 +34,7 @@ PARTITIONS = 3
 PRODUCERS = 4
 CONSUMERS = 2
 SENDS_PER_ROUND = 60
-FINAL_PAGE = 10_000
+FINAL_READS = 2  # whole-partition final-polls per partition: the last two agreed
 INJECT_EVERY = 50_000  # sends between injected anomalies
 
 
@@ -94,7 +95,7 @@ class Generator:
         self.positions[c][p] = max(start, end)
 
     def run(self, n_ops: int) -> None:
-        while self.index < n_ops - 2 * PARTITIONS * (1 + self.sends // FINAL_PAGE):
+        while self.index < n_ops - 1 - 2 * FINAL_READS * PARTITIONS:
             self.rounds += 1
             for _ in range(SENDS_PER_ROUND):
                 self.send(self.rng.randrange(PARTITIONS))
@@ -102,10 +103,10 @@ class Generator:
                 for p in range(PARTITIONS):
                     self.poll(c, p)
         self.op('"process": "nemesis", "type": "info", "f": "stop-partition", "value": null')
-        for p in range(PARTITIONS):
-            self.positions.append([0] * PARTITIONS)
-            while self.positions[-1][p] < len(self.logs[p]):
-                self.poll(len(self.positions) - 1, p, "final-poll", FINAL_PAGE)
+        for _ in range(FINAL_READS):
+            for p in range(PARTITIONS):
+                self.positions.append([0] * PARTITIONS)
+                self.poll(len(self.positions) - 1, p, "final-poll", len(self.logs[p]))
 
 
 def generate(path: Path, n_ops: int) -> Generator:
@@ -143,6 +144,9 @@ def bench(size: int, work: Path, spark) -> None:
     print(f"check, single-process pandas   {t_ref:8.1f} s  {n / t_ref:12,.0f} ops/s")
     print(f"Spark speed-up over pandas     {t_ref / t_spark:8.2f}x")
     print(f"anomalies (Spark)     {s_sum}")
+    missed = {k: (n, s_sum.get(k, 0)) for k, n in g.injected.items() if s_sum.get(k, 0) != n}
+    print(f"MISSED injected anomalies (injected, found): {missed}" if missed
+          else "every injected anomaly found")  # fmt: skip
     if r_sum != s_sum:
         print(f"MISMATCH (reference) {r_sum}")
     del r_out

@@ -58,17 +58,20 @@ def get_session(
         if not wanted_explicitly or active.sparkContext.master == wanted_explicitly:
             return active
         active.stop()
-    log_opt = f"-Dlog4j2.configurationFile=file:{_log4j_file()}"
+    # The parallel collector: the checker is a batch job, throughput beats pause times.
+    java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} -XX:+UseParallelGC"
     session = (
         SparkSession.builder.master(resolve_master(master, configured))
         .appName("harness-checker")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.extraJavaOptions", log_opt)
-        .config("spark.executor.extraJavaOptions", log_opt)
+        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")
+        # cached tables are scanned a few times each and dropped: compressing them costs more
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()

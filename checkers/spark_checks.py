@@ -20,6 +20,15 @@ P = "partition"
 INFO_READ = "info-sends-read"  # a statistic, counted in the same job as the anomalies
 # Below this many probes, range conditions are broadcast joins; above, window scans.
 RANGE_JOIN_MAX = 10_000
+# Intermediate tables that are small in a healthy history (failed sends, candidate losses,
+# inconsistent offsets) are counted first and broadcast when at most this many rows, so the
+# large side of their joins is scanned instead of shuffled. Above it they are shuffled.
+BROADCAST_MAX = 1_000_000
+# Width of the offset bins that range conditions (poll-skip, skipped stale reads) join on.
+OFFSET_BIN = 1024
+# Time buckets for the stale-read scan: the running maximum is computed per (partition,
+# bucket) in parallel, then carried across buckets through a table of one row per bucket.
+TIME_BUCKETS = 64
 JUMP = ["process", P, "index", "pos", "prev_op", "expected", "offset"]
 
 
@@ -60,11 +69,16 @@ def summarise(
     return out
 
 
+def _isin(col: Column, values) -> Column:
+    values = list(values)
+    return col.isin(values) if values else F.lit(False)
+
+
 def tune(spark: SparkSession, input_bytes: int) -> None:
     """Size shuffles to the input: small histories are dominated by per-stage overhead."""
     cores = spark.sparkContext.defaultParallelism
     small = input_bytes < (4 << 20)
-    partitions = 1 if small else max(2 * cores, min(8 * cores, input_bytes // (16 << 20)))
+    partitions = 1 if small else max(2 * cores, min(8 * cores, input_bytes // (64 << 20)))
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     spark.conf.set("spark.sql.adaptive.enabled", str(not small).lower())
 
@@ -73,6 +87,9 @@ class SparkChecks:
     def __init__(self, spark: SparkSession, ops_path: Path, reads_path: Path, acks: str) -> None:
         self.ops = spark.read.parquet(str(ops_path))
         self.reads = spark.read.parquet(str(reads_path))
+        self._cached: list[DataFrame] = []
+        self.polls: DataFrame | None = None
+        self.top_offset: int | None = None
         self.sends = sends = self.ops.filter(F.col("f") == "send")
         self.acked = sends.filter((F.col("type") == "ok") & F.col("offset").isNotNull()).select(
             P,
@@ -86,37 +103,64 @@ class SparkChecks:
             "epoch",
             F.coalesce(F.col("acks"), F.lit(acks)).alias("acks"),
         )
-        # One row per distinct (partition, offset, value) anyone saw, with its ack if acked;
-        # most checks start here.
-        no_long, no_str = F.lit(None).cast("long"), F.lit(None).cast("string")
+        # The final state of each partition is its last ok final-poll (definitions.py): one op
+        # index per partition, small enough to inline into the plans as a literal set.
+        final = self.ops.filter((F.col("f") == "final-poll") & (F.col("type") == "ok"))
+        last = final.filter(F.col(P).isNotNull()).groupBy(P).agg(F.max("index").alias("i"))
+        self.last_final = {r[P]: r["i"] for r in last.collect()}
+        # One row per distinct (partition, offset, value) anyone saw, with its ack if acked,
+        # whether any read returned it and whether the final state holds it; most checks
+        # start here.
+        no_long, no_bool = F.lit(None).cast("long"), F.lit(None).cast("boolean")
+        in_final = _isin(F.col("index"), self.last_final.values())
         obs = self.reads.select(
-            P, "offset", "value", F.lit(True).alias("is_read"), "index",
-            no_long.alias("ack_time"), no_str.alias("acks"),
+            P, "offset", "value", F.lit(True).alias("is_read"), in_final.alias("is_final"),
+            "index", no_long.alias("ack_time"), no_bool.alias("acks_all"),
         )  # fmt: skip
         obs = obs.unionByName(
             self.acked.select(
                 P, "offset", "value", F.lit(False).alias("is_read"),
-                F.col("ack_index").alias("index"), "ack_time", "acks",
+                F.lit(False).alias("is_final"), F.col("ack_index").alias("index"), "ack_time",
+                (F.col("acks") == "all").alias("acks_all"),
             )  # fmt: skip
         )
-        self.cells = (
-            obs.groupBy(P, "offset", "value")
-            .agg(
-                F.max("is_read").alias("read"),
-                F.min("index").alias("first_op"),
-                F.min(F.when(~F.col("is_read"), F.col("index"))).alias("ack_op"),
-                F.min("ack_time").alias("ack_time"),
-                F.max("acks").alias("acks"),
-            )
-            .cache()
+        # Hash-partitioned by (partition, offset), which the cache keeps: grouping the cells
+        # by offset (inconsistent-offsets) then needs no second shuffle.
+        cells = obs.repartition(P, "offset").groupBy(P, "offset", "value").agg(
+            F.max("is_read").alias("read"),
+            F.max("is_final").alias("in_final"),
+            F.min("index").alias("first_op"),
+            F.min(F.when(~F.col("is_read"), F.col("index"))).alias("ack_op"),
+            F.min("ack_time").alias("ack_time"),
+            F.max("acks_all").alias("acks_all"),
         )
+        # present: in the final state where the partition has one, else read by anyone.
+        has_final = _isin(F.col(P), self.last_final.keys())
+        present = F.when(has_final, F.col("in_final")).otherwise(F.col("read"))
+        self.cells = self._keep(cells.withColumn("present", present))
         self.read_set = self.cells.filter("read").select(P, "value")
+
+    def _keep(self, df: DataFrame) -> DataFrame:
+        self._cached.append(df.cache())
+        return df
+
+    def _small(self, df: DataFrame) -> DataFrame:
+        """Cache and count df; hint a broadcast when it is small enough (BROADCAST_MAX)."""
+        return F.broadcast(df) if self._keep(df).count() <= BROADCAST_MAX else df
+
+    def release(self) -> None:
+        for df in self._cached:
+            df.unpersist()
+        self._cached.clear()
 
     # -- per-anomaly plans -------------------------------------------------------------
 
     def _multi(self, keys: list[str], inner: list[str], name: str) -> DataFrame:
-        """Cells sharing `keys` with another cell, the others collected as `name`."""
-        multi = self.cells.groupBy(*keys).count().filter("count > 1").drop("count")
+        """Cells sharing `keys` with another cell, the others collected as `name`.
+
+        The shared keys are found with a narrow aggregation and (normally few) broadcast,
+        so the wide cells are scanned, never shuffled."""
+        multi = self._small(self.cells.groupBy(*keys).count().filter("count > 1").drop("count"))
         return (
             self.cells.join(multi, keys, "left_semi")
             .groupBy(*keys)
@@ -124,7 +168,8 @@ class SparkChecks:
         )
 
     def inconsistent_offsets(self) -> DataFrame:
-        return self._multi([P, "offset"], ["value", "first_op"], "values")
+        """Cached: stale_read joins the reads against these offsets."""
+        return self._keep(self._multi([P, "offset"], ["value", "first_op"], "values"))
 
     def duplicate(self) -> DataFrame:
         return self._multi([P, "value"], ["offset", "first_op"], "offsets")
@@ -134,38 +179,32 @@ class SparkChecks:
 
         Where a final read completed, that is its last `final-poll`: a record read by
         consumers earlier and later truncated away is lost too (it was below the HWM, hence
-        committed). Elsewhere: acked sends whose value no read of the partition returned."""
-        final = self.ops.filter((F.col("f") == "final-poll") & (F.col("type") == "ok"))
-        last_final = final.groupBy(P).agg(F.max("index").alias("index"))
-        final_reads = self.reads.join(F.broadcast(last_final.select("index")), "index", "left_semi")
-        final_set = final_reads.select(P, "value")
-        with_final = last_final.select(P)
-        in_final_part = self.acked.join(F.broadcast(with_final), P, "left_semi")
-        missing_final = in_final_part.join(final_set, [P, "value"], "left_anti")
-        max_final = final_reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
-        # No final read: narrow down on the cached cells first, so the full acked and read sets
-        # are never shuffled against each other.
-        cand = self.cells.filter(F.col("ack_op").isNotNull() & ~F.col("read"))
-        cand = cand.select(P, "value", "offset").join(F.broadcast(with_final), P, "left_anti")
-        elsewhere = self.read_set.join(cand.select(P, "value"), [P, "value"], "left_semi")
+        committed). Elsewhere: acked sends whose value no read of the partition returned.
+        Candidates come from the cached cells (normally few), so the acked and read sets are
+        never shuffled against each other."""
+        cand = self.cells.filter(F.col("ack_op").isNotNull() & ~F.col("present"))
+        cand = self._small(cand.select(P, "value", "offset"))
+        present = self.cells.filter("present")
+        # the same value present at another offset is not missing (definitions.py: by value)
+        elsewhere = present.select(P, "value").join(cand.select(P, "value"), [P, "value"],
+                                                    "left_semi")  # fmt: skip
         keys = cand.join(elsewhere, [P, "value"], "left_anti")
-        max_read = self.reads.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
-        never_read = self.acked.join(keys, [P, "value", "offset"], "left_semi").join(
-            F.broadcast(max_read), P, "left")
-        return missing_final.join(F.broadcast(max_final), P, "left").unionByName(never_read)
+        max_read = present.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
+        return self.acked.join(keys, [P, "value", "offset"], "left_semi").join(
+            F.broadcast(max_read), P, "left"
+        )
 
     def read_steps(self) -> DataFrame:
         """Reads that break the per-process sequence, with the offset they should have had."""
         expected = F.when(
             (F.col("pos") == 0) & F.col("from_offset").isNotNull(), F.col("from_offset")
         ).otherwise(F.col("prev_offset") + 1)
-        return (
+        return self._keep(
             self.reads.select(
                 "index", "process", P, "offset", "value", "pos", "from_offset", "invoke_time",
                 "prev_op", expected.alias("expected"),
             )  # fmt: skip
             .filter(F.col("offset") != F.col("expected"))
-            .cache()
         )
 
     def nonmonotonic_poll(self, steps: DataFrame) -> DataFrame:
@@ -177,10 +216,9 @@ class SparkChecks:
         jumps = steps.filter(F.col("offset") > F.col("expected"))
         known = self.cells.select(P, F.col("offset").alias("k"))
         if jumps.count() <= RANGE_JOIN_MAX:
-            # Few jumps (the normal case): probe them from every known offset, no sort.
-            j = F.broadcast(jumps.select(*[c for c in JUMP if c != P], F.col(P).alias("jp")))
-            cond = (F.col(P) == F.col("jp")) & (F.col("k") >= F.col("expected"))
-            hits = known.join(j, cond & (F.col("k") < F.col("offset")))
+            # Few jumps (the normal case): probe them from the known offsets, no sort.
+            probes = jumps.select(*JUMP, (F.col("offset") - 1).alias("hi"))
+            hits = self._in_ranges(known, probes, "expected", "hi")
             skipped = hits.groupBy(*JUMP).agg(F.max("k").alias("skipped_offset"))
         else:
             w = Window.partitionBy(P).orderBy("k")
@@ -207,8 +245,10 @@ class SparkChecks:
         failed = self.sends.filter(F.col("type") == "fail").select(
             "value", F.col("index").alias("fail_op"), "error"
         )
-        maybe_done = self.sends.filter(F.col("type").isin("ok", "info")).select("value")
-        failed = failed.join(maybe_done, "value", "left_anti")
+        failed = self._small(failed)
+        done = self.sends.filter(F.col("type").isin("ok", "info")).select("value")
+        failed = failed.join(done.join(failed.select("value"), "value", "left_semi"), "value",
+                             "left_anti")  # fmt: skip
         return (
             self.cells.filter("read")
             .join(failed, "value")
@@ -217,10 +257,12 @@ class SparkChecks:
 
     def stale_read(self, steps: DataFrame, inconsistent: DataFrame) -> DataFrame:
         visible = self.cells.filter(
-            F.col("read") & F.col("ack_op").isNotNull() & (F.col("acks") == "all")
+            F.col("read") & F.col("ack_op").isNotNull() & F.col("acks_all")
         )
         missed = F.struct("offset", "value", "ack_op", "ack_time").alias("missed")
-        parts = [self._stale_hwm(visible, missed), self._stale_other_value(visible, inconsistent)]
+        parts = [self._stale_hwm(visible)]
+        if not inconsistent.isEmpty():
+            parts.append(self._stale_other_value(visible, inconsistent))
         gaps = steps.filter(
             (F.col("offset") > F.col("expected"))
             & ((F.col("pos") > 0) | F.col("from_offset").isNotNull())
@@ -235,44 +277,78 @@ class SparkChecks:
         return stale.withColumn("rn", F.row_number().over(w)).filter("rn = 1").drop("rn")
 
     def _polls(self) -> DataFrame:
-        return self.ops.filter(
-            F.col("f").isin(*READ_FS) & (F.col("type") == "ok") & F.col("invoke_time").isNotNull()
-        )
+        """The ok reads with the columns stale-read needs; cached, three checks use them."""
+        if self.polls is None:
+            ok = F.col("f").isin(*READ_FS) & (F.col("type") == "ok")
+            self.polls = self._keep(
+                self.ops.filter(ok & F.col("invoke_time").isNotNull()).select(
+                    "index", "process", P, "invoke_time", "invoke_offset", "hwm"
+                )
+            )
+        return self.polls
 
-    def _stale_hwm(self, visible: DataFrame, missed: Column) -> DataFrame:
-        sends = visible.select(
-            P, F.col("ack_time").alias("t"), F.lit(1).alias("kind_order"), missed
+    def _stale_hwm(self, visible: DataFrame) -> DataFrame:
+        """Polls whose reported HWM is at or below an acked record visible before they began.
+
+        For each poll, the highest offset of a visible record acked before the poll's invoke
+        time is a running maximum over time. Computed per (partition, time bucket) so the scan
+        runs in parallel, with each bucket seeded by the maximum of the buckets before it."""
+        lo, hi = self._polls().agg(F.min("invoke_time"), F.max("invoke_time")).first()
+        width = max(1, ((hi or 0) - (lo or 0)) // TIME_BUCKETS + 1)
+        bucket = F.floor((F.col("t") - F.lit(lo or 0)) / F.lit(width)).alias("b")
+        sends = visible.select(P, F.col("ack_time").alias("t"), F.col("offset").alias("off"))
+        sends = sends.select("*", bucket, F.lit(1).alias("kind_order"))
+        polls = (
+            self._polls()
+            .filter(F.col("hwm").isNotNull())
+            .select(
+                P, F.col("invoke_time").alias("t"), F.col("index").alias("op"), "process",
+                "hwm", F.col("invoke_offset").alias("from_offset"),
+            )  # fmt: skip
+            .select("*", bucket, F.lit(0).alias("kind_order"))
         )
-        polls = self._polls().select(
-            P,
-            F.col("invoke_time").alias("t"),
-            F.lit(0).alias("kind_order"),
-            F.col("index").alias("op"),
-            "process",
-            "hwm",
-            F.col("invoke_offset").alias("from_offset"),
+        # carry: the highest offset acked in any earlier bucket of the partition
+        per_bucket = sends.groupBy(P, "b").agg(F.max("off").alias("off"), F.lit(1).alias("k"))
+        wanted = polls.select(P, "b").distinct().select("*", F.lit(0).alias("k"))
+        before = Window.partitionBy(P).orderBy("b", "k").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
+        )
+        carry = (
+            wanted.unionByName(per_bucket, allowMissingColumns=True)
+            .withColumn("carry", F.max("off").over(before))
+            .filter(F.col("k") == 0)
+            .select(P, "b", "carry")
         )
         # Polls sort before sends at the same instant: a read must begin strictly after the ack.
-        w = Window.partitionBy(P).orderBy("t", "kind_order").rowsBetween(
+        w = Window.partitionBy(P, "b").orderBy("t", "kind_order").rowsBetween(
             Window.unboundedPreceding, Window.currentRow
         )
         ev = sends.unionByName(polls, allowMissingColumns=True)
-        ev = ev.withColumn("latest", F.max("missed").over(w))
-        off = F.col("latest.offset")
-        return ev.filter(
-            (F.col("kind_order") == 0)
-            & F.col("hwm").isNotNull()
-            & (F.col("hwm") <= off)
-            & (F.col("from_offset").isNull() | (F.col("from_offset") <= off))
-        ).select(
-            "op",
-            "process",
-            P,
-            F.col("t").alias("invoke_time"),
-            "from_offset",
-            "hwm",
-            F.lit("hwm-behind").alias("kind"),
-            F.col("latest").alias("missed"),
+        ev = ev.withColumn("inb", F.max("off").over(w)).filter(F.col("kind_order") == 0)
+        latest = F.greatest(F.col("carry"), F.col("inb"))
+        behind = self._small(
+            ev.join(F.broadcast(carry), [P, "b"], "left")
+            .withColumn("latest", latest)
+            .filter(
+                (F.col("hwm") <= F.col("latest"))
+                & (F.col("from_offset").isNull() | (F.col("from_offset") <= F.col("latest")))
+            )
+            .drop("off", "inb", "carry", "kind_order", "b")
+        )
+        # the example: the visible record at that offset acked before the poll began
+        v = visible.select(
+            P, F.col("offset").alias("latest"),
+            F.struct("offset", "value", "ack_op", "ack_time").alias("m"),
+        )  # fmt: skip
+        return (
+            v.join(behind, [P, "latest"])
+            .filter(F.col("m.ack_time") < F.col("t"))
+            .groupBy("op", "process", P, "t", "from_offset", "hwm")
+            .agg(F.max("m").alias("missed"))
+            .select(
+                "op", "process", P, F.col("t").alias("invoke_time"), "from_offset", "hwm",
+                F.lit("hwm-behind").alias("kind"), "missed",
+            )  # fmt: skip
         )
 
     def _stale_other_value(self, visible: DataFrame, inconsistent: DataFrame) -> DataFrame:
@@ -327,13 +403,13 @@ class SparkChecks:
             )
         )  # fmt: skip
 
-    @staticmethod
-    def _first_visible_at_or_after(visible: DataFrame, g: DataFrame, missed: Column) -> DataFrame:
+    def _first_visible_at_or_after(
+        self, visible: DataFrame, g: DataFrame, missed: Column
+    ) -> DataFrame:
         """Each gap row of g with `next`: the lowest visible acked record at offset >= lo."""
         if g.count() <= RANGE_JOIN_MAX:
-            sends = visible.select(F.col(P).alias("vp"), F.col("offset").alias("k"), missed)
-            cond = (F.col(P) == F.col("vp")) & (F.col("k") >= F.col("lo"))
-            hits = sends.join(F.broadcast(g), cond & (F.col("k") <= F.col("hi")))
+            sends = visible.select(P, F.col("offset").alias("k"), missed)
+            hits = self._in_ranges(sends, g, "lo", "hi")
             return hits.groupBy(*g.columns).agg(F.min("missed").alias("next"))
         sends = visible.select(P, F.col("offset").alias("lo"), F.lit(1).alias("kind_order"), missed)
         # Scan downwards so the frame only grows (an unbounded-following frame is quadratic).
@@ -343,6 +419,21 @@ class SparkChecks:
         ev = sends.unionByName(g.withColumn("kind_order", F.lit(0)), allowMissingColumns=True)
         ev = ev.withColumn("next", F.last("missed", ignorenulls=True).over(w))
         return ev.filter(F.col("kind_order") == 0).select(*g.columns, "next")
+
+    def _in_ranges(self, rows: DataFrame, probes: DataFrame, lo: str, hi: str) -> DataFrame:
+        """rows (partition, k, ...) joined to the few probes (partition, lo, hi, ...) whose
+        range holds k. Each probe is exploded into the fixed-width offset bins its range
+        covers (clipped to the offsets that exist) and broadcast, so every row is matched by
+        an equi-join on (partition, bin) against the handful of probes in its bin only."""
+        if self.top_offset is None:
+            self.top_offset = self.cells.agg(F.max("offset")).first()[0] or 0
+        first = F.greatest(F.col(lo), F.lit(0))
+        last = F.least(F.col(hi), F.lit(self.top_offset))
+        bins = F.explode(F.sequence(F.floor(first / OFFSET_BIN), F.floor(last / OFFSET_BIN)))
+        probes = probes.filter(first <= last).withColumn("bin", bins)
+        rows = rows.withColumn("bin", F.floor(F.col("k") / OFFSET_BIN))
+        hit = (F.col("k") >= F.col(lo)) & (F.col("k") <= F.col(hi))
+        return rows.join(F.broadcast(probes), [P, "bin"]).filter(hit).drop("bin")
 
     # -- evidence about the run as a whole -------------------------------------------
 
@@ -371,8 +462,9 @@ class SparkChecks:
 
     def info_read(self) -> DataFrame:
         """Indeterminate sends that were read (so they count as committed)."""
-        info = self.sends.filter(F.col("type") == "info")
-        return info.join(self.read_set, [P, "value"], "left_semi").select("index")
+        info = self._small(self.sends.filter(F.col("type") == "info").select("index", P, "value"))
+        hits = self.read_set.join(info.select(P, "value"), [P, "value"], "left_semi")
+        return info.join(hits, [P, "value"], "left_semi").select("index")
 
     def stats(self, info_sends_read: int) -> dict:
         rows = (
@@ -401,28 +493,28 @@ def run(
 ) -> CheckOutput:
     tune(spark, ops_path.stat().st_size + reads_path.stat().st_size)
     c = SparkChecks(spark, ops_path, reads_path, acks)
-    steps = c.read_steps()
-    inconsistent = c.inconsistent_offsets()
-    found = summarise(
-        {
-            "inconsistent-offsets": (inconsistent, [P, "offset"]),
-            "duplicate": (c.duplicate(), [P, "value"]),
-            "nonmonotonic-poll": (c.nonmonotonic_poll(steps), ["op", "offset"]),
-            "poll-skip": (c.poll_skip(steps), ["op", "offset"]),
-            "nonmonotonic-send": (c.nonmonotonic_send(), ["op"]),
-            "aborted-read": (c.aborted_read(), [P, "offset", "value"]),
-            "stale-read": (c.stale_read(steps, inconsistent), ["op"]),
-            INFO_READ: (c.info_read(), ["index"]),
-        },
-        examples,
-    )
-    info_read = found.pop(INFO_READ)[0]
-    out = CheckOutput(
-        anomalies=found,
-        unread=c.unread().toPandas(),
-        complete_partitions=c.complete_partitions(),
-        stats=c.stats(info_read),
-    )
-    steps.unpersist()
-    c.cells.unpersist()
-    return out
+    try:
+        steps = c.read_steps()
+        inconsistent = c.inconsistent_offsets()
+        found = summarise(
+            {
+                "inconsistent-offsets": (inconsistent, [P, "offset"]),
+                "duplicate": (c.duplicate(), [P, "value"]),
+                "nonmonotonic-poll": (c.nonmonotonic_poll(steps), ["op", "offset"]),
+                "poll-skip": (c.poll_skip(steps), ["op", "offset"]),
+                "nonmonotonic-send": (c.nonmonotonic_send(), ["op"]),
+                "aborted-read": (c.aborted_read(), [P, "offset", "value"]),
+                "stale-read": (c.stale_read(steps, inconsistent), ["op"]),
+                INFO_READ: (c.info_read(), ["index"]),
+            },
+            examples,
+        )
+        info_read = found.pop(INFO_READ)[0]
+        return CheckOutput(
+            anomalies=found,
+            unread=c.unread().toPandas(),
+            complete_partitions=c.complete_partitions(),
+            stats=c.stats(info_read),
+        )
+    finally:
+        c.release()  # a long-lived session (tests, serve) must not accumulate cached tables

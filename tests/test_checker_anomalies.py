@@ -120,6 +120,16 @@ def read_then_truncated() -> History:
     return h
 
 
+def wide_skip() -> History:
+    """One read jumps over four existing records (several offset bins when binned by 1)."""
+    h = History()
+    for off in range(6):
+        h.send(1, 0, 10 + off, off)
+    h.poll(5, 0, [(0, 10), (5, 15)], from_offset=0, hwm=6)
+    h.final(9, 0, [(off, 10 + off) for off in range(6)])
+    return h
+
+
 def no_final_read() -> History:
     h = History()
     h.send(1, 0, 10, 0)
@@ -131,7 +141,7 @@ def no_final_read() -> History:
 
 SCENARIOS = [
     clean, loss, inconsistent_duplicate_regression, regression_within_poll,
-    skip_send_aborted, stale, no_final_read, read_then_truncated,
+    skip_send_aborted, stale, no_final_read, read_then_truncated, wide_skip,
 ]  # fmt: skip
 
 
@@ -164,12 +174,24 @@ def test_spark_and_reference_agree_exactly(zoo):
 
 
 @pytest.mark.spark
-def test_window_scans_for_many_jumps_agree_with_broadcast_joins(zoo, spark, monkeypatch):  # noqa: F811
-    monkeypatch.setattr(spark_checks, "RANGE_JOIN_MAX", -1)
+@pytest.mark.parametrize(
+    "knob, value",
+    [
+        ("RANGE_JOIN_MAX", -1),  # window scans instead of binned broadcast range joins
+        ("OFFSET_BIN", 1),  # every gap wider than one offset spans several bins
+        ("BROADCAST_MAX", -1),  # shuffle joins for the tables that are normally small
+        ("TIME_BUCKETS", 1),  # one time bucket: the stale-read scan carries nothing over
+        ("TIME_BUCKETS", 100_000),  # about one op per bucket: everything is carried over
+    ],
+)
+def test_every_join_strategy_agrees_with_the_reference(zoo, spark, monkeypatch, knob, value):  # noqa: F811
+    monkeypatch.setattr(spark_checks, knob, value)
     _, r, ing = zoo
     s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
-    for name in ("poll-skip", "stale-read"):
-        assert s.anomalies[name] == r.anomalies[name]
+    assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
+    assert records(classify_unread(s)) == records(classify_unread(r))
+    assert s.stats == r.stats  # info sends read
+    for name in ("poll-skip", "stale-read", "inconsistent-offsets", "duplicate", "aborted-read"):
         assert s.anomalies[name][0] > 0
 
 
@@ -230,6 +252,15 @@ def test_poll_skip_nonmonotonic_send_aborted_read(zoo):
     [ab] = v["aborted-read"]
     assert (ab["partition"], ab["offset"], ab["value"]) == (1, 4, 22)
     assert "stale-read" not in v  # that skip is across polls, not inside one read
+
+
+@pytest.mark.spark
+def test_a_wide_skip_names_the_last_skipped_and_the_first_missed_record(zoo):
+    v = view(zoo, wide_skip)
+    [skip] = v["poll-skip"]
+    assert (skip["expected"], skip["offset"], skip["skipped_offset"]) == (1, 5, 4)
+    [stale] = v["stale-read"]
+    assert (stale["kind"], stale["missed"]["offset"]) == ("skipped", 1)
 
 
 @pytest.mark.spark
