@@ -40,8 +40,10 @@ stale-read           a read R of p whose invocation began after an acks=all send
                        skipped:     R's records jump over o (a gap inside the poll or
                                     between its start offset and first record); for each
                                     gap the first such acked offset is checked.
-                     Counted once per read op. A record that was read and later truncated
-                     away shows up here (later reads miss it) and as inconsistent-offsets.
+                     Counted once per read op; its example is the lowest offset it
+                     missed (and there, the earliest ack). A record that was read and later
+                     truncated away shows up here (later reads miss it) and as
+                     inconsistent-offsets.
 """
 
 from __future__ import annotations

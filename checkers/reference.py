@@ -223,8 +223,9 @@ class ReferenceChecks:
             return pd.DataFrame(columns=cols)
         stale = pd.concat(found, ignore_index=True)
         stale["_o"] = [m["offset"] for m in stale["missed"]]
-        stale = stale.sort_values(["op", "_o", "kind"]).drop_duplicates("op")
-        return stale.drop(columns="_o")
+        stale["_a"] = [m["ack_op"] for m in stale["missed"]]
+        stale = stale.sort_values(["op", "_o", "kind", "_a"]).drop_duplicates("op")
+        return stale.drop(columns=["_o", "_a"])
 
     def complete_partitions(self) -> set[int]:
         o = self.ops

@@ -272,8 +272,9 @@ class SparkChecks:
         stale = parts[0]
         for p in parts[1:]:
             stale = stale.unionByName(p)
-        # One row per read op: the lowest missed offset is its example.
-        w = Window.partitionBy("op").orderBy(F.col("missed.offset"), "kind")
+        # One row per read op: the lowest missed offset is its example; where two acked
+        # values at that offset were missed (inconsistent offsets), the earlier ack.
+        w = Window.partitionBy("op").orderBy(F.col("missed.offset"), "kind", F.col("missed.ack_op"))
         return stale.withColumn("rn", F.row_number().over(w)).filter("rn = 1").drop("rn")
 
     def _polls(self) -> DataFrame:

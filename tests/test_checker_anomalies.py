@@ -130,6 +130,19 @@ def wide_skip() -> History:
     return h
 
 
+def two_values_missed() -> History:
+    """Offset 0 was acked twice (10, then 20 after a truncation) and each was read; a later
+    read there returns a third value, so it missed both: its example is the earlier ack."""
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.poll(5, 0, [(0, 10)], from_offset=0, hwm=1)
+    h.send(2, 0, 20, 0)
+    h.poll(6, 0, [(0, 20)], from_offset=0, hwm=1)
+    h.poll(7, 0, [(0, 30)], from_offset=0, hwm=1)
+    h.final(9, 0, [(0, 30)])
+    return h
+
+
 def no_final_read() -> History:
     h = History()
     h.send(1, 0, 10, 0)
@@ -141,7 +154,7 @@ def no_final_read() -> History:
 
 SCENARIOS = [
     clean, loss, inconsistent_duplicate_regression, regression_within_poll,
-    skip_send_aborted, stale, no_final_read, read_then_truncated, wide_skip,
+    skip_send_aborted, stale, no_final_read, read_then_truncated, wide_skip, two_values_missed,
 ]  # fmt: skip
 
 
@@ -268,6 +281,13 @@ def test_stale_reads(zoo):
     v = view(zoo, stale)
     got = {(e["process"], e["kind"], e["missed"]["offset"]) for e in v["stale-read"]}
     assert got == {("5", "hwm-behind", 1), ("6", "skipped", 1)}
+
+
+@pytest.mark.spark
+def test_a_read_that_missed_two_acked_values_names_the_earlier_ack(zoo):
+    v = view(zoo, two_values_missed)
+    got = {(e["process"], e["kind"], e["missed"]["value"]) for e in v["stale-read"]}
+    assert got == {("6", "other-value", 10), ("7", "other-value", 10), ("9", "other-value", 10)}
 
 
 @pytest.mark.spark

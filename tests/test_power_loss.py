@@ -8,9 +8,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from checkers.check import check_path
 from harness.config import load_config
 from harness.runner import run_test
 
@@ -28,14 +30,14 @@ LAST_REPLICA_STANDING = [
 ]
 
 
-def _run(tmp_path, sets: list[str], plan=None) -> tuple[dict, list[dict]]:
+def _run(tmp_path, sets: list[str], plan=None) -> tuple[dict, list[dict], Path]:
     config = load_config("fast", [*BASE, *sets])
     run_dir = run_test(config, tmp_path, plan=plan)
     results = json.loads((run_dir / "results.json").read_text())
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     history = (run_dir / "history.jsonl").read_text()
     assert '"start-power-loss"' in history, "the power loss must have happened"
-    return results, events
+    return results, events, run_dir
 
 
 def _loss(results: dict) -> int:
@@ -43,27 +45,31 @@ def _loss(results: dict) -> int:
 
 
 def test_last_replica_standing_loses_acknowledged_records_without_elr(tmp_path):
-    results, events = _run(tmp_path, ["system.eligible.leader.replicas.enable=false"], LAST_REPLICA_STANDING)
+    results, events, run_dir = _run(tmp_path, ["system.eligible.leader.replicas.enable=false"], LAST_REPLICA_STANDING)
     assert results["valid"] is False
     assert _loss(results) > 0, f"expected lost acknowledged records, got {results['anomalies']}"
     assert any(e["kind"] == "truncate" and e["removed"] > 0 for e in events), \
         "the followers must have truncated to the returning leader's shorter log"
+    # the single-process reference reads this real, lossy history exactly as Spark did
+    reference = check_path(run_dir, backend="reference")
+    assert reference["anomalies"] == results["anomalies"]
+    assert reference["lost"]["count"] == results["lost"]["count"]
 
 
 def test_last_replica_standing_with_elr_loses_nothing(tmp_path):
-    results, events = _run(tmp_path, [], LAST_REPLICA_STANDING)
+    results, events, _ = _run(tmp_path, [], LAST_REPLICA_STANDING)
     assert _loss(results) == 0, results["anomalies"]
     assert any(e["kind"] == "partition-change" and e["elr"] for e in events), "the ELR must have been used"
 
 
 def test_last_replica_standing_with_fsync_per_message_loses_nothing(tmp_path):
-    results, _ = _run(tmp_path, ["system.eligible.leader.replicas.enable=false", "system.flush.messages=1"],
+    results, _, _ = _run(tmp_path, ["system.eligible.leader.replicas.enable=false", "system.flush.messages=1"],
                       LAST_REPLICA_STANDING)
     assert _loss(results) == 0, results["anomalies"]
 
 
 @pytest.mark.slow
 def test_power_cycling_one_broker_at_a_time_loses_nothing(tmp_path):
-    results, _ = _run(tmp_path, ["time_limit=60", "nemesis.faults=['power-loss']", "nemesis.targets=random",
+    results, _, _ = _run(tmp_path, ["time_limit=60", "nemesis.faults=['power-loss']", "nemesis.targets=random",
                                  "nemesis.interval=4", "nemesis.duration=4"])
     assert _loss(results) == 0, results["anomalies"]
