@@ -30,8 +30,13 @@ DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
 KNOWN_FAULTS = (
     "kill", "pause", "restart", "partition",
     "power-loss", "page-cache-loss", "torn-power-loss", "outage",
+    "slow-link", "lossy-link", "reset-link",
 )
 KNOWN_ANOMALIES = ANOMALIES  # the checker's names, for checker.allow
+# [nemesis] link-fault settings and what they mean when a config leaves them out (configs
+# stored before link faults existed do); see nemesis/link.py.
+LINK_DEFAULTS = {"link_delay_ms": 200.0, "link_jitter_ms": 50.0, "link_loss_percent": 20.0,
+                 "reset_probability": 0.05}  # fmt: skip
 TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
 HOST_PROVIDERS = ("netns", "ssh")
 # Names under results/ that are not tests: the newest-run link and the campaigns folder.
@@ -72,13 +77,15 @@ def _int(lo: int, hi: int) -> Field:
     return Field(f"an integer in {lo}..{hi}", check)
 
 
-def _number(lo: float, hi: float) -> Field:
-    """A number > lo (exclusive) and <= hi."""
+def _number(lo: float, hi: float, *, lo_ok: bool = False) -> Field:
+    """A number > lo (or >= lo with lo_ok) and <= hi."""
     def check(v: Any) -> int | float:
-        if isinstance(v, bool) or not isinstance(v, int | float) or not lo < v <= hi:
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+            raise _Invalid
+        if v == lo and not lo_ok:
             raise _Invalid
         return v
-    return Field(f"a number > {lo} and <= {hi}", check)
+    return Field(f"a number {'>=' if lo_ok else '>'} {lo} and <= {hi}", check)
 
 
 def _fraction() -> Field:
@@ -206,6 +213,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "targets": _choice(*TARGET_MODES),
         "shrink_first": _fraction(),
         "weights": _weights(),
+        "link_delay_ms": _number(0, 60_000, lo_ok=True),
+        "link_jitter_ms": _number(0, 60_000, lo_ok=True),
+        "link_loss_percent": _number(0, 100),
+        "reset_probability": _fraction(),
     },
     "checker": {
         "allow": _names(KNOWN_ANOMALIES, "anomaly names"),
@@ -219,7 +230,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
 # Fields whose value is a table merged key by key across layers rather than replaced.
 _MERGED = {("nemesis", "weights")}
 # Keys that may be left out of their table ([system] keys all may, see validate()).
-_OPTIONAL = {("hosts", "inventory")}
+_OPTIONAL = {("hosts", "inventory")} | {("nemesis", k) for k in LINK_DEFAULTS}
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
 _ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"}}
 

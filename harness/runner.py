@@ -18,7 +18,8 @@ from harness import store
 from harness.cluster import Cluster
 from harness.hosts import cleanup
 from harness.hosts.provider import make_provider
-from nemesis.faults import LOSSY, Nemesis
+from nemesis import link
+from nemesis.faults import LOSSY, Nemesis, heal_network
 from nemesis.schedule import ScheduleRecord, params_from_config, replay_plan
 from replication.client import Client, ClientError
 from workloads.history import HistoryWriter
@@ -78,6 +79,7 @@ def run_test(config: dict[str, Any], results_root: Path, argv: list[str] | None 
 async def _run(config: dict, cluster: Cluster, history: HistoryWriter, run_dir: Path,
                replay_from: Path | None, plan: list[dict] | None) -> None:
     loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, heal_network, cluster.hosts)
     if cluster.lazyfs:
         await loop.run_in_executor(None, lambda: [cluster.mount_lazyfs(h) for h in cluster.hosts])
     await loop.run_in_executor(None, cluster.start, cluster.controller_host)
@@ -101,7 +103,8 @@ async def _run(config: dict, cluster: Cluster, history: HistoryWriter, run_dir: 
     else:
         schedule = ScheduleRecord(run_dir / "schedule.json", params_from_config(config))
     started = time.monotonic()
-    nemesis = Nemesis(cluster, history, schedule, topic["name"], lambda: time.monotonic() - started)
+    nemesis = Nemesis(cluster, history, schedule, topic["name"], lambda: time.monotonic() - started,
+                      link.settings(config["nemesis"]))
     _say(f"workload for {config['time_limit']} s with faults {', '.join(config['nemesis']['faults']) or 'none'}")
     nemesis_task = loop.create_task(nemesis.run())
     progress = loop.create_task(_progress(workload, nemesis, config["time_limit"]))

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.cluster import Cluster
 from harness.hosts.host import Host
+from nemesis import link
 from nemesis import partition as grudges
 from nemesis.schedule import ScheduleRecord
 from replication.client import Client, ClientError
@@ -24,8 +25,10 @@ LOSSY = ("power-loss", "torn-power-loss", "outage")
 
 class Nemesis:
     def __init__(self, cluster: Cluster, history: HistoryWriter, schedule: ScheduleRecord,
-                 topic: str, clock: Callable[[], float]) -> None:
+                 topic: str, clock: Callable[[], float],
+                 link_settings: dict[str, float] | None = None) -> None:
         self.cluster = cluster
+        self.link_settings = link_settings or link.settings({})
         self.history = history
         self.schedule = schedule
         self.topic = topic
@@ -110,6 +113,8 @@ class Nemesis:
                 self.cluster.start(host)
             elif kind in LOSSY or kind == "page-cache-loss":
                 details[host.name] = self._lose_cache(kind, host, pick)
+            elif kind in link.LINK_FAULTS:
+                link.degrade(host, kind, self.link_settings, self.cluster.python, pick)
         return details
 
     def _lose_cache(self, kind: str, host: Host, pick: int) -> Any:
@@ -132,6 +137,8 @@ class Nemesis:
                 self.cluster.signal(host, "CONT")
             elif kind in ("kill", *LOSSY):
                 self.cluster.start(host)
+            elif kind in link.LINK_FAULTS:
+                link.restore(host)
 
     async def run_fault(self, fault) -> None:
         loop = asyncio.get_running_loop()
@@ -153,6 +160,8 @@ class Nemesis:
         else:
             value = {"nodes": [h.name for h in resolved]}
             record = dict(value)
+            if fault.kind in link.LINK_FAULTS:
+                value["link"] = record["link"] = link.describe(fault.kind, self.link_settings)
         self.schedule.started(fault.id, record, self.clock())
         try:
             if isinstance(resolved, dict):
@@ -182,8 +191,15 @@ class Nemesis:
         await asyncio.gather(*(self.run_fault(f) for f in self.schedule.faults))
 
     def heal_all(self) -> None:
-        """After the workload: no partition, nothing paused, every node running."""
-        grudges.heal(self.cluster.hosts)
+        """After the workload: no partition or link fault, nothing paused, every node running."""
+        heal_network(self.cluster.hosts)
         for host in self.cluster.hosts:
             self.cluster.signal(host, "CONT")
             self.cluster.start(host)
+
+
+def heal_network(hosts: list[Host]) -> None:
+    """Remove every partition and link fault (before a run too: a killed run on long-lived
+    VMs leaves its rules and qdiscs behind)."""
+    grudges.heal(hosts)
+    link.heal(hosts)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+from nemesis import iptables
 
 if TYPE_CHECKING:
     from harness.hosts.host import Host
@@ -129,40 +130,6 @@ def connected(grudge: Mapping[str, frozenset[str]], a: str, b: str) -> bool:
 # -- application on hosts -----------------------------------------------------------------
 
 
-def _restore_input(addresses: Iterable[str]) -> str:
-    # Declaring the chain in a --noflush restore creates or empties it, and the new rules go
-    # in with one atomic commit: there is no instant with half of a partition applied.
-    lines = ["*filter", f":{CHAIN} - [0:0]"]
-    lines += [f"-A {CHAIN} -s {a}/32 -j DROP" for a in sorted(addresses)]
-    lines.append("COMMIT")
-    return "".join(line + "\n" for line in lines)
-
-
-_APPLY = (
-    "command -v iptables-restore >/dev/null || { echo 'iptables is not installed' >&2; exit 127; }; "
-    "iptables-restore -w --noflush && "
-    f"{{ iptables -w -C INPUT -j {CHAIN} 2>/dev/null || iptables -w -I INPUT 1 -j {CHAIN}; }}"
-)
-
-_HEAL = (
-    "command -v iptables >/dev/null || { echo 'iptables is not installed' >&2; exit 127; }; "
-    f"while iptables -w -D INPUT -j {CHAIN} 2>/dev/null; do :; done; "
-    f"if iptables -w -S {CHAIN} >/dev/null 2>&1; then "
-    f"iptables -w -F {CHAIN} && iptables -w -X {CHAIN}; fi"
-)
-
-
-def _on_all(hosts: Sequence[Host], action: Callable[[Host], None]) -> None:
-    """Run action on every host in parallel; raise the first error after all have finished."""
-    if not hosts:
-        return
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        futures = [pool.submit(action, h) for h in hosts]
-    errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]
-
-
 def apply(hosts: Sequence[Host], grudge: Mapping[str, frozenset[str]]) -> None:
     """Make each host drop exactly the packets its grudge says; replaces any earlier partition.
 
@@ -174,19 +141,18 @@ def apply(hosts: Sequence[Host], grudge: Mapping[str, frozenset[str]]) -> None:
         raise ValueError(f"grudge names unknown hosts: {sorted(unknown)}")
 
     def one(host: Host) -> None:
-        sources = [by_name[n].address for n in grudge.get(host.name, frozenset())]
-        host.remote.run(["sh", "-c", _APPLY], input=_restore_input(sources), sudo=True, timeout=30)
+        sources = sorted(by_name[n].address for n in grudge.get(host.name, frozenset()))
+        iptables.apply(host, CHAIN, [f"-s {a}/32 -j DROP" for a in sources])
 
-    _on_all(hosts, one)
+    iptables.on_all(hosts, one)
 
 
 def heal(hosts: Sequence[Host]) -> None:
     """Remove our chain and its jump on every host; safe when nothing was applied."""
-    _on_all(hosts, lambda h: h.remote.run(["sh", "-c", _HEAL], sudo=True, timeout=30))
+    iptables.on_all(hosts, lambda h: iptables.heal(h, CHAIN))
 
 
 def rules(host: Host) -> list[str]:
     """The host's current KCH-PART rules (iptables -S form); [] when healed."""
-    result = host.remote.run(["iptables", "-w", "-S", CHAIN], sudo=True, check=False, timeout=30)
-    return [line for line in result.stdout.splitlines() if line.startswith("-A ")]
+    return iptables.rules(host, CHAIN)
 

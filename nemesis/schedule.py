@@ -14,6 +14,7 @@ can say which node is meant; the runner resolves them when the fault starts:
   partition: {"shape": "isolate" | "halves" | "majority-ring" | "bridge" | "isolate-controller"}
              {"shape": "isolate-leader", "partition": p}
   outage:    {"count": k}   (k broker hosts lose power together)
+  link faults (slow-link, lossy-link, reset-link): as process faults, without "last-isr-member"
   replay:    {"fixed": <the resolved target recorded by an earlier run>}
 
 Every target carries "pick", an integer the runner uses to seed any random choice it makes
@@ -46,6 +47,7 @@ from typing import Any
 
 from harness.config import KNOWN_FAULTS, TARGET_MODES
 from harness.store import write_json_atomic
+from nemesis.link import LINK_FAULTS
 
 FORMAT = 1
 PROCESS_FAULTS = ("kill", "pause", "restart")
@@ -62,13 +64,18 @@ _AUTO_SELECT = {
              "elr-members": 1},
     "partition": {"isolate": 2, "halves": 2, "majority-ring": 1, "bridge": 1,
                   "isolate-leader": 3, "isolate-controller": 1},
+    "link": {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1, "majority": 1},
 }
 # What a non-auto `targets` mode means for each family of faults.
 _MODE_SELECT = {
-    "leader": {"process": "leader", "host": "leader", "partition": "isolate-leader"},
-    "controller": {"process": "controller", "host": "controller", "partition": "isolate-controller"},
-    "random": {"process": "random-broker", "host": "random-broker", "partition": "isolate"},
-    "majority": {"process": "majority", "host": "random-broker", "partition": "halves"},
+    "leader": {"process": "leader", "host": "leader", "partition": "isolate-leader",
+               "link": "leader"},
+    "controller": {"process": "controller", "host": "controller", "partition": "isolate-controller",
+                   "link": "controller"},
+    "random": {"process": "random-broker", "host": "random-broker", "partition": "isolate",
+               "link": "random-broker"},
+    "majority": {"process": "majority", "host": "random-broker", "partition": "halves",
+                 "link": "majority"},
 }
 _PER_PARTITION = {"leader", "last-isr-member", "elr-members", "followers", "isolate-leader"}
 
@@ -179,6 +186,8 @@ def _family(kind: str) -> str:
         return "process"
     if kind in HOST_FAULTS:
         return "host"
+    if kind in LINK_FAULTS:
+        return "link"
     return kind  # "partition" or "outage"
 
 

@@ -1,0 +1,87 @@
+"""Link degradation inside hosts: latency, packet loss and TCP resets, all by netfilter.
+
+Each fault adds one rule to the KCH-LINK chain, jumped to first from INPUT, for the TCP
+segments the target host receives:
+
+- `slow-link` queues them (NFQUEUE) to nemesis.linkdelay, a daemon on the host that lets each
+  through after `link_delay_ms` plus normal `link_jitter_ms`, in order;
+- `lossy-link` drops `link_loss_percent` of them;
+- `reset-link` answers `reset_probability` of them with a TCP reset, killing connections
+  mid-stream as a flaky middlebox does.
+
+Netfilter rather than tc netem: the kernels we run on are often built without sch_netem,
+while NFQUEUE and the statistic match are standard. The host's SSH port is exempt from every
+rule, so the harness keeps control of a host whose link drops everything and can always heal
+it. Healing removes only the KCH-LINK chain, its jump and the delay daemon.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.config import LINK_DEFAULTS
+from nemesis import iptables
+
+if TYPE_CHECKING:
+    from harness.hosts.host import Host
+
+LINK_FAULTS = ("slow-link", "lossy-link", "reset-link")
+CHAIN = "KCH-LINK"
+QUEUE = 7341  # our NFQUEUE number (any of 0..65535 nothing else on the host uses)
+DAEMON = "linkdelay"
+
+
+def settings(nemesis: Mapping[str, Any]) -> dict[str, float]:
+    """The link settings of a [nemesis] table, defaults filled in."""
+    return {k: float(nemesis.get(k, v)) for k, v in LINK_DEFAULTS.items()}
+
+
+def describe(kind: str, s: Mapping[str, float]) -> dict[str, float]:
+    """The settings a fault of this kind applies, for the history and schedule.json."""
+    keys = {"slow-link": ("link_delay_ms", "link_jitter_ms"), "lossy-link": ("link_loss_percent",),
+            "reset-link": ("reset_probability",)}[kind]  # fmt: skip
+    return {k: s[k] for k in keys}
+
+
+def rule(kind: str, s: Mapping[str, float], ssh_port: int) -> str:
+    """The KCH-LINK rule spec for a fault of this kind."""
+    match = f"-p tcp -m multiport ! --ports {int(ssh_port)}"
+    if kind == "slow-link":
+        return f"{match} -j NFQUEUE --queue-num {QUEUE} --queue-bypass"
+    if kind == "lossy-link":
+        p = s["link_loss_percent"] / 100
+        return f"{match} -m statistic --mode random --probability {p:.6f} -j DROP"
+    if kind == "reset-link":
+        p = s["reset_probability"]
+        return (f"{match} -m statistic --mode random --probability {p:.6f} "
+                "-j REJECT --reject-with tcp-reset")
+    raise ValueError(f"unknown link fault {kind!r}")
+
+
+def degrade(host: Host, kind: str, s: Mapping[str, float], python: str, seed: int = 0) -> None:
+    """Apply a link fault of `kind` on host (`python` runs nemesis.linkdelay there)."""
+    line = rule(kind, s, host.remote.endpoint.port)
+    if kind == "slow-link" and not host.remote.is_running(DAEMON):
+        # started before the rule: until it is bound, --queue-bypass lets packets through
+        host.remote.start_daemon(DAEMON, [
+            python, "-m", "nemesis.linkdelay", "--queue", str(QUEUE),
+            "--delay-ms", f"{s['link_delay_ms']:g}", "--jitter-ms", f"{s['link_jitter_ms']:g}",
+            "--seed", str(seed)], host.log_dir / "linkdelay.log")  # fmt: skip
+    iptables.apply(host, CHAIN, [line])
+
+
+def restore(host: Host) -> None:
+    """Undo every link fault on host; safe when none was applied."""
+    iptables.heal(host, CHAIN)
+    host.remote.signal(DAEMON, "TERM")
+
+
+def heal(hosts: Sequence[Host]) -> None:
+    """Undo every link fault on every host, in parallel."""
+    iptables.on_all(hosts, restore)
+
+
+def rules(host: Host) -> list[str]:
+    """The host's current KCH-LINK rules (iptables -S form); [] when healed."""
+    return iptables.rules(host, CHAIN)
