@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.campaign_detection import EVIDENCE, detection_times, format_table
+from harness.campaign_detection import EVIDENCE, FINISHED_CELLS, detection_times, format_table
 from harness.campaign_spec import Cell, load_spec
 from harness.config import validate
 from harness.index import render_campaign, write_results_index
@@ -27,7 +27,6 @@ from harness.store import default_results_dir, write_json_atomic
 
 FORMAT = 1
 STAMP = "%Y%m%dT%H%M%S"
-FINISHED_CELLS = ("done", "error")  # never re-run on resume
 RunTest = Callable[[dict[str, Any], Path], Path]
 
 
@@ -242,7 +241,7 @@ def _record_run(campaign: Campaign, cell: dict[str, Any], run_dir: Path) -> None
     outcome = read_outcome(run_dir)
     if not (run_dir / "report.html").is_file():
         render_run(run_dir)
-    cell.update(status="done", verdict=outcome.verdict, anomalies=outcome.anomalies)
+    cell.update(status="done", error=None, verdict=outcome.verdict, anomalies=outcome.anomalies)
     if not outcome.checked:
         cell.update(outcome="error", error=outcome.error)
         return

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-FINISHED = ("done", "error")
-LOST = ("lost-write", "unseen")
-EVIDENCE = (*LOST, "inconsistent-offsets")
+from harness.report.outcome import LOSS_ANOMALIES
+
+FINISHED_CELLS = ("done", "error")  # a campaign never re-runs these on resume
+EVIDENCE = (*LOSS_ANOMALIES, "inconsistent-offsets")
 
 
 @dataclass
@@ -51,12 +52,12 @@ def _detects(cell: dict[str, Any], anomalies: tuple[str, ...]) -> bool:
 
 
 def detection_times(cells: list[dict[str, Any]],
-                    anomalies: tuple[str, ...] = LOST) -> list[Detection]:
+                    anomalies: tuple[str, ...] = LOSS_ANOMALIES) -> list[Detection]:
     """One row per `loss-allowed` config that has finished cells, in campaign order; a cell
     detects when its checker reported any of `anomalies` (or lost records)."""
     rows: dict[str, Detection] = {}
     for cell in cells:
-        if cell.get("expect") != "loss-allowed" or cell.get("status") not in FINISHED:
+        if cell.get("expect") != "loss-allowed" or cell.get("status") not in FINISHED_CELLS:
             continue
         row = rows.setdefault(cell["config"], Detection(cell["config"]))
         row.runs += 1

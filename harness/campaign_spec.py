@@ -113,8 +113,8 @@ def _mixes_for(config: dict[str, Any], nemeses: list[dict[str, Any]],
     if wanted is None:
         return nemeses
     by_name = {n["name"]: n for n in nemeses}
-    if (not isinstance(wanted, list) or not wanted or len(set(wanted)) != len(wanted)
-            or not all(isinstance(w, str) for w in wanted)):
+    if (not isinstance(wanted, list) or not wanted or not all(isinstance(w, str) for w in wanted)
+            or len(set(wanted)) != len(wanted)):
         raise CampaignError(f"{path}: config {config['name']!r}: nemesis must be a non-empty "
                             f"list of distinct [[nemesis]] names, got {wanted!r}")
     unknown = [w for w in wanted if w not in by_name]

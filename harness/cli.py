@@ -134,7 +134,8 @@ def _check_linearizable(args: argparse.Namespace) -> int:
     out = args.path.parent / f"{args.path.stem}.linearizability.json"
     out.write_text(json.dumps(verdict, indent=2, default=str))
     print(json.dumps({"valid": verdict["valid"], "model": args.model, "results": str(out)}))
-    return {True: 0, False: 1}.get(verdict["valid"], 2)
+    exits = _implementation("checkers.linear.cli", "EXIT", "check")
+    return exits.get(verdict["valid"], exits["unknown"])
 
 
 def _check(args: argparse.Namespace) -> int:

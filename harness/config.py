@@ -582,6 +582,7 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
                               "path of an inventory TOML file (see docs/vms.md)", prov)
     # Imported here: the hosts package pulls in paramiko, which plain config use never needs.
     from harness.hosts.inventory import InventoryError, load_inventory
+    from harness.hosts.provider import shared_python
     try:
         entries = load_inventory(Path(hosts["inventory"]))
     except InventoryError as e:
@@ -590,6 +591,10 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
         culprit = _later("hosts.inventory", "nodes", prov)
         raise _relation_error(culprit, f"nodes = {c['nodes']} needs as many hosts, but "
                               f"{hosts['inventory']} lists {len(entries)}", prov)
+    try:  # every node of a run starts the same way, so the hosts used share one python
+        shared_python(Path(hosts["inventory"]), entries[:c["nodes"]])
+    except InventoryError as e:
+        raise _relation_error("hosts.inventory", str(e), prov) from None
 
 
 def _inventory_path(value: str, origin: _Origin) -> Path:

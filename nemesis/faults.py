@@ -25,10 +25,9 @@ LOSSY = ("power-loss", "torn-power-loss", "outage")
 
 class Nemesis:
     def __init__(self, cluster: Cluster, history: HistoryWriter, schedule: ScheduleRecord,
-                 topic: str, clock: Callable[[], float],
-                 link_settings: dict[str, float] | None = None) -> None:
+                 topic: str, clock: Callable[[], float], link_settings: dict[str, float]) -> None:
         self.cluster = cluster
-        self.link_settings = link_settings or link.settings({})
+        self.link_settings = link_settings  # link.settings() of the run's [nemesis] table
         self.history = history
         self.schedule = schedule
         self.topic = topic

@@ -324,17 +324,16 @@ class Controller:
         def rank(b: int) -> tuple[int, int, int]:
             return (rec.replies[b][0], rec.replies[b][1], -order[b])
 
-        if rec.strategy == "balanced":
-            # Safety first: the best log wins, so if its broker was fenced since it
-            # answered, wait for it rather than elect a worse log.
-            best = max(rec.replies, key=rank)
-            if best not in unfenced:
-                return
-        else:
-            answered = [b for b in rec.targets if b in rec.replies and b in unfenced]
-            if not answered:
-                return
-            best = max(answered, key=rank)
+        # Balanced puts safety first: the best of all answers wins, so if its broker was fenced
+        # since it answered, wait for it rather than elect a worse log. The others take the
+        # best log still on an unfenced broker.
+        pool = list(rec.replies) if rec.strategy == "balanced" else [
+            b for b in rec.targets if b in rec.replies and b in unfenced]
+        if not pool:
+            return
+        best = max(pool, key=rank)
+        if best not in unfenced:
+            return
         new_state = md.elect_recovered(state, best)
         self._set_partition(md.Change(new_state, f"unclean-recovery-{rec.strategy}"), now, out)
         out.append(Event("unclean-recovery", {

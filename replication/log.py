@@ -51,8 +51,9 @@ class EpochCache:
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`; returns whether the cache changed.
 
-        An entry at or past `start_offset` can only be an epoch that never got a record
-        (assigned on becoming leader), so a newer epoch replaces it, as Kafka does.
+        An entry at or past `start_offset` can only be an epoch that never got a record (a
+        checkpoint written when new leaders still entered their epoch before appending), so a
+        newer epoch replaces it, as Kafka does.
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid epoch entry ({epoch}, {start_offset})")
@@ -210,12 +211,6 @@ class Log(ABC):
         if self._epochs.truncate_from(offset):
             self._epochs_changed()
         return removed
-
-    def assign_epoch(self, epoch: int) -> None:
-        """Start `epoch` at the LEO without a record, as a new leader does (Kafka)."""
-        self._check_open()
-        if self._epochs.assign(epoch, self._end_offset):
-            self._epochs_changed()
 
     def latest_epoch(self) -> int:
         return self._epochs.latest_epoch()

@@ -112,6 +112,10 @@ def test_python_defaults_to_python3_and_must_agree(tmp_path):
     assert InventoryProvider(inv, 1).python == "python3"
     with pytest.raises(InventoryError, match=r"python must be one non-empty path.*n2: '/usr/bin/python3.11'"):
         InventoryProvider(inv, 2)
+    # caught when the config is validated, before a campaign starts any cell
+    with pytest.raises(ConfigError, match=r"hosts.inventory.*python must be one non-empty path"):
+        load_config(sets=["nodes=2", "topic.replication_factor=1", "system.min.insync.replicas=1",
+                          "hosts.provider=ssh", f"hosts.inventory={str(inv)!r}"])
 
 
 def test_factory_refuses_an_inventory_that_shrank(tmp_path):

@@ -340,7 +340,8 @@ class ReplicaMachine(RuleBasedStateMachine):
             assert leader.hwm == self.hwm_before, "HWM advanced below MinISR"
         # Every acknowledged acks=all record sits on every member of the committed ISR.
         for last in self.acked_last:
-            assert all(self.fetched[r] > last for r in self.meta.isr if r != 1)
+            assert all(self.fetched[r] > last for r in self.meta.isr if r != 1), \
+                ("ack missing from a committed ISR member", last, self.meta.isr, self.fetched)
         self.hwm_before = leader.hwm
 
 
@@ -356,7 +357,7 @@ def test_machine_finds_local_first_isr_race() -> None:
     """Seed 004: with isr.update=local-first the leader acknowledges on an ISR the
     controller has not committed, so an acked record can be missing from a committed ISR
     member -- the invariants above catch it."""
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="ack missing from a committed ISR member"):
         run_state_machine_as_test(LocalFirstReplicaMachine, settings=settings(
             max_examples=200, stateful_step_count=40, deadline=None, derandomize=True,
             database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))
@@ -484,8 +485,8 @@ class SimMachine(RuleBasedStateMachine):
         for b in filter(self._registered, candidates):
             log = self.sim.logs[(b, "t", 0)]
             for offset, value in self.acked.items():
-                assert offset < log.end_offset, (b, offset, value, s)
-                assert log.read(offset, 1)[0].value.decode() == value, (b, offset, s)
+                assert offset < log.end_offset, ("ack lost", b, offset, value, s)
+                assert log.read(offset, 1)[0].value.decode() == value, ("ack lost", b, offset, s)
 
     def teardown(self) -> None:
         if not hasattr(self, "sim"):
@@ -498,7 +499,7 @@ class SimMachine(RuleBasedStateMachine):
         self._harvest()
         consumed = dict(sim.consume())
         missing = {o: v for o, v in self.acked.items() if consumed.get(o) != v}
-        assert not missing, (missing, sim.state())
+        assert not missing, ("ack lost", missing, sim.state())
 
 
 TestSimMachine = SimMachine.TestCase
@@ -514,7 +515,7 @@ def test_sim_machine_finds_last_replica_standing_loss_without_elr() -> None:
     """The same cluster without the ELR, and the same single power loss, loses acknowledged
     records (e.g. two clean shutdowns leave broker 2 alone in the ISR, then it loses power
     and is re-elected empty): the Sim invariants can fail."""
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="ack lost"):
         run_state_machine_as_test(NoElrSimMachine, settings=settings(
             max_examples=200, stateful_step_count=30, deadline=None, derandomize=True,
             database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck)))

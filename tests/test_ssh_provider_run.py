@@ -21,6 +21,8 @@ import pytest
 from harness.config import load_config
 from harness.hosts import NetnsProvider
 from harness.runner import run_test
+from nemesis import link
+from nemesis import partition as P
 from workloads.history import read_history
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,7 +93,12 @@ def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
         "workload.final_read_timeout=30",
         "hosts.provider=ssh", f"hosts.inventory={str(inventory)!r}",
     ])
+    # What a run killed on long-lived hosts leaves behind: it must be healed before nodes start
+    # (n2 losing every packet and n1 cut off would keep the cluster from ever coming up).
+    link.degrade(hosts[1], "lossy-link", link.settings({"link_loss_percent": 100}), sys.executable)
+    P.apply(hosts[:3], P.isolate_node([h.name for h in hosts[:3]], "n1"))
     run_dir = run_test(config, tmp_path / "results", check=False)
+    assert all(link.rules(h) == [] and P.rules(h) == [] for h in hosts[:3])
 
     test = json.loads((run_dir / "test.json").read_text())
     assert test["config"]["hosts"] == {"provider": "ssh", "inventory": str(inventory)}

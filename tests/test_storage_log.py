@@ -119,20 +119,6 @@ def test_truncate_removes_suffix_and_trims_epochs(make_log: MakeLog) -> None:
         log.truncate_to(-1)
 
 
-def test_assign_epoch_without_records(make_log: MakeLog) -> None:
-    log = make_log()
-    log.append(0, values(5), 0)
-    log.assign_epoch(2)
-    assert log.epoch_entries() == [(0, 0), (2, 5)]
-    assert log.end_offset_for_epoch(1) == (0, 5)
-    log.assign_epoch(3)  # a newer epoch replaces one that never got a record
-    assert log.epoch_entries() == [(0, 0), (3, 5)]
-    log.append(3, [b"x"], 0)
-    assert log.epoch_entries() == [(0, 0), (3, 5)]
-    with pytest.raises(ValueError):
-        log.assign_epoch(1)
-
-
 @pytest.mark.parametrize(
     ("requested", "expected"),
     [

@@ -69,10 +69,6 @@ class SegmentLogMatchesMemoryLog(RuleBasedStateMachine):
     def truncate(self, data: st.DataObject) -> None:
         self.both("truncate_to", data.draw(st.integers(0, self.memory.end_offset + 1)))
 
-    @rule(bump=st.integers(1, 2))
-    def assign_epoch(self, bump: int) -> None:
-        self.both("assign_epoch", self.memory.latest_epoch() + bump)
-
     @rule()
     def flush(self) -> None:
         self.both("flush")

@@ -51,6 +51,7 @@ def test_a_config_runs_only_the_mixes_it_names(tmp_path: Path) -> None:
     ("[]", "nemesis must be a non-empty list"),
     ('"net"', "nemesis must be a non-empty list"),
     ('["net", "net"]', "nemesis must be a non-empty list"),
+    ('[{}]', "nemesis must be a non-empty list"),  # not names: a clear error, no TypeError
 ])
 def test_a_bad_per_config_nemesis_list_names_the_file_and_config(tmp_path: Path, value: str,
                                                                  message: str) -> None:

@@ -194,8 +194,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-
-
 class ProcessPool:
     """Process numbers for clients: a client whose op ended in `info` retires its number and
     continues under a fresh one, so no process ever has two overlapping operations."""

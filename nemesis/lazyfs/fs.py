@@ -18,7 +18,9 @@ from nemesis.lazyfs.store import Store
 
 # Largest write the kernel may send in one request: big sequential appends
 # arrive as few large writes instead of many 4 KiB ones.
-MAX_WRITE = 128 * 1024  # 1 MiB failed at mount with EINVAL (seen while libfuse 2 was loaded)
+# 1 MiB made reads fail with EINVAL at random; that was while libfuse 2 was the library
+# loaded (now refused, libfuse.py), and 1 MiB has not been retried since.
+MAX_WRITE = 128 * 1024
 
 
 @dataclass
