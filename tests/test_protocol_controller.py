@@ -9,6 +9,7 @@ from replication.controller import Controller
 from replication.outputs import Event, Persist, Reply
 
 SESSION_MS = NodeConfig().broker_session_timeout_ms
+RECOVERY_MS = NodeConfig().unclean_recovery_timeout_ms
 TOPIC_CONFIG = {"min.insync.replicas": "2", "unclean.recovery.strategy": "balanced"}
 
 
@@ -62,13 +63,13 @@ class Driver:
         return (s.leader, s.isr, s.elr, s.last_known_elr)
 
 
-def _running_cluster() -> Driver:
+def _running_cluster(strategy: str = "balanced") -> Driver:
     d = Driver()
     for b in (1, 2, 3):
         d.register(b, now=0)
         assert d.heartbeat(b, now=0)["fenced"] is False
     reply = d.send({"type": "create-topic", "topic": "t", "partitions": 1, "replication_factor": 3,
-                    "config": TOPIC_CONFIG}, now=0)
+                    "config": {**TOPIC_CONFIG, "unclean.recovery.strategy": strategy}}, now=0)
     assert reply == {"partitions": 1}
     assert d.view() == (1, (1, 2, 3), (), ())
     d.events.clear()
@@ -237,3 +238,49 @@ def test_proactive_recovery_does_not_wait_for_fenced_elr_members() -> None:
     (rec,) = d.kinds("unclean-recovery")
     assert (rec["strategy"], rec["leader"], rec["complete"], rec["potential_data_loss"]) == \
         ("proactive", 1, True, True)
+
+
+def test_manual_recovery_reports_and_never_elects() -> None:
+    """Manual: once the ELR is empty (2 and 3 re-registered uncleanly) the controller reports
+    the partition once, asks nobody for log ends, ignores answers and elects no one."""
+    d = _running_cluster("manual")
+    d.tick(now=SESSION_MS + 1)
+    for b in (2, 3):
+        d.register(b, now=SESSION_MS + 10)
+    assert d.view() == (None, (), (), (2, 3)) and d.kinds("unclean-recovery") == []
+    for b in (2, 3):
+        assert "log_info_requests" not in d.heartbeat(b, now=SESSION_MS + 20)
+    assert d.kinds("unclean-recovery") == [{
+        "topic": "t", "partition": 0, "strategy": "manual", "leader": None, "leader_epoch": 3,
+        "candidates": [], "complete": False, "potential_data_loss": False,
+        "waiting_for_operator": True}]
+    for now in range(SESSION_MS + 100, 2 * SESSION_MS, 1000):
+        for b in (2, 3):
+            d.heartbeat(b, now=now, log_info=_log_info(0, 12))
+        d.tick(now=now)
+    assert d.view() == (None, (), (), (2, 3)) and d.c.recoveries == {}
+    assert len(d.kinds("unclean-recovery")) == 1 and d.kinds("unclean-election") == []
+
+
+def test_proactive_recovery_elects_a_partial_answer_only_after_the_timeout() -> None:
+    """Proactive: 1 and 2 are unfenced, 3 (the last ELR member) is not. Broker 2 answers,
+    broker 1 never does: the controller waits unclean.recovery.timeout.ms from the start of
+    the recovery, then elects 2 and reports the recovery as incomplete."""
+    d = _running_cluster("proactive")
+    d.tick(now=SESSION_MS + 1)
+    t0 = SESSION_MS + 20
+    for b in (1, 2):
+        d.register(b, now=SESSION_MS + 10)
+    for b in (1, 2):
+        assert d.heartbeat(b, now=t0)["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    assert d.view() == (None, (), (3,), (2,))
+    d.heartbeat(2, now=t0 + 10, log_info=_log_info(0, 12))
+    d.heartbeat(1, now=t0 + 20)
+    d.tick(now=t0 + RECOVERY_MS - 1)
+    assert d.view()[0] is None and d.kinds("unclean-recovery") == []
+    d.tick(now=t0 + RECOVERY_MS)
+    assert d.view()[0] == 2
+    (rec,) = d.kinds("unclean-recovery")
+    assert (rec["strategy"], rec["leader"], rec["complete"], rec["potential_data_loss"]) == \
+        ("proactive", 2, False, True)
+    assert rec["candidates"] == [{"broker": 2, "epoch": 0, "end_offset": 12}]

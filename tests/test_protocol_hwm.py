@@ -7,6 +7,7 @@ Kafka would park an empty fetch until data arrives, which would merge T5 into T7
 
 from __future__ import annotations
 
+from replication import errors as E
 from replication.config import NodeConfig
 from replication.log import MemoryLog
 from replication.metadata import PartitionState
@@ -43,10 +44,15 @@ def _leos(leader: Replica) -> tuple[int, int, int]:
     return (leader.log.end_offset, leader.follower_leo[2], leader.follower_leo[3])
 
 
+def _consumer_fetch(leader: Replica, now: int, **fields) -> dict:
+    """A consumer FetchRequest from offset 0 (no `replica`); returns the leader's reply."""
+    msg = {"type": "fetch", "topic": "A", "partition": 0, "offset": 0, **fields}
+    (reply,) = leader.fetch("consumer", msg, now)
+    return reply.msg
+
+
 def _consume(leader: Replica, now: int) -> list[int]:
-    out = leader.fetch("consumer", {"type": "fetch", "topic": "A", "partition": 0, "offset": 0}, now)
-    (reply,) = out
-    return [int(v) for _o, v in reply.msg["records"]]
+    return [int(v) for _o, v in _consumer_fetch(leader, now)["records"]]
 
 
 def _acks(out: list, token: str) -> list[dict]:
@@ -151,3 +157,43 @@ def test_hwm_below_min_isr_advances_when_elr_disabled() -> None:
     r1.on_metadata(PartitionState("A", 0, (1, 2, 3), leader=1, isr=(1,)), config, now=0)
     r1.produce("p1", [b"0"], "1", now=1)
     assert r1.hwm == 1
+
+
+def test_consumer_fetch_checks_the_leader_epoch_and_the_new_leaders_hwm() -> None:
+    """KIP-320 and the new-leader rule: R2 holds [0,1,2] from epoch 0 (its HWM still 0) and
+    becomes leader in epoch 1, so its epoch starts at 3. Until R3 has fetched up to 3 the HWM
+    lags and reads are refused, else consumers could miss what R1 had committed."""
+    log = MemoryLog()
+    log.append(0, [b"0", b"1", b"2"], 0)
+    r2, r3 = Replica(2, "A", 0, log), _replica(3)
+    epoch1 = PartitionState("A", 0, (1, 2, 3), leader=2, leader_epoch=1, partition_epoch=1, isr=(2, 3))
+    r2.on_metadata(epoch1, CONFIG, now=1)
+    r3.on_metadata(epoch1, CONFIG, now=1)
+    assert (r2.role, r2.epoch_start, r2.hwm) == ("leader", 3, 0)
+    assert _consumer_fetch(r2, now=2, leader_epoch=0) == {"error": E.FENCED_LEADER_EPOCH}
+    assert _consumer_fetch(r2, now=2, leader_epoch=2) == {"error": E.UNKNOWN_LEADER_EPOCH}
+    assert _consumer_fetch(r2, now=2, leader_epoch=1) == {"error": E.OFFSET_NOT_AVAILABLE, "hwm": 0}
+    _fetch(r2, r3, 0, now=3)
+    assert r2.hwm == 0 and _consumer_fetch(r2, now=3)["error"] == E.OFFSET_NOT_AVAILABLE
+    _fetch(r2, r3, 3, now=4)
+    assert r2.hwm == 3
+    reply = _consumer_fetch(r2, now=5, leader_epoch=1)
+    assert reply["records"] == [[0, "0"], [1, "1"], [2, "2"]] and reply["leader_epoch"] == 1
+    assert _consumer_fetch(r2, now=5, leader_epoch=0) == {"error": E.FENCED_LEADER_EPOCH}
+
+
+def test_acks_all_fails_as_appended_when_the_committed_isr_drops_below_min_isr() -> None:
+    """The followers stop fetching: the leader proposes ISR [1] after replica.lag.time.max.ms,
+    keeps the waiting acks=all request until the controller commits the shrink, then fails it
+    with NOT_ENOUGH_REPLICAS_AFTER_APPEND marked `appended` (the client's outcome: unknown)."""
+    r1, lag = _replica(1), CONFIG.replica_lag_time_max_ms
+    assert r1.produce("p", [b"0"], "all", now=lag) == []  # its deadline is far beyond lag + 3
+    out = r1.tick(now=lag + 2)
+    (alter,) = [o.msg for o in out if getattr(o, "dest", None) == "controller"]
+    assert alter["isr"] == [1] and _acks(out, "p") == []
+    assert r1.isr == (1, 2, 3) and len(r1.pending) == 1, "a removal waits for the commit"
+    shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
+    out = r1.on_alter_response({"state": shrunk.to_dict()}, now=lag + 3)
+    assert _acks(out, "p") == [{"error": E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "appended": True}]
+    assert r1.pending == [] and r1.hwm == 0
+    assert E.NOT_ENOUGH_REPLICAS_AFTER_APPEND not in E.DEFINITE
