@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: bootstrap
+	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q
 
 test-slow: bootstrap

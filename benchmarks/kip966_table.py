@@ -32,6 +32,7 @@ from typing import Any
 from harness.config import load_config
 from harness.report.outcome import read_outcome
 from harness.runner import run_test
+from harness.test import Plan, Test
 
 PAUSE_AT_S = 3.0
 OUTAGE_AT_S = 8.0  # the paused replicas are fenced after 2 s (fast profile) and leave the ISR
@@ -68,12 +69,12 @@ def measure(rf: int, min_isr: int, k: int, seconds: float, root: Path) -> dict[s
         "workload.final_read_timeout=60",
         "nemesis.faults=['outage', 'pause']", f"seed={k}",
         f"name=kip966-rf{rf}-minisr{min_isr}-k{k}"])
-    run_dir = run_test(config, root, plan=scenario(rf, min_isr, k))
+    run_dir = run_test(Test.of(config, root, plan=Plan.scripted(scenario(rf, min_isr, k))))
     outcome = read_outcome(run_dir)
     events = _events(run_dir)
     recoveries = [e for e in events if e.get("kind") == "unclean-recovery"]
     reported = [e for e in recoveries if e.get("potential_data_loss")]
-    # A committed record replaced at its offset is a loss too (see harness.campaign_detection).
+    # A committed record replaced at its offset is a loss too (see harness.report.detection).
     replaced = outcome.anomalies.get("inconsistent-offsets", 0)
     if not outcome.checked:
         verdict = f"not checked: {outcome.error}"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness.config import load_config
 from harness.runner import run_test
+from harness.test import Test
 
 
 def _measure(history: Path, seconds: float) -> tuple[float, float, int]:
@@ -41,7 +42,7 @@ def main() -> None:
             config = load_config(None, [f"workload.rate={rate}", f"workload.producers={producers}",
                                         "workload.consumers=2", "nemesis.faults=[]",
                                         f"time_limit={args.seconds}", "name=workload-rate"])
-            run_dir = run_test(config, Path(tmp), check=False)
+            run_dir = run_test(Test.of(config, Path(tmp), check=False))
             acked, per_op, ops = _measure(run_dir / "history.jsonl", args.seconds)
             print(f"{rate:>9} {producers:>9} {acked:>9.0f} {ops:>9} {per_op:>9.1f}", flush=True)
 

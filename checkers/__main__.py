@@ -8,19 +8,20 @@ import sys
 from pathlib import Path
 
 from checkers.check import check_path, exit_code
+from checkers.exitcodes import Parser, guarded
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m checkers", description=__doc__)
+    ap = Parser(prog="python -m checkers", description=__doc__)
     ap.add_argument("path", type=Path, help="a run folder or a history.jsonl")
     ap.add_argument("--spark-master", help="Spark master URL (default: HARNESS_SPARK_MASTER, "
                     "the test's checker.spark_master, else local[*])")
     args = ap.parse_args(argv)
-    try:
-        results = check_path(args.path, args.spark_master)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return guarded("python -m checkers", lambda: _check(args))
+
+
+def _check(args: argparse.Namespace) -> int:
+    results = check_path(args.path, args.spark_master)
     for err in results.get("errors", []):
         print(err, file=sys.stderr)
     summary = {n: a["count"] for n, a in results["anomalies"].items()}

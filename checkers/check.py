@@ -1,9 +1,23 @@
-"""Entry points: check a run folder or a bare history.jsonl and write results.json."""
+"""Entry points: check a run folder or a bare history and write its results beside it.
+
+A run folder's history.jsonl gets RUN/results.json and RUN/loss.parquet (the results-layout
+contract). Any other history X.jsonl gets X.results.json and X.loss.parquet, which record the
+history they belong to: checking one history never replaces another's results.
+
+Everything is written through fresh temporary files renamed into place (control.files), and
+the Parquet tables of the history go to a new private folder that is removed afterwards, so
+nothing planted beside a history -- a symlink, a file named like an output -- is ever written
+through, and two checks of one folder at once do not trip over each other."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +25,14 @@ import pandas as pd
 
 from checkers import reference, spark_checks
 from checkers.definitions import EXAMPLES
+from checkers.exitcodes import Exit, UserError
 from checkers.forensics import forensics
-from checkers.ingest import HistoryError, ingest
+from checkers.ingest import ACKS, HistoryError, ingest
 from checkers.spark import get_session
 from checkers.verdict import CheckOutput, classify_unread, records, results_dict
+from control.files import atomic_outputs, make_private_tempdir, write_json_atomic
+
+RUN_HISTORY = "history.jsonl"
 
 LOSS_EXAMPLE_COLUMNS = [
     "kind", "partition", "offset", "value", "ack_time", "node", "epoch", "storage",
@@ -31,15 +49,77 @@ def locate(path: Path) -> tuple[Path, Path]:
     return history, history.parent
 
 
+def output_paths(history: Path) -> tuple[Path, Path]:
+    """(results, loss) files of `history`: results.json and loss.parquet for a run folder's
+    history.jsonl, else <stem>.results.json and <stem>.loss.parquet beside it."""
+    if history.name == RUN_HISTORY:
+        return history.parent / "results.json", history.parent / "loss.parquet"
+    stem = history.stem or history.name
+    return (history.with_name(f"{stem}.results.json"),
+            history.with_name(f"{stem}.loss.parquet"))
+
+
+def refuse_foreign_results(results_path: Path, history: Path) -> None:
+    """Raise UserError if `results_path` exists and records another history than `history`
+    (a run folder's results.json always belongs to its history.jsonl)."""
+    if history.name == RUN_HISTORY or not os.path.lexists(results_path):
+        return
+    try:
+        fd = os.open(results_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            owner = json.loads(f.read(64 << 20)).get("history")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        owner = None
+    if owner != history.name:
+        whose = f"the history {owner!r}" if isinstance(owner, str) else "no history of ours"
+        raise UserError(f"{results_path} exists and holds the results of {whose}, not of "
+                        f"{history.name}: not replacing it (move it away)")
+
+
+def _table(test_json: Path, config: dict, name: str) -> dict:
+    table = config.get(name, {})
+    if not isinstance(table, dict):
+        raise UserError(f"{test_json}: config.{name} must be a table, got {table!r:.60}")
+    return table
+
+
 def load_config(run_dir: Path, notes: list[str]) -> dict:
+    """The run's config from test.json, with the keys the checker uses checked: a malformed
+    test.json is a clear error, never a crash or a wrong verdict."""
     test_json = run_dir / "test.json"
     if not test_json.exists():
         notes.append("no test.json beside the history: assuming acks=all and no allowed anomalies")
         return {}
     try:
-        return json.loads(test_json.read_text()).get("config", {})
-    except (json.JSONDecodeError, AttributeError) as e:
-        raise ValueError(f"{test_json}: not a valid test.json ({e})") from None
+        record = json.loads(test_json.read_bytes())
+    except OSError as e:
+        raise UserError(f"{test_json}: cannot read it ({e.strerror or e})") from None
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"{test_json}: not a valid test.json ({str(e):.200})") from None
+    if not isinstance(record, dict):
+        raise UserError(f"{test_json}: not a valid test.json (not a JSON object)")
+    config = record.get("config", {})
+    if not isinstance(config, dict):
+        raise UserError(f"{test_json}: config must be an object, got {config!r:.60}")
+    checker = _table(test_json, config, "checker")
+    allow = checker.get("allow", [])
+    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
+        raise UserError(f"{test_json}: config.checker.allow must be a list of anomaly names")
+    if not isinstance(checker.get("spark_master") or "", str):
+        raise UserError(f"{test_json}: config.checker.spark_master must be a string")
+    acks = _table(test_json, config, "workload").get("acks", "all")
+    if isinstance(acks, bool) or not isinstance(acks, str | int) or acks not in ACKS:
+        raise UserError(f'{test_json}: config.workload.acks must be "0", "1" or "all", '
+                        f"got {acks!r:.60}")
+    topic = _table(test_json, config, "topic")
+    if not isinstance(topic.get("name") or "", str):
+        raise UserError(f"{test_json}: config.topic.name must be a string")
+    partitions = topic.get("partitions")
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)
+                                   or not 1 <= partitions <= 2**31):
+        raise UserError(f"{test_json}: config.topic.partitions must be a positive integer, "
+                        f"got {partitions!r:.60}")
+    return config
 
 
 def _jsonable(x: Any) -> Any:
@@ -54,10 +134,10 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def write_results(run_dir: Path, results: dict) -> None:
-    tmp = run_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(_jsonable(results), indent=2) + "\n")
-    tmp.replace(run_dir / "results.json")
+def write_results(path: Path, results: dict) -> None:
+    """Atomically: a fresh temporary file renamed over `path` (a symlink there is replaced,
+    never written through; a full disk leaves the old file and no temporary)."""
+    write_json_atomic(path, _jsonable(results))
 
 
 def _loss_summary(loss: pd.DataFrame) -> dict:
@@ -71,17 +151,22 @@ def _loss_summary(loss: pd.DataFrame) -> dict:
 
 
 def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes: list[str]) -> dict:
-    """Verdict + loss forensics from a backend's output; writes results.json and loss.parquet."""
+    """Verdict + loss forensics from a backend's output; writes the results and loss files
+    (output_paths)."""
     run_dir = history.parent
+    results_path, loss_path = output_paths(history)
     allow = list(config.get("checker", {}).get("allow", []))
     unread = classify_unread(out)
-    results = results_dict(out, unread, allow, notes)
+    results = {"history": history.name, **results_dict(out, unread, allow, notes)}
     lost = unread[unread["kind"].isin(["lost-write", "unseen"])]
     topic = config.get("topic", {}).get("name")
     loss = forensics(lost, ops_path, run_dir, topic, results["notes"])
-    loss.to_parquet(run_dir / "loss.parquet", index=False)
-    results["lost"] = _loss_summary(loss)
-    write_results(run_dir, results)
+    # Both files or neither: a full disk leaves the earlier pair as it was.
+    with atomic_outputs(loss_path, results_path) as (loss_file, results_file):
+        loss.to_parquet(loss_file, index=False)
+        results["lost"] = _loss_summary(loss)
+        results["lost"]["file"] = loss_path.name
+        results_file.write((json.dumps(_jsonable(results), indent=2) + "\n").encode())
     return results
 
 
@@ -92,36 +177,66 @@ def check_path(path: Path, spark_master: str | None = None, *, backend: str = "s
     comparison and tests; only Spark scales past one machine's memory).
     """
     history, run_dir = locate(path)
+    results_path, _ = output_paths(history)
+    refuse_foreign_results(results_path, history)
     notes: list[str] = []
     config = load_config(run_dir, notes)
+    with _writing(history):
+        return _check(history, run_dir, config, notes, spark_master, backend)
+
+
+# Errors of a disk that cannot take what the checker writes: said in one line, with the place.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
+
+
+@contextmanager
+def _writing(history: Path) -> Iterator[None]:
     try:
-        ing = ingest(history, run_dir / "parquet")
-    except HistoryError as e:
-        results = {
-            "valid": "unknown",
-            "anomalies": {},
-            "stats": {},
-            "notes": [f"history is corrupt, not checked: {e.total} bad line(s)"],
-            "errors": e.errors,
-            "lost": {},
-        }
-        write_results(run_dir, results)
-        return results
-    notes += ing.notes
-    acks = str(config.get("workload", {}).get("acks", "all"))
-    if backend == "reference":
-        out = reference.run(ing.ops_path, ing.reads_path, acks)
-    else:
-        spark = get_session(spark_master, config.get("checker", {}).get("spark_master"))
-        out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
-    return finish(out, config, history, ing.ops_path, notes)
+        yield
+    except OSError as e:
+        if e.errno not in _NO_ROOM:
+            raise
+        raise UserError(f"cannot write the results of {history} in {history.parent}: "
+                        f"{e.strerror} (nothing was replaced)") from None
+
+
+def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
+           spark_master: str | None, backend: str) -> dict:
+    results_path, _ = output_paths(history)
+    partitions = config.get("topic", {}).get("partitions")
+    # The history's tables: a new folder of our own, readable by Spark workers, removed after.
+    scratch = make_private_tempdir(".check-", run_dir)
+    try:
+        os.chmod(scratch, 0o755)
+        try:
+            ing = ingest(history, scratch, partitions)
+        except HistoryError as e:
+            results = {
+                "history": history.name,
+                "valid": "unknown",
+                "anomalies": {},
+                "stats": {},
+                "notes": [f"history is corrupt, not checked: {e.total} bad line(s)"],
+                "errors": e.errors,
+                "lost": {},
+            }
+            write_results(results_path, results)
+            return results
+        notes += ing.notes
+        acks = ACKS[config.get("workload", {}).get("acks", "all")]
+        if backend == "reference":
+            out = reference.run(ing.ops_path, ing.reads_path, acks)
+        else:
+            spark = get_session(spark_master, config.get("checker", {}).get("spark_master"))
+            out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
+        return finish(out, config, history, ing.ops_path, notes)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def exit_code(results: dict) -> int:
-    """0 valid, 1 invalid, 2 unknown (the `harness check` contract)."""
-    valid = results.get("valid")
-    if valid is True:
-        return 0
-    if valid is False:
-        return 1
-    return 2
+    """0 valid, 1 invalid, 2 unknown; 3 when the history could not be read (its `errors`):
+    a broken history is an error, never a verdict (checkers.exitcodes)."""
+    if results.get("errors"):
+        return int(Exit.ERROR)
+    return int(Exit.of(results.get("valid")))

@@ -10,20 +10,36 @@ instead of a shuffle and sort of every record.
 
 Only one batch of rows (plus one pending invocation per live process) is held in memory,
 so a history larger than memory converts.
+
+The same pass validates the history contract (workloads/history.py), line by line: every
+field has its type and range (integers fit 64 bits, partitions are 0 <= p < topic.partitions,
+offsets and times are >= 0), indexes strictly increase along the file, time never goes back
+for a process, and every completion (ok/fail/info) answers the pending invoke of its process
+with the same `f` -- only the nemesis writes `info` without an invoke. Invokes still pending
+at the end are fine (a crashed run). A history that breaks any of this raises HistoryError
+naming each bad line: it is not checked, since a verdict on it would mean nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 BATCH_OPS = 50_000
 MAX_REPORTED_ERRORS = 20
+# A final read returns a whole partition in one line; anything longer is junk (and reading it
+# whole could exhaust memory).
+MAX_LINE_BYTES = 512 << 20
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MAX = 2**31 - 1
+NEMESIS = "nemesis"  # workloads.history.NEMESIS: its ops are `info` without an invoke
+ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0", -1: "all", 1: "1", 0: "0"}
 
 OPS_SCHEMA = pa.schema(
     [
@@ -48,6 +64,13 @@ OPS_SCHEMA = pa.schema(
         # for ok sends: this process's previous ok send to the same partition
         ("prev_ack_op", pa.int64()),
         ("prev_ack_offset", pa.int64()),
+        # the operation this op is a part of (a Jepsen op split into ours: its index), if any
+        ("txn", pa.int64()),
+        # for ok and info sends: this process's previous ok or info send to the same
+        # partition, its own offset (if its completion had one) and its txn (if any)
+        ("prev_send_op", pa.int64()),
+        ("prev_send_offset", pa.int64()),
+        ("prev_send_txn", pa.int64()),
     ]
 )
 
@@ -100,14 +123,22 @@ class IngestResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _int(op: dict, key: str, required: bool = False) -> int | None:
+def _short(v: Any, limit: int = 60) -> str:
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _int(op: dict, key: str, required: bool = False, lo: int = INT64_MIN,
+         hi: int = INT64_MAX) -> int | None:
     v = op.get(key)
     if v is None:
         if required:
             raise _BadLine(f"missing {key!r}")
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _BadLine(f"{key!r} must be an integer, got {v!r}")
+        raise _BadLine(f"{key!r} must be an integer, got {_short(v)}")
+    if not lo <= v <= hi:
+        raise _BadLine(f"{key!r} is {_short(v)}, out of range [{lo}, {hi}]")
     return v
 
 
@@ -115,12 +146,40 @@ def _opt_str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
+def _text(key: str, v: str) -> str:
+    """A string that Parquet (UTF-8) can hold: JSON's \\ud800 escapes make lone surrogates."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadLine(f"{key!r} is not valid Unicode text (a lone surrogate)") from None
+    return v
+
+
+def _scalar(op: dict, key: str) -> str | None:
+    """An optional string field (node, error) that may also be written as an integer."""
+    v = op.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, str | int):
+        raise _BadLine(f"{key!r} must be a string or an integer, got {_short(v)}")
+    return _text(key, str(v))
+
+
+def _create(path: Path) -> BinaryIO:
+    """A new file at `path`: an old one (or a symlink planted there) is removed, never
+    written through."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return os.fdopen(fd, "wb")
+
+
 class _Batches:
     """Column buffers for one batch of ops and reads, flushed to Parquet writers."""
 
     def __init__(self, ops_path: Path, reads_path: Path) -> None:
-        self.ops_writer = pq.ParquetWriter(ops_path, OPS_SCHEMA, compression="snappy")
-        self.reads_writer = pq.ParquetWriter(reads_path, READS_SCHEMA, compression="snappy")
+        self.files = [_create(ops_path), _create(reads_path)]
+        self.ops_writer = pq.ParquetWriter(self.files[0], OPS_SCHEMA, compression="snappy")
+        self.reads_writer = pq.ParquetWriter(self.files[1], READS_SCHEMA, compression="snappy")
         self._reset()
 
     def _reset(self) -> None:
@@ -135,55 +194,134 @@ class _Batches:
         self._reset()
 
     def close(self) -> None:
-        self.flush()
-        self.ops_writer.close()
-        self.reads_writer.close()
+        try:
+            self.flush()
+            self.ops_writer.close()
+            self.reads_writer.close()
+        finally:
+            for f in self.files:
+                f.close()
 
 
 def _parse(raw: bytes) -> dict:
     try:
         op = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise _BadJSON(f"invalid JSON ({e})") from None
+    except ValueError as e:  # bad JSON, bad UTF-8, an integer of thousands of digits
+        raise _BadJSON(f"invalid JSON ({_short(str(e), 120)})") from None
+    except RecursionError:
+        raise _BadJSON("invalid JSON (nested too deeply)") from None
     if not isinstance(op, dict):
         raise _BadLine("not a JSON object")
     return op
 
 
+class _Contract:
+    """The history contract's state along the file: the last index, each process's last time
+    and pending invoke (its line, index, time, offset and f)."""
+
+    def __init__(self) -> None:
+        self.last_index: int | None = None
+        self.last_time: dict[str, int] = {}
+        self.pending: dict[str, tuple[int, int, int, int | None, str]] = {}
+        self.txn_start: dict[str, tuple[int, int]] = {}  # process -> (txn, its first time)
+
+    def check(self, lineno: int, index: int, time: int, process: str, typ: str, f: str,
+              offset: int | None, txn: int | None = None
+              ) -> tuple[int | None, int | None, int | None]:
+        """Raise _BadLine if this op breaks the contract; else record it and return its
+        invocation's (index, time, offset) for a completion.
+
+        Ops with the same `txn` (the parts of one Jepsen operation, checkers.jepsen_kafka)
+        all carry that operation's invoke and completion times: within it, time may go
+        back to the operation's start, never before it."""
+        if self.last_index is not None and index <= self.last_index:
+            raise _BadLine(f"index {index} does not follow {self.last_index}: indexes must "
+                           "strictly increase along the file (a duplicate or a reordered line)")
+        last = self.last_time.get(process)
+        if txn is not None:
+            start = self.txn_start.get(process)
+            if start is not None and start[0] == txn:
+                last = start[1]
+            else:
+                self.txn_start[process] = (txn, time)
+        if last is not None and time < last:
+            raise _BadLine(f"time {time} goes back for process {process} (its previous op "
+                           f"was at {last})")
+        inv: tuple[int | None, int | None, int | None] = (None, None, None)
+        waiting = self.pending.get(process)
+        if typ == "invoke":
+            if waiting is not None:
+                raise _BadLine(f"process {process} invokes again while its invoke on line "
+                               f"{waiting[0]} has no completion yet")
+            self.pending[process] = (lineno, index, time, offset, f)
+        elif waiting is None:
+            if not (typ == "info" and process == NEMESIS):
+                raise _BadLine(f"{typ!r} completion without an invoke: process {process} has "
+                               "no operation pending")
+        else:
+            if waiting[4] != f:
+                raise _BadLine(f"completion f {f!r} does not match the invoke on line "
+                               f"{waiting[0]} (f {waiting[4]!r})")
+            del self.pending[process]
+            inv = (waiting[1], waiting[2], waiting[3])
+        self.last_index = index
+        self.last_time[process] = time
+        return inv
+
+
 class _Converter:
-    def __init__(self, batches: _Batches) -> None:
+    def __init__(self, batches: _Batches | None, partitions: int | None = None) -> None:
         self.b = batches
-        self.pending: dict[str, tuple[int, int, int | None]] = {}
+        self.contract = _Contract()
+        self.max_partition = INT32_MAX if partitions is None else partitions - 1
         # (process, partition) -> (op index, offset) of the last record read / last ack
         self.last_read: dict[tuple[str, int], tuple[int | None, int | None]] = {}
         self.last_ack: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        self.last_send: dict[tuple[str, int], tuple[int | None, int | None, int | None]] = {}
         self.ops = 0
         self.reads = 0
 
-    def add(self, op: dict) -> None:
-        index = _int(op, "index", required=True)
-        time = _int(op, "time", required=True)
+    def add(self, op: dict, lineno: int = 0) -> None:
+        index = _int(op, "index", required=True, lo=0)
+        time = _int(op, "time", required=True, lo=0)
         typ, f = op.get("type"), op.get("f")
-        if op.get("process") is None:
+        raw_process = op.get("process")
+        if raw_process is None:
             raise _BadLine("missing 'process'")
-        if not isinstance(typ, str) or not isinstance(f, str):
+        if isinstance(raw_process, bool) or not isinstance(raw_process, str | int):
+            raise _BadLine(f"'process' must be an integer or a string, got {_short(raw_process)}")
+        if not isinstance(typ, str) or not isinstance(f, str) or not f:
             raise _BadLine("'type' and 'f' must be strings")
-        process = str(op["process"])
-        partition = _int(op, "partition", required=f == "send" or f in READ_FS)
+        if typ != "invoke" and typ not in COMPLETIONS:
+            raise _BadLine(f"unknown type {_short(typ)}")
+        process = _text("process", str(raw_process))
+        _text("f", f)
+        partition = _int(op, "partition", required=f == "send" or f in READ_FS, lo=0,
+                         hi=self.max_partition)
         value = op.get("value")
         int_value = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if int_value is not None and not INT64_MIN <= int_value <= INT64_MAX:
+            if f == "send":
+                raise _BadLine(f"'value' is {_short(value)}, out of range [{INT64_MIN}, "
+                               f"{INT64_MAX}]")
+            int_value = None  # another op's value: kept as JSON text
         if f == "send" and int_value is None and typ != "fail":
-            raise _BadLine(f"send value must be an integer, got {value!r}")
-        offset = _int(op, "offset")
+            raise _BadLine(f"send value must be an integer, got {_short(value)}")
+        offset = _int(op, "offset", lo=0)
+        epoch = _int(op, "epoch")
+        hwm = _int(op, "hwm", lo=0)
+        node, error = _scalar(op, "node"), _scalar(op, "error")
+        acks = op.get("acks")
+        if acks is not None:
+            if isinstance(acks, bool) or not isinstance(acks, str | int) or acks not in ACKS:
+                raise _BadLine(f"'acks' must be \"0\", \"1\" or \"all\", got {_short(acks)}")
+            acks = ACKS[acks]
         records = self._records(op, typ, f)
 
-        inv = (None, None, None)
-        if typ == "invoke":
-            self.pending[process] = (index, time, offset)
-        elif typ in COMPLETIONS:
-            inv = self.pending.pop(process, (None, None, None))
-        else:
-            raise _BadLine(f"unknown type {typ!r}")
+        txn = _int(op, "txn")
+        inv = self.contract.check(lineno, index, time, process, typ, f, offset, txn)
+        if self.b is None:  # validating only
+            return
 
         o = self.b.ops
         o["index"].append(index)
@@ -195,11 +333,11 @@ class _Converter:
         o["value"].append(int_value)
         o["value_json"].append(None if value is None or int_value is not None else json.dumps(value))
         o["offset"].append(offset)
-        o["node"].append(_opt_str(op.get("node")))
-        o["epoch"].append(_int(op, "epoch"))
-        o["error"].append(_opt_str(op.get("error")))
-        o["hwm"].append(_int(op, "hwm"))
-        o["acks"].append(_opt_str(op.get("acks")))
+        o["node"].append(node)
+        o["epoch"].append(epoch)
+        o["error"].append(error)
+        o["hwm"].append(hwm)
+        o["acks"].append(acks)
         o["n_records"].append(None if records is None else len(records))
         o["invoke_index"].append(inv[0])
         o["invoke_time"].append(inv[1])
@@ -210,6 +348,14 @@ class _Converter:
             self.last_ack[(process, partition)] = (index, offset)
         o["prev_ack_op"].append(prev_ack[0])
         o["prev_ack_offset"].append(prev_ack[1])
+        o["txn"].append(txn)
+        prev_send: tuple[int | None, int | None, int | None] = (None, None, None)
+        if f == "send" and typ in ("ok", "info"):
+            prev_send = self.last_send.get((process, partition), prev_send)
+            self.last_send[(process, partition)] = (index, offset, txn)
+        o["prev_send_op"].append(prev_send[0])
+        o["prev_send_offset"].append(prev_send[1])
+        o["prev_send_txn"].append(prev_send[2])
         self.ops += 1
         if records:
             self._add_reads(records, index, process, partition, time, f, inv[1], inv[2])
@@ -229,10 +375,14 @@ class _Converter:
                 or len(r) != 2
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in r)
             ):
-                raise _BadLine(f"record {r!r} is not an [offset, value] pair of integers")
+                raise _BadLine(f"record {_short(r)} is not an [offset, value] pair of integers")
+            if not (0 <= r[0] <= INT64_MAX and INT64_MIN <= r[1] <= INT64_MAX):
+                raise _BadLine(f"record {_short(r)}: the offset must be in [0, {INT64_MAX}] "
+                               f"and the value a 64-bit integer")
         return records
 
     def _add_reads(self, records, index, process, partition, time, f, inv_time, from_offset):
+        assert self.b is not None
         r = self.b.reads
         n = len(records)
         key = (process, partition)
@@ -256,45 +406,80 @@ class _Converter:
         self.reads += n
 
 
-def ingest(history: Path, out_dir: Path) -> IngestResult:
+def _lines(fh: BinaryIO):
+    """(line number, bytes) of each line; a line longer than MAX_LINE_BYTES comes as None
+    (after skipping it, in bounded reads)."""
+    lineno = 0
+    while True:
+        raw = fh.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES:
+            while raw and not raw.endswith(b"\n"):
+                raw = fh.readline(1 << 20)
+            yield lineno, None
+            continue
+        yield lineno, raw
+
+
+def _convert(history: Path, conv: _Converter) -> tuple[int, list[str], tuple[int, str] | None]:
+    """Feed every line of `history` to `conv`: (bad lines, their first errors, truncated tail)."""
+    errors: list[str] = []
+    total_errors = 0
+    truncated: tuple[int, str] | None = None
+    with open(history, "rb") as fh:
+        for lineno, raw in _lines(fh):
+            try:
+                if raw is None:
+                    raise _BadLine(f"line longer than {MAX_LINE_BYTES} bytes")
+                if not raw.strip():
+                    continue
+                conv.add(_parse(raw), lineno)
+            except _BadLine as e:
+                if isinstance(e, _BadJSON) and raw is not None and not raw.endswith(b"\n"):
+                    # Only the physically last line can lack a newline: a cut-off write.
+                    truncated = (lineno, str(e))
+                    continue
+                total_errors += 1
+                if len(errors) < MAX_REPORTED_ERRORS:
+                    errors.append(f"{history}:{lineno}: {e}")
+    return total_errors, errors, truncated
+
+
+def _truncated_note(history: Path, truncated: tuple[int, str]) -> str:
+    return (f"{history}:{truncated[0]}: last line is truncated ({truncated[1]}); "
+            "ignored it as the tail of a crashed run")
+
+
+def validate(history: Path, partitions: int | None = None) -> list[str]:
+    """Check `history` against the history contract without converting it; raises
+    HistoryError naming the bad lines, returns notes (a truncated last line)."""
+    total, errors, truncated = _convert(history, _Converter(None, partitions))
+    if total:
+        raise HistoryError(errors, total)
+    return [_truncated_note(history, truncated)] if truncated else []
+
+
+def ingest(history: Path, out_dir: Path, partitions: int | None = None) -> IngestResult:
     """Write out_dir/ops.parquet and out_dir/reads.parquet from `history`.
 
-    Raises HistoryError naming every corrupt line (up to a cap). A last line that is cut
-    short (no trailing newline, not parseable: the run crashed mid-write) is skipped and
-    reported in IngestResult.notes.
+    Raises HistoryError naming every corrupt line (up to a cap), including lines that break
+    the history contract; `partitions` (the topic's, when known) bounds the partition
+    numbers. A last line that is cut short (no trailing newline, not parseable: the run
+    crashed mid-write) is skipped and reported in IngestResult.notes.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     result = IngestResult(out_dir / "ops.parquet", out_dir / "reads.parquet")
     batches = _Batches(result.ops_path, result.reads_path)
-    conv = _Converter(batches)
-    errors: list[str] = []
-    total_errors = 0
-    truncated: tuple[int, str] | None = None
+    conv = _Converter(batches, partitions)
     try:
-        with open(history, "rb") as fh:
-            lineno = 0
-            for raw in fh:
-                lineno += 1
-                if not raw.strip():
-                    continue
-                try:
-                    conv.add(_parse(raw))
-                except _BadLine as e:
-                    if isinstance(e, _BadJSON) and not raw.endswith(b"\n"):
-                        # Only the physically last line can lack a newline: a cut-off write.
-                        truncated = (lineno, str(e))
-                        continue
-                    total_errors += 1
-                    if len(errors) < MAX_REPORTED_ERRORS:
-                        errors.append(f"{history}:{lineno}: {e}")
+        total_errors, errors, truncated = _convert(history, conv)
     finally:
         batches.close()
     if total_errors:
         raise HistoryError(errors, total_errors)
     if truncated:
-        result.notes.append(
-            f"{history}:{truncated[0]}: last line is truncated ({truncated[1]}); "
-            "ignored it as the tail of a crashed run"
-        )
+        result.notes.append(_truncated_note(history, truncated))
     result.ops, result.reads = conv.ops, conv.reads
     return result

@@ -35,6 +35,7 @@ def _nested(df: pd.DataFrame, keys: list[str], inner: list[str], name: str) -> p
 
 class ReferenceChecks:
     def __init__(self, ops_path: Path, reads_path: Path, acks: str) -> None:
+        self.default_acks = acks
         self.ops = pd.read_parquet(ops_path)
         self.reads = pd.read_parquet(reads_path)
         sends = self.ops[self.ops["f"] == "send"]
@@ -69,6 +70,27 @@ class ReferenceChecks:
             .reset_index()
         )
         self.read_set = self.cells.loc[self.cells["read"], [P, "value"]].drop_duplicates()
+        # the final state: each partition's last ok final-poll; elsewhere, every read
+        o = self.ops
+        final = o[(o["f"] == "final-poll") & (o["type"] == "ok") & o[P].notna()]
+        self.last_final = final.groupby(P)["index"].max()
+        fr = self.reads[self.reads["index"].isin(set(self.last_final))]
+        in_final = fr[[P, "offset", "value"]].drop_duplicates().assign(in_final=True)
+        cells = self.cells.merge(in_final, on=[P, "offset", "value"], how="left")
+        has_final = cells[P].isin(set(self.last_final.index))
+        cells["present"] = np.where(has_final, cells["in_final"].eq(True), cells["read"])
+        self.cells = cells.drop(columns="in_final")
+        # completed sends with their offsets, learned from reads where the send names none
+        read_min = (self.cells[self.cells["read"]].groupby([P, "value"])["offset"].min()
+                    .rename("read_offset").reset_index())
+        done = sends[sends["type"].isin(["ok", "info"])].astype({P: "int32", "value": "int64"})
+        done = done.merge(read_min, on=[P, "value"], how="left")
+        # an info send has an offset only once committed (read): else it may never have been
+        own = done["offset"].astype("float64").fillna(done["read_offset"])
+        done["resolved"] = own.where((done["type"] == "ok") | done["read_offset"].notna())
+        self.done = done
+        self.committed = done[(done["type"] == "ok") | done["read_offset"].notna()]
+        self._unread: pd.DataFrame | None = None
 
     def _multi(self, keys: list[str]) -> pd.DataFrame:
         n = self.cells.groupby(keys, sort=False)[keys[0]].transform("size")
@@ -81,24 +103,41 @@ class ReferenceChecks:
         return _nested(self._multi([P, "value"]), [P, "value"], ["offset", "first_op"], "offsets")
 
     def unread(self) -> pd.DataFrame:
-        """As SparkChecks.unread: missing from the last final read, or never read where no
-        final read completed."""
-        final = self.ops[(self.ops["f"] == "final-poll") & (self.ops["type"] == "ok")]
-        last_index = final.groupby(P)["index"].max()
-        final_reads = self.reads[self.reads["index"].isin(set(last_index))]
-        with_final = set(last_index.index)
-        acked_final = self.acked[self.acked[P].isin(with_final)]
-        m = acked_final.merge(final_reads[[P, "value"]].drop_duplicates(), on=[P, "value"],
-                              how="left", indicator=True)
-        m = m[m["_merge"] == "left_only"].drop(columns="_merge")
-        max_final = final_reads.groupby(P)["offset"].max().rename("max_read_offset").reset_index()
-        missing_final = m.merge(max_final, on=P, how="left")
-        acked_rest = self.acked[~self.acked[P].isin(with_final)]
-        u = acked_rest.merge(self.read_set, on=[P, "value"], how="left", indicator=True)
-        u = u[u["_merge"] == "left_only"].drop(columns="_merge")
-        max_read = self.reads.groupby(P)["offset"].max().rename("max_read_offset").reset_index()
-        never_read = u.merge(max_read, on=P, how="left")
-        return pd.concat([missing_final[UNREAD_COLUMNS], never_read[UNREAD_COLUMNS]], ignore_index=True)
+        """As SparkChecks.unread: committed sends whose value is missing from the final state
+        of their partition (never read, where no final read completed)."""
+        if self._unread is not None:
+            return self._unread
+        present = self.cells[self.cells["present"]]
+        c = self.committed.merge(present[[P, "value"]].drop_duplicates(), on=[P, "value"],
+                                 how="left", indicator=True)
+        c = c[c["_merge"] == "left_only"]
+        max_present = present.groupby(P)["offset"].max().rename("max_read_offset").reset_index()
+        u = pd.DataFrame({
+            P: c[P].astype("int32"), "value": c["value"].astype("int64"),
+            "offset": c["resolved"], "process": c["process"], "ack_index": c["index"],
+            "ack_time": c["time"], "invoke_time": c["invoke_time"], "node": c["node"],
+            "epoch": c["epoch"], "acks": c["acks"].fillna(self.default_acks),
+        }).merge(max_present, on=P, how="left")
+        self._unread = u[UNREAD_COLUMNS].reset_index(drop=True)
+        return self._unread
+
+    def known(self) -> pd.DataFrame:
+        """(partition, offset) of the records known to exist, sorted, without the records
+        the loss check reports (definitions.py: poll-skip)."""
+        lost = self.unread()[[P, "offset", "value"]].dropna().astype({"offset": "int64"})
+        k = self.cells.merge(lost.assign(lost=True), on=[P, "offset", "value"], how="left")
+        k = k.loc[k["lost"].ne(True), [P, "offset"]].drop_duplicates()
+        return k.rename(columns={"offset": "k"}).astype({"k": "int64"}).sort_values("k")
+
+    def _in_range(self, probes: pd.DataFrame, lo: str, hi: str) -> pd.DataFrame:
+        """Probes with ``skipped_offset``: the highest known offset in [lo, hi], if any."""
+        if probes.empty:
+            return probes.assign(skipped_offset=pd.Series(dtype="int64"))
+        p = probes.assign(_hi=probes[hi].astype("int64")).sort_values("_hi")
+        m = pd.merge_asof(p, self.known(), left_on="_hi", right_on="k", by=P,
+                          direction="backward")
+        m = m[m["k"].notna() & (m["k"] >= m[lo])]
+        return m.rename(columns={"k": "skipped_offset"}).drop(columns="_hi")
 
     def read_steps(self) -> pd.DataFrame:
         r = self.reads
@@ -110,32 +149,68 @@ class ReferenceChecks:
         return steps[expected.notna() & (steps["offset"] != expected)]
 
     @staticmethod
-    def nonmonotonic_poll(steps: pd.DataFrame) -> pd.DataFrame:
-        s = steps[steps["offset"] < steps["expected"]]
+    def nonmonotonic_poll(steps: pd.DataFrame, internal: bool) -> pd.DataFrame:
+        s = steps[(steps["offset"] < steps["expected"]) & ((steps["pos"] > 0) == internal)]
         s = s.rename(columns={"index": "op"})
         return s[["process", P, "op", "prev_op", "expected", "offset", "value"]]
 
-    def poll_skip(self, steps: pd.DataFrame) -> pd.DataFrame:
-        known = self.cells[[P, "offset"]].drop_duplicates().sort_values([P, "offset"])
-        known["prev_known"] = known.groupby(P)["offset"].shift(1)
-        jumps = steps[steps["offset"] > steps["expected"]].merge(known, on=[P, "offset"])
-        s = jumps[jumps["prev_known"] >= jumps["expected"]]
-        s = s.rename(columns={"index": "op", "prev_known": "skipped_offset"})
+    def poll_skip(self, steps: pd.DataFrame, internal: bool) -> pd.DataFrame:
+        jumps = steps[(steps["offset"] > steps["expected"]) & ((steps["pos"] > 0) == internal)]
+        s = self._in_range(jumps.assign(hi=jumps["offset"] - 1), "expected", "hi")
+        s = s.rename(columns={"index": "op"})
         return s[["process", P, "op", "prev_op", "expected", "offset", "skipped_offset"]]
 
-    def nonmonotonic_send(self) -> pd.DataFrame:
-        a = self.sends[self.sends["type"] == "ok"]
-        a = a[a["offset"] <= a["prev_ack_offset"]]
-        a = a.rename(columns={"index": "op", "prev_ack_op": "prev_op",
-                              "prev_ack_offset": "prev_offset"})  # fmt: skip
+    def send_steps(self) -> pd.DataFrame:
+        """Each completed send with the one before it (same process and partition), both
+        with known offsets; `internal` when both are parts of one operation."""
+        d = self.done
+        prev = d[["index", "resolved"]].rename(columns={"index": "prev_send_op",
+                                                         "resolved": "prev_offset"})
+        s = d[d["prev_send_op"].notna()].astype({"prev_send_op": "int64"})
+        s = s.merge(prev, on="prev_send_op")
+        s = s[s["resolved"].notna() & s["prev_offset"].notna()]
+        txn = s["txn"].astype("float64")
+        return s.assign(internal=txn.notna() & (txn == s["prev_send_txn"].astype("float64")))
+
+    @staticmethod
+    def nonmonotonic_send(steps: pd.DataFrame, internal: bool) -> pd.DataFrame:
+        a = steps[(steps["resolved"] <= steps["prev_offset"]) & (steps["internal"] == internal)]
+        a = a.drop(columns="offset").rename(columns={"index": "op", "resolved": "offset", "prev_send_op": "prev_op"})
         return a[["process", P, "op", "offset", "prev_op", "prev_offset"]]
+
+    def int_send_skip(self, steps: pd.DataFrame) -> pd.DataFrame:
+        a = steps[steps["internal"] & (steps["resolved"] > steps["prev_offset"] + 1)]
+        a = a.assign(lo=a["prev_offset"] + 1, hi=a["resolved"] - 1)
+        a = self._in_range(a, "lo", "hi")
+        a = a.drop(columns="offset").rename(columns={"index": "op", "resolved": "offset", "prev_send_op": "prev_op"})
+        return a[["process", P, "op", "offset", "prev_op", "prev_offset", "skipped_offset"]]
+
+    def realtime_send_order(self) -> pd.DataFrame:
+        """Committed sends that landed below a send acknowledged before they were invoked."""
+        lost = set(self.unread()["ack_index"])
+        c = self.committed[self.committed["resolved"].notna() & ~self.committed["index"].isin(lost)]
+        a = c[c["type"] == "ok"].sort_values(["time", "index"])
+        a = a[a["resolved"] == a.groupby(P)["resolved"].cummax()]  # running-max holders
+        a = a[[P, "time", "resolved", "index"]].rename(
+            columns={"time": "earlier_ack_time", "resolved": "earlier_offset",
+                     "index": "earlier_op"})
+        b = c[c["invoke_time"].notna()].astype({"invoke_time": "int64"}).sort_values("invoke_time")
+        m = pd.merge_asof(b, a, left_on="invoke_time", right_on="earlier_ack_time", by=P,
+                          allow_exact_matches=False)
+        m = m[m["earlier_offset"].notna() & (m["resolved"] < m["earlier_offset"])]
+        m = m.drop(columns="offset").rename(columns={"index": "op", "resolved": "offset"})
+        return m[["process", P, "op", "offset", "invoke_time", "earlier_op", "earlier_offset",
+                  "earlier_ack_time"]]
 
     def aborted_read(self) -> pd.DataFrame:
         s = self.sends
-        failed = s.loc[s["type"] == "fail", ["value", "index", "error"]]
-        done = set(s.loc[s["type"].isin(["ok", "info"]), "value"])
-        failed = failed[~failed["value"].isin(done)].rename(columns={"index": "fail_op"})
-        hit = self.cells[self.cells["read"]].merge(failed, on="value")
+        failed = s.loc[(s["type"] == "fail") & s["value"].notna() & s[P].notna(),
+                       [P, "value", "index", "error"]].astype({P: "int32", "value": "int64"})
+        done = self.done[[P, "value"]].drop_duplicates().assign(done=True)
+        failed = failed.merge(done, on=[P, "value"], how="left")
+        failed = failed[failed["done"].ne(True)].drop(columns="done")
+        failed = failed.rename(columns={"index": "fail_op"})
+        hit = self.cells[self.cells["read"]].merge(failed, on=[P, "value"])
         hit = hit.rename(columns={"first_op": "read_op"})
         return hit[[P, "offset", "value", "read_op", "fail_op", "error"]]
 
@@ -258,13 +333,20 @@ class ReferenceChecks:
 def run(ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES) -> CheckOutput:
     c = ReferenceChecks(ops_path, reads_path, acks)
     steps = c.read_steps()
+    sends = c.send_steps()
     inconsistent = c.inconsistent_offsets()
     anomalies = {
         "inconsistent-offsets": _found(inconsistent, [P, "offset"], examples),
         "duplicate": _found(c.duplicate(), [P, "value"], examples),
-        "nonmonotonic-poll": _found(c.nonmonotonic_poll(steps), ["op", "offset"], examples),
-        "poll-skip": _found(c.poll_skip(steps), ["op", "offset"], examples),
-        "nonmonotonic-send": _found(c.nonmonotonic_send(), ["op"], examples),
+        "nonmonotonic-poll": _found(c.nonmonotonic_poll(steps, False), ["op", "offset"], examples),
+        "int-nonmonotonic-poll": _found(c.nonmonotonic_poll(steps, True), ["op", "offset"],
+                                        examples),
+        "poll-skip": _found(c.poll_skip(steps, False), ["op", "offset"], examples),
+        "int-poll-skip": _found(c.poll_skip(steps, True), ["op", "offset"], examples),
+        "nonmonotonic-send": _found(c.nonmonotonic_send(sends, False), ["op"], examples),
+        "int-nonmonotonic-send": _found(c.nonmonotonic_send(sends, True), ["op"], examples),
+        "int-send-skip": _found(c.int_send_skip(sends), ["op"], examples),
+        "realtime-send-order": _found(c.realtime_send_order(), ["op"], examples),
         "aborted-read": _found(c.aborted_read(), [P, "offset", "value"], examples),
         "stale-read": _found(c.stale_read(steps, inconsistent), ["op"], examples),
     }

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
-import tempfile
+import sys
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from control.files import (
+    check_private_dir,
+    make_private_tempdir,
+    remove_private_dir,
+    write_text_atomic,
+)
 
 MASTER_ENV = "HARNESS_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
@@ -28,10 +36,29 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
+_private: Path | None = None
+
+
+def private_dir() -> Path:
+    """This process's own 0700 scratch directory (mkdtemp), removed at exit: it holds the log4j2
+    configuration and is the driver JVM's java.io.tmpdir. Nothing goes to a fixed name in /tmp,
+    where another user could plant a file or a symlink for root to read or write through."""
+    global _private
+    if _private is not None:
+        try:
+            check_private_dir(_private)
+            return _private
+        except FileNotFoundError:  # removed under us (a tmp cleaner): make a new one
+            pass
+    _private = make_private_tempdir("harness-checker-")
+    atexit.register(remove_private_dir, _private)  # after pyspark's own exit hooks stop the JVM
+    return _private
+
+
 def _log4j_file() -> Path:
-    path = Path(tempfile.gettempdir()) / f"harness-checker-log4j2-{os.getuid()}.properties"
-    if not path.exists() or path.read_text() != _LOG4J:
-        path.write_text(_LOG4J)
+    path = private_dir() / "log4j2.properties"
+    if not path.is_file() or path.read_text() != _LOG4J:
+        write_text_atomic(path, _LOG4J, mode=0o600)
     return path
 
 
@@ -58,15 +85,23 @@ def get_session(
         if not wanted_explicitly or active.sparkContext.master == wanted_explicitly:
             return active
         active.stop()
+    # Python workers run this interpreter, not whatever `python3` is first on PATH: it has
+    # pyspark's dependencies and imports `checkers` (installed in it) from any directory.
+    # PySpark reads PYSPARK_PYTHON when the context starts; an explicit setting wins.
+    python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # The parallel collector: the checker is a batch job, throughput beats pause times.
     java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} -XX:+UseParallelGC"
+    # The driver's scratch files (Spark's local dirs, native libraries) go to the private
+    # directory too; executors elsewhere keep their own machine's default.
+    driver_opts = f"{java_opts} -Djava.io.tmpdir={private_dir()}"
     session = (
         SparkSession.builder.master(resolve_master(master, configured))
         .appName("harness-checker")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.extraJavaOptions", java_opts)
+        .config("spark.pyspark.python", python)
+        .config("spark.driver.extraJavaOptions", driver_opts)
         .config("spark.executor.extraJavaOptions", java_opts)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.adaptive.enabled", "true")

@@ -139,6 +139,30 @@ class SparkChecks:
         present = F.when(has_final, F.col("in_final")).otherwise(F.col("read"))
         self.cells = self._keep(cells.withColumn("present", present))
         self.read_set = self.cells.filter("read").select(P, "value")
+        # Completed sends that are not acked with an offset (acks=0, info): normally few.
+        # Their offsets are learned from reads (definitions.py), and an info send counts
+        # (committed, with an offset) only once some read returned its value.
+        done = sends.filter(F.col("type").isin("ok", "info"))
+        self.done = done
+        other = self._small(
+            done.filter((F.col("type") != "ok") | F.col("offset").isNull()).select(
+                "index", P, "value", "type", "offset", "process", "time", "invoke_time",
+                "node", "epoch", F.coalesce(F.col("acks"), F.lit(acks)).alias("acks"),
+            )
+        )  # fmt: skip
+        read_min = (
+            self.cells.filter("read")
+            .join(other.select(P, "value").distinct(), [P, "value"], "left_semi")
+            .groupBy(P, "value")
+            .agg(F.min("offset").alias("read_offset"))
+        )
+        committed = (F.col("type") == "ok") | F.col("read_offset").isNotNull()
+        self.other = self._small(
+            other.join(read_min, [P, "value"], "left")
+            .withColumn("committed", committed)
+            .withColumn("resolved", F.when(committed, F.coalesce("offset", "read_offset")))
+        )
+        self._unread: DataFrame | None = None
 
     def _keep(self, df: DataFrame) -> DataFrame:
         self._cached.append(df.cache())
@@ -175,13 +199,16 @@ class SparkChecks:
         return self._multi([P, "value"], ["offset", "first_op"], "offsets")
 
     def unread(self) -> DataFrame:
-        """Acked sends missing from the final state of their partition.
+        """Committed sends missing from the final state of their partition (by value); cached.
 
         Where a final read completed, that is its last `final-poll`: a record read by
         consumers earlier and later truncated away is lost too (it was below the HWM, hence
-        committed). Elsewhere: acked sends whose value no read of the partition returned.
-        Candidates come from the cached cells (normally few), so the acked and read sets are
-        never shuffled against each other."""
+        committed). Elsewhere: committed sends whose value no read of the partition returned.
+        Candidates of the acked sends come from the cached cells (normally few), so the acked
+        and read sets are never shuffled against each other; the other committed sends
+        (acks=0, info) are few and broadcast."""
+        if self._unread is not None:
+            return self._unread
         cand = self.cells.filter(F.col("ack_op").isNotNull() & ~F.col("present"))
         cand = self._small(cand.select(P, "value", "offset"))
         present = self.cells.filter("present")
@@ -190,9 +217,48 @@ class SparkChecks:
                                                     "left_semi")  # fmt: skip
         keys = cand.join(elsewhere, [P, "value"], "left_anti")
         max_read = present.groupBy(P).agg(F.max("offset").alias("max_read_offset"))
-        return self.acked.join(keys, [P, "value", "offset"], "left_semi").join(
-            F.broadcast(max_read), P, "left"
+        acked = self.acked.join(keys, [P, "value", "offset"], "left_semi")
+        other = self.other.filter("committed")
+        other_present = present.select(P, "value").join(F.broadcast(other.select(P, "value")),
+                                                        [P, "value"], "left_semi")
+        other = other.join(other_present, [P, "value"], "left_anti").select(
+            P, "value", F.col("resolved").alias("offset"), "process",
+            F.col("index").alias("ack_index"), F.col("time").alias("ack_time"), "invoke_time",
+            "node", "epoch", "acks",
+        )  # fmt: skip
+        self._unread = self._small(
+            acked.unionByName(other).join(F.broadcast(max_read), P, "left")
         )
+        return self._unread
+
+    def known(self) -> DataFrame:
+        """(partition, k): offsets of the records known to exist, without the records the
+        loss check reports (definitions.py: poll-skip)."""
+        lost = self.unread().select(P, "offset", "value").filter(F.col("offset").isNotNull())
+        return (
+            self.cells.join(F.broadcast(lost), [P, "offset", "value"], "left_anti")
+            .select(P, F.col("offset").alias("k"))
+        )
+
+    def _max_known_in(self, probes: DataFrame, lo: str, hi: str) -> DataFrame:
+        """Probes (partition, lo, hi, ...) with `skipped_offset`: the highest known offset in
+        [lo, hi], kept only where there is one. Few probes: binned broadcast range join;
+        many: a sorted window scan of the known offsets and the probes together."""
+        cols = probes.columns
+        if probes.count() <= RANGE_JOIN_MAX:
+            hits = self._in_ranges(self.known(), probes, lo, hi)
+            return hits.groupBy(*cols).agg(F.max("k").alias("skipped_offset"))
+        known = self.known().distinct().select(P, "k", F.lit(0).alias("kind_order"))
+        marks = probes.select("*", F.col(hi).alias("k"), F.lit(1).alias("kind_order"))
+        w = Window.partitionBy(P).orderBy("k", "kind_order").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
+        )
+        known_k = F.when(F.col("kind_order") == 0, F.col("k"))
+        ev = known.unionByName(marks, allowMissingColumns=True)
+        ev = ev.withColumn("skipped_offset", F.last(known_k, ignorenulls=True).over(w))
+        return ev.filter(
+            (F.col("kind_order") == 1) & (F.col("skipped_offset") >= F.col(lo))
+        ).select(*cols, "skipped_offset")
 
     def read_steps(self) -> DataFrame:
         """Reads that break the per-process sequence, with the offset they should have had."""
@@ -207,51 +273,152 @@ class SparkChecks:
             .filter(F.col("offset") != F.col("expected"))
         )
 
-    def nonmonotonic_poll(self, steps: DataFrame) -> DataFrame:
-        return steps.filter(F.col("offset") < F.col("expected")).select(
+    @staticmethod
+    def _inside(internal: bool) -> Column:
+        """Steps between two records of one poll (int-) or across polls."""
+        return (F.col("pos") > 0) if internal else (F.col("pos") == 0)
+
+    def nonmonotonic_poll(self, steps: DataFrame, internal: bool) -> DataFrame:
+        return steps.filter((F.col("offset") < F.col("expected")) & self._inside(internal)).select(
             "process", P, F.col("index").alias("op"), "prev_op", "expected", "offset", "value"
         )
 
-    def poll_skip(self, steps: DataFrame) -> DataFrame:
-        jumps = steps.filter(F.col("offset") > F.col("expected"))
-        known = self.cells.select(P, F.col("offset").alias("k"))
-        if jumps.count() <= RANGE_JOIN_MAX:
-            # Few jumps (the normal case): probe them from the known offsets, no sort.
-            probes = jumps.select(*JUMP, (F.col("offset") - 1).alias("hi"))
-            hits = self._in_ranges(known, probes, "expected", "hi")
-            skipped = hits.groupBy(*JUMP).agg(F.max("k").alias("skipped_offset"))
-        else:
-            w = Window.partitionBy(P).orderBy("k")
-            prev = known.distinct().withColumn("prev", F.lag("k").over(w))
-            skipped = (
-                jumps.select(*JUMP)
-                .join(prev.withColumnRenamed("k", "offset"), [P, "offset"])
-                .filter(F.col("prev") >= F.col("expected"))
-                .withColumnRenamed("prev", "skipped_offset")
-            )
-        return skipped.select(
+    def poll_skip(self, steps: DataFrame, internal: bool) -> DataFrame:
+        jumps = steps.filter((F.col("offset") > F.col("expected")) & self._inside(internal))
+        probes = jumps.select(*JUMP, (F.col("offset") - 1).alias("hi"))
+        return self._max_known_in(probes, "expected", "hi").select(
             "process", P, F.col("index").alias("op"), "prev_op", "expected", "offset",
             "skipped_offset",
         )  # fmt: skip
 
-    def nonmonotonic_send(self) -> DataFrame:
-        acked = self.sends.filter(F.col("type") == "ok")
-        return acked.filter(F.col("offset") <= F.col("prev_ack_offset")).select(
-            "process", P, F.col("index").alias("op"), "offset",
-            F.col("prev_ack_op").alias("prev_op"), F.col("prev_ack_offset").alias("prev_offset"),
+    def send_steps(self) -> DataFrame:
+        """Each completed send with the one before it from the same process to the same
+        partition, both with known offsets; `internal` when both are parts of one operation.
+        Offsets not on the ops come from the (broadcast) resolved other sends."""
+        other = F.broadcast(self.other.select("index", F.col("resolved").alias("r")))
+        prev = F.broadcast(self.other.select(F.col("index").alias("prev_send_op"),
+                                             F.col("resolved").alias("pr"),
+                                             F.lit(True).alias("p_other")))
+        own = F.when(F.col("type") == "ok", F.col("offset"))  # info: only once committed
+        steps = (
+            self.done.filter(F.col("prev_send_op").isNotNull())
+            .select("index", "process", P, "type", "offset", "txn", "prev_send_op",
+                    "prev_send_offset", "prev_send_txn")
+            .join(other, "index", "left")
+            .join(prev, "prev_send_op", "left")
+            .select(
+                "index", "process", P, "prev_send_op",
+                F.coalesce(own, F.col("r")).alias("resolved"),
+                F.when(F.col("p_other"), F.col("pr")).otherwise(F.col("prev_send_offset"))
+                .alias("prev_offset"),
+                (F.col("txn").isNotNull() & (F.col("txn") == F.col("prev_send_txn")))
+                .alias("internal"),
+            )
+        )
+        return steps.filter(F.col("resolved").isNotNull() & F.col("prev_offset").isNotNull())
+
+    def nonmonotonic_send(self, steps: DataFrame, internal: bool) -> DataFrame:
+        return steps.filter(
+            (F.col("resolved") <= F.col("prev_offset")) & (F.col("internal") == internal)
+        ).select(
+            "process", P, F.col("index").alias("op"), F.col("resolved").alias("offset"),
+            F.col("prev_send_op").alias("prev_op"), "prev_offset",
         )  # fmt: skip
 
-    def aborted_read(self) -> DataFrame:
-        failed = self.sends.filter(F.col("type") == "fail").select(
-            "value", F.col("index").alias("fail_op"), "error"
+    def int_send_skip(self, steps: DataFrame) -> DataFrame:
+        jumps = steps.filter(F.col("internal") & (F.col("resolved") > F.col("prev_offset") + 1))
+        probes = jumps.select(
+            "process", P, "index", "resolved", "prev_send_op", "prev_offset",
+            (F.col("prev_offset") + 1).alias("lo"), (F.col("resolved") - 1).alias("hi"),
+        )  # fmt: skip
+        return self._max_known_in(probes, "lo", "hi").select(
+            "process", P, F.col("index").alias("op"), F.col("resolved").alias("offset"),
+            F.col("prev_send_op").alias("prev_op"), "prev_offset", "skipped_offset",
+        )  # fmt: skip
+
+    def realtime_send_order(self) -> DataFrame:
+        """Committed sends that landed below a send acknowledged before they were invoked:
+        per partition, the highest offset acknowledged before each send's invocation is a
+        running maximum over time (computed as for hwm-behind stale reads)."""
+        lost = F.broadcast(self.unread().select(F.col("ack_index").alias("index")))
+        acked = self.acked.select(
+            F.col("ack_index").alias("index"), P, F.col("ack_time").alias("time"),
+            "invoke_time", F.col("offset").alias("resolved"), F.lit("ok").alias("type"),
+        )  # fmt: skip
+        other = self.other.filter(F.col("committed") & F.col("resolved").isNotNull()).select(
+            "index", P, "time", "invoke_time", "resolved", "type"
         )
+        sends = acked.unionByName(other).join(lost, "index", "left_anti")
+        events = sends.filter(F.col("type") == "ok").select(
+            P, F.col("time").alias("t"), F.col("resolved").alias("off"), F.col("index").alias("e")
+        )
+        probes = sends.filter(F.col("invoke_time").isNotNull()).select(
+            P, F.col("invoke_time").alias("t"), F.col("index").alias("op"),
+            F.col("resolved").alias("offset"),
+        )  # fmt: skip
+        latest = self._max_before(events, probes)
+        behind = self._small(latest.filter(F.col("latest") > F.col("offset")))
+        # the example: the latest-acknowledged send at that offset acked before the invoke
+        earlier = events.select(P, F.col("off").alias("latest"),
+                                F.struct(F.col("t").alias("at"), F.col("e").alias("op")).alias("a"))
+        proc = self.done.select(F.col("index").alias("op"), "process")
+        return (
+            earlier.join(behind, [P, "latest"])
+            .filter(F.col("a.at") < F.col("t"))
+            .groupBy("op", P, "t", "offset", "latest")
+            .agg(F.max("a").alias("a"))
+            .join(proc, "op")
+            .select(
+                "process", P, "op", "offset", F.col("t").alias("invoke_time"),
+                F.col("a.op").alias("earlier_op"), F.col("latest").alias("earlier_offset"),
+                F.col("a.at").alias("earlier_ack_time"),
+            )
+        )  # fmt: skip
+
+    def _max_before(self, events: DataFrame, probes: DataFrame) -> DataFrame:
+        """Probes (partition, t, ...) with `latest`: the highest `off` of the events
+        (partition, t, off) at a time strictly before the probe's. Computed per (partition,
+        time bucket) in parallel, each bucket seeded with the maximum of those before it."""
+        lo, hi = probes.agg(F.min("t"), F.max("t")).first()
+        width = max(1, ((hi or 0) - (lo or 0)) // TIME_BUCKETS + 1)
+        bucket = F.floor((F.col("t") - F.lit(lo or 0)) / F.lit(width)).alias("b")
+        ev = events.select(P, "t", "off", bucket, F.lit(1).alias("kind_order"))
+        pr = probes.select("*", bucket, F.lit(0).alias("kind_order"))
+        per_bucket = ev.groupBy(P, "b").agg(F.max("off").alias("off"), F.lit(1).alias("k"))
+        wanted = pr.select(P, "b").distinct().select("*", F.lit(0).alias("k"))
+        before = Window.partitionBy(P).orderBy("b", "k").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
+        )
+        carry = (
+            wanted.unionByName(per_bucket, allowMissingColumns=True)
+            .withColumn("carry", F.max("off").over(before))
+            .filter(F.col("k") == 0)
+            .select(P, "b", "carry")
+        )
+        # probes sort before events at the same instant: strictly before
+        w = Window.partitionBy(P, "b").orderBy("t", "kind_order").rowsBetween(
+            Window.unboundedPreceding, Window.currentRow
+        )
+        both = ev.unionByName(pr, allowMissingColumns=True)
+        both = both.withColumn("inb", F.max("off").over(w)).filter(F.col("kind_order") == 0)
+        return (
+            both.join(F.broadcast(carry), [P, "b"], "left")
+            .withColumn("latest", F.greatest(F.col("carry"), F.col("inb")))
+            .filter(F.col("latest").isNotNull())
+            .drop("off", "inb", "carry", "kind_order", "b")
+        )
+
+    def aborted_read(self) -> DataFrame:
+        failed = self.sends.filter(
+            (F.col("type") == "fail") & F.col("value").isNotNull() & F.col(P).isNotNull()
+        ).select(P, "value", F.col("index").alias("fail_op"), "error")
         failed = self._small(failed)
-        done = self.sends.filter(F.col("type").isin("ok", "info")).select("value")
-        failed = failed.join(done.join(failed.select("value"), "value", "left_semi"), "value",
-                             "left_anti")  # fmt: skip
+        done = self.done.select(P, "value")
+        failed = failed.join(done.join(failed.select(P, "value"), [P, "value"], "left_semi"),
+                             [P, "value"], "left_anti")  # fmt: skip
         return (
             self.cells.filter("read")
-            .join(failed, "value")
+            .join(failed, [P, "value"])
             .select(P, "offset", "value", F.col("first_op").alias("read_op"), "fail_op", "error")
         )
 
@@ -496,14 +663,20 @@ def run(
     c = SparkChecks(spark, ops_path, reads_path, acks)
     try:
         steps = c.read_steps()
+        sends = c.send_steps()
         inconsistent = c.inconsistent_offsets()
         found = summarise(
             {
                 "inconsistent-offsets": (inconsistent, [P, "offset"]),
                 "duplicate": (c.duplicate(), [P, "value"]),
-                "nonmonotonic-poll": (c.nonmonotonic_poll(steps), ["op", "offset"]),
-                "poll-skip": (c.poll_skip(steps), ["op", "offset"]),
-                "nonmonotonic-send": (c.nonmonotonic_send(), ["op"]),
+                "nonmonotonic-poll": (c.nonmonotonic_poll(steps, False), ["op", "offset"]),
+                "int-nonmonotonic-poll": (c.nonmonotonic_poll(steps, True), ["op", "offset"]),
+                "poll-skip": (c.poll_skip(steps, False), ["op", "offset"]),
+                "int-poll-skip": (c.poll_skip(steps, True), ["op", "offset"]),
+                "nonmonotonic-send": (c.nonmonotonic_send(sends, False), ["op"]),
+                "int-nonmonotonic-send": (c.nonmonotonic_send(sends, True), ["op"]),
+                "int-send-skip": (c.int_send_skip(sends), ["op"]),
+                "realtime-send-order": (c.realtime_send_order(), ["op"]),
                 "aborted-read": (c.aborted_read(), [P, "offset", "value"]),
                 "stale-read": (c.stale_read(steps, inconsistent), ["op"]),
                 INFO_READ: (c.info_read(), ["index"]),

@@ -17,13 +17,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from harness.campaign_detection import EVIDENCE, FINISHED_CELLS, detection_times, format_table
+from control.files import write_json_atomic
 from harness.campaign_spec import Cell, load_spec
 from harness.config import validate
-from harness.index import render_campaign, write_results_index
+from harness.report.campaign_index import render_campaign, write_results_index
+from harness.report.detection import EVIDENCE, FINISHED_CELLS, detection_times, format_table
 from harness.report.outcome import read_outcome
 from harness.report.render import render_run
-from harness.store import default_results_dir, write_json_atomic
+from harness.runner import run_test
+from harness.simulate import SIM, simulate_test
+from harness.store import default_results_dir
+from harness.test import Test
 
 FORMAT = 1
 STAMP = "%Y%m%dT%H%M%S"
@@ -34,11 +38,13 @@ class CampaignBusy(ValueError):
     """Another process is running this campaign folder (a user error, like a bad file)."""
 
 
-def _default_run_test() -> RunTest:
-    # Imported only when a campaign really runs: the runner pulls in hosts, SSH and Spark.
-    from harness.runner import run_test
-
-    return run_test
+def run_cell(config: dict[str, Any], results_root: Path) -> Path:
+    """A cell on real hosts, or in the simulator when its config says hosts.provider = "sim"
+    (one campaign may mix both: many simulated seeds, a few real ones)."""
+    test = Test.of(config, results_root)
+    if config["hosts"]["provider"] == SIM:
+        return simulate_test(test)
+    return run_test(test)
 
 
 def classify(expect: str, outcome_valid: Any, lost: int) -> str:
@@ -171,7 +177,7 @@ def _run_locked(campaign: Campaign, file: Path, run_test: RunTest | None,
     campaign.save()
     print(f"campaign {campaign.state['name']}: {campaign.folder}", flush=True)
     try:
-        _run_cells(campaign, run_test or _default_run_test(), session, time_budget_s)
+        _run_cells(campaign, run_test or run_cell, session, time_budget_s)
     except KeyboardInterrupt:
         campaign.state["status"] = "interrupted"
         _finish_session(campaign, session)

@@ -35,7 +35,9 @@ from harness.config import load_config, resolve_config_path
 
 EXPECTATIONS = ("no-loss", "loss-allowed")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
-_TOP_KEYS = {"name", "base", "seeds", "time_limit", "set", "config", "nemesis"}
+_TOP_KEYS = {"name", "base", "seeds", "time_limit", "set", "config", "nemesis", "hosts"}
+# Where cells run: real hosts (the config's [hosts]) or the deterministic simulator.
+_HOSTS = ("netns", "ssh", "sim")
 
 
 class CampaignError(ValueError):
@@ -77,6 +79,8 @@ def load_spec(path: Path) -> tuple[str, list[Cell]]:
     seeds = _seeds(data.get("seeds"), path)
     limits = _time_limits(data.get("time_limit"), path)
     common = _overrides(data.get("set", {}), path, "set")
+    if "hosts" in data:
+        common["hosts.provider"] = _hosts(data["hosts"], path, "hosts")
     configs = _entries(data.get("config"), path, "config")
     nemeses = _entries(data.get("nemesis"), path, "nemesis")
     cells = []
@@ -85,15 +89,18 @@ def load_spec(path: Path) -> tuple[str, list[Cell]]:
         if expect not in EXPECTATIONS:
             raise CampaignError(f"{path}: config {config['name']!r}: expect must be one of "
                                 f"{EXPECTATIONS}, got {expect!r}")
-        extra = sorted(set(config) - {"name", "expect", "set", "nemesis"})
+        extra = sorted(set(config) - {"name", "expect", "set", "nemesis", "hosts", "seeds"})
         if extra:
             raise CampaignError(f"{path}: config {config['name']!r}: unknown key(s) {extra}; "
-                                "known: name, expect, set, nemesis")
+                                "known: name, expect, set, nemesis, hosts, seeds")
         sets = _overrides(config.get("set", {}), path, f"config {config['name']!r} set")
+        if "hosts" in config:
+            sets["hosts.provider"] = _hosts(config["hosts"], path, f"config {config['name']!r} hosts")
+        config_seeds = _seeds(config["seeds"], path) if "seeds" in config else seeds
         for nemesis in _mixes_for(config, nemeses, path):
             mix = {f"nemesis.{k}": v for k, v in nemesis.items() if k != "name"}
             for limit in limits:
-                for seed in seeds:
+                for seed in config_seeds:
                     cell_id = f"{config['name']}/{nemesis['name']}/s{seed}/t{limit:g}"
                     overrides = {**common, **sets, **mix, "seed": seed, "time_limit": limit,
                                  "name": f"{name}-{config['name']}-{nemesis['name']}"}
@@ -149,7 +156,19 @@ def _base(value: Any, path: Path) -> str | None:
     return str(beside) if beside.is_file() else str(resolve_config_path(value))
 
 
+def _hosts(value: Any, path: Path, key: str) -> str:
+    if value not in _HOSTS:
+        raise CampaignError(f"{path}: {key} must be one of {_HOSTS}, got {value!r}")
+    return value
+
+
 def _seeds(value: Any, path: Path) -> list[int]:
+    """A list of seeds, or a range "A-B" (inclusive: thousands of simulated seeds)."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
+        if not m or int(m.group(2)) < int(m.group(1)):
+            raise CampaignError(f"{path}: seeds must be a list or a range \"A-B\", got {value!r}")
+        return list(range(int(m.group(1)), int(m.group(2)) + 1))
     if (not isinstance(value, list) or not value or len(set(value)) != len(value)
             or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)):
         raise CampaignError(f"{path}: seeds must be a non-empty list of distinct integers >= 0, "

@@ -23,22 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from checkers.definitions import ANOMALIES
+from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES
+from nemesis.kinds.links import LINK_DEFAULTS
+from replication.config import ConfigError as NodeConfigError
+from replication.config import NodeConfig
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
 
-KNOWN_FAULTS = (
-    "kill", "pause", "restart", "partition",
-    "power-loss", "page-cache-loss", "torn-power-loss", "outage",
-    "slow-link", "lossy-link", "reset-link",
-)
 KNOWN_ANOMALIES = ANOMALIES  # the checker's names, for checker.allow
-# [nemesis] link-fault settings and what they mean when a config leaves them out (configs
-# stored before link faults existed do); see nemesis/link.py.
-LINK_DEFAULTS = {"link_delay_ms": 200.0, "link_jitter_ms": 50.0, "link_loss_percent": 20.0,
-                 "reset_probability": 0.05}  # fmt: skip
-TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
-HOST_PROVIDERS = ("netns", "ssh")
+HOST_PROVIDERS = ("netns", "ssh", "sim")  # sim: the deterministic simulator (harness simulate)
 # Names under results/ that are not tests: the newest-run link and the campaigns folder.
 RESERVED_NAMES = ("latest", "campaigns")
 TOP = ""  # the table holding the top-level keys in SCHEMA
@@ -333,20 +327,6 @@ def parse_fault_list(text: str) -> list[str]:
     return [] if items == ["none"] else items
 
 
-def system_args(config: Mapping[str, Any]) -> list[str]:
-    """The `--config K=V` arguments every node gets, e.g. ["--config", "min.insync.replicas=2"]."""
-    out: list[str] = []
-    for key, value in config["system"].items():
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        out += ["--config", f"{key}={text}"]
-    return out
-
-
-def brokers(config: Mapping[str, Any]) -> int:
-    """Number of brokers: every node but n1, which runs the controller."""
-    return int(config["nodes"]) - 1
-
-
 # ---- layers --------------------------------------------------------------------------------
 
 def _apply_file(config: dict[str, Any], prov: Provenance, path: Path) -> None:
@@ -493,6 +473,7 @@ def validate(config: Mapping[str, Any], prov: Provenance | None = None, *,
                       for key, field in fields.items() if key in given or _required(table, key)}
     _check_relations(out, prov)
     _check_hosts(out, prov)
+    node_config(out["system"])  # the nodes' own rules, so a run never starts with settings they refuse
     return out
 
 
@@ -581,8 +562,8 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
         raise _relation_error("hosts.provider", "the ssh provider needs hosts.inventory, the "
                               "path of an inventory TOML file (see docs/vms.md)", prov)
     # Imported here: the hosts package pulls in paramiko, which plain config use never needs.
-    from harness.hosts.inventory import InventoryError, load_inventory
-    from harness.hosts.provider import shared_python
+    from control.inventory import InventoryError, load_inventory
+    from control.provider import shared_python
     try:
         entries = load_inventory(Path(hosts["inventory"]))
     except InventoryError as e:
@@ -616,3 +597,94 @@ def _later(a: str, b: str, prov: Provenance) -> str:
             return 2
         return 0 if source in ("config", str(DEFAULT_PROFILE)) else 1
     return b if rank(b) > rank(a) else a
+
+
+# ---- typed sections ----------------------------------------------------------------------------
+# validate() returns the nested dict that test.json records; the code that runs a test reads
+# these frozen sections instead of string keys.
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    name: str
+    partitions: int
+    replication_factor: int
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    acks: str
+    rate: float
+    producers: int
+    consumers: int
+    request_timeout_ms: int
+    final_read_timeout: float
+
+
+@dataclass(frozen=True)
+class NemesisSettings:
+    faults: tuple[str, ...]
+    interval: float
+    duration: float
+    targets: str
+    shrink_first: float
+    weights: Mapping[str, float]
+    link: Mapping[str, float]  # link_delay_ms, link_jitter_ms, link_loss_percent, ...
+
+
+@dataclass(frozen=True)
+class CheckerSettings:
+    allow: tuple[str, ...]
+    spark_master: str | None
+
+
+@dataclass(frozen=True)
+class HostsSettings:
+    provider: str
+    inventory: str | None
+
+
+@dataclass(frozen=True)
+class TestConfig:
+    name: str
+    nodes: int
+    time_limit: float
+    seed: int
+    topic: TopicSettings
+    system: NodeConfig  # the single source of node settings and their defaults
+    workload: WorkloadSettings
+    nemesis: NemesisSettings
+    checker: CheckerSettings
+    hosts: HostsSettings
+
+    @property
+    def brokers(self) -> int:
+        """Every node but n1, which runs the controller."""
+        return self.nodes - 1
+
+
+def node_config(system: Mapping[str, Any]) -> NodeConfig:
+    """The nodes' settings of a [system] table, exactly as the nodes parse `--config K=V`."""
+    try:
+        return NodeConfig.from_settings(system)
+    except NodeConfigError as e:
+        raise ConfigError(f"[system]: {e}") from None
+
+
+def typed(config: Mapping[str, Any]) -> TestConfig:
+    """The frozen, typed view of a validated config."""
+    t, w, n, c, h = (config[k] for k in ("topic", "workload", "nemesis", "checker", "hosts"))
+    return TestConfig(
+        name=config["name"], nodes=int(config["nodes"]), time_limit=float(config["time_limit"]),
+        seed=int(config["seed"]),
+        topic=TopicSettings(t["name"], int(t["partitions"]), int(t["replication_factor"])),
+        system=node_config(config["system"]),
+        workload=WorkloadSettings(str(w["acks"]), float(w["rate"]), int(w["producers"]),
+                                  int(w["consumers"]), int(w["request_timeout_ms"]),
+                                  float(w["final_read_timeout"])),
+        nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
+                                n["targets"], float(n["shrink_first"]), dict(n["weights"]),
+                                {k: float(n.get(k, v)) for k, v in LINK_DEFAULTS.items()}),
+        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
+        hosts=HostsSettings(h["provider"], h.get("inventory")),
+    )

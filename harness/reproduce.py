@@ -8,8 +8,11 @@ import json
 import sys
 from pathlib import Path
 
+from checkers.exitcodes import Exit
 from harness import store
 from harness.config import validate
+from harness.runner import run_test
+from harness.test import Plan, Test
 
 
 def _anomalies(run_dir: Path) -> dict[str, int]:
@@ -21,15 +24,14 @@ def _anomalies(run_dir: Path) -> dict[str, int]:
 
 
 def reproduce(run_dir: Path) -> int:
-    from harness.runner import run_test
-
     run_dir = Path(run_dir)
     if not (run_dir / "test.json").exists() or not (run_dir / "schedule.json").exists():
         print(f"harness reproduce: {run_dir} is not a run folder (needs test.json and schedule.json)",
               file=sys.stderr)
-        return 2
+        return Exit.ERROR
     config = validate(store.read_test_json(run_dir)["config"], source=str(run_dir / "test.json"))
-    new_dir = run_test(config, store.default_results_dir(), argv=sys.argv, replay_from=run_dir)
+    new_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv,
+                               plan=Plan.replayed(run_dir)))
     before, after = _anomalies(run_dir), _anomalies(new_dir)
     print(f"original:   {run_dir}  anomalies {before or 'none'}")
     print(f"reproduced: {new_dir}  anomalies {after or 'none'}")

@@ -14,7 +14,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from harness.index import write_results_index
+from harness.report.campaign_index import write_results_index
 
 HOST = "127.0.0.1"
 

@@ -1,6 +1,6 @@
 """Results store: run folders, the `results/latest` link and test.json.
 
-Layout (DESIGN.md contract): results/<test-name>/<YYYYmmddTHHMMSS>-s<seed>/ and results/latest
+Layout (a contract, docs/architecture.md): results/<test-name>/<YYYYmmddTHHMMSS>-s<seed>/ and results/latest
 pointing at the newest run. Folder timestamps are UTC. Two runs of one test and seed started
 in the same second get consecutive seconds in their folder names, so the name format never
 changes; the true start time is `started_at` in test.json.
@@ -12,14 +12,17 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from checkers.check import exit_code
+from checkers.exitcodes import Exit
+from control.files import write_json_atomic
 from harness.config import RESERVED_NAMES
 
 RESULTS_ENV = "HARNESS_RESULTS"
@@ -57,11 +60,17 @@ def create_run_dir(results: Path, name: str, seed: int, started_at: float | None
     raise FileExistsError(f"no free run folder name under {parent} near {start}")
 
 
+def check_latest(results: Path) -> None:
+    """results/latest is absent or a symlink (update_latest can replace it)."""
+    link = results / LATEST
+    if os.path.lexists(link) and not link.is_symlink():
+        raise FileExistsError(f"{link} exists and is not a symlink; move it away")
+
+
 def update_latest(results: Path, run_dir: Path) -> None:
     """Point results/latest at run_dir, atomically (a reader sees the old or the new link)."""
     link = results / LATEST
-    if link.exists() and not link.is_symlink():
-        raise FileExistsError(f"{link} exists and is not a symlink; move it away")
+    check_latest(results)
     target = os.path.relpath(run_dir.resolve(), results.resolve())
     tmp = results / f".{LATEST}.{os.getpid()}.{time.monotonic_ns()}"
     os.symlink(target, tmp)
@@ -70,27 +79,6 @@ def update_latest(results: Path, run_dir: Path) -> None:
     except OSError:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so a crash leaves either the old file or the complete new one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a directory's entries (a new or renamed file) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def versions() -> dict[str, Any]:
@@ -127,6 +115,7 @@ def git_state(root: Path = _PROJECT_ROOT) -> dict[str, Any] | None:
 
 def run_record(config: Mapping[str, Any], argv: Sequence[str], started_at: float) -> dict[str, Any]:
     return {"name": config["name"], "seed": config["seed"], "argv": list(argv),
+            "hosts": config.get("hosts", {}).get("provider", "netns"),
             "versions": versions(), "started_at": started_at, "config": dict(config)}
 
 
@@ -152,10 +141,33 @@ def read_test_json(run_dir: Path) -> dict[str, Any]:
 
 
 def new_run(results: Path, config: Mapping[str, Any], argv: Sequence[str],
-            started_at: float | None = None) -> Path:
-    """Create the run folder, write test.json, point results/latest at it."""
+            started_at: float | None = None, *, latest: bool = True) -> Path:
+    """Create the run folder, write test.json, and (with `latest`) point results/latest at it;
+    the runner passes latest=False and updates the link once the run has really started.
+    A folder whose test.json could not be written (a full disk) is removed again."""
     started = time.time() if started_at is None else started_at
+    check_latest(results)
     run_dir = create_run_dir(results, config["name"], config["seed"], started)
-    write_test_json(run_dir, config, argv, started)
-    update_latest(results, run_dir)
+    try:
+        write_test_json(run_dir, config, argv, started)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    if latest:
+        update_latest(results, run_dir)
     return run_dir
+
+
+def verdict_exit(run_dir: Path) -> int:
+    """The exit code of a finished run: its verdict (0/1/2), or 3 when it was never checked
+    (the checker failed: the folder is still there to check again)."""
+    path = run_dir / "results.json"
+    if not path.exists():
+        return Exit.ERROR
+    try:
+        results = json.loads(path.read_bytes())
+    except ValueError as e:
+        raise ValueError(f"{path}: not a valid results.json ({e})") from None
+    if not isinstance(results, dict):
+        raise ValueError(f"{path}: not a valid results.json (not a JSON object)")
+    return exit_code(results)

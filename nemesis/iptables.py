@@ -7,12 +7,11 @@ applied; healing removes the jump and the chain and nothing else on the host.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.hosts.host import Host
+    from control.host import Host
 
 _NEEDS = "command -v {tool} >/dev/null || {{ echo 'iptables is not installed' >&2; exit 127; }}; "
 
@@ -48,14 +47,3 @@ def rules(host: Host, chain: str) -> list[str]:
     """The chain's current rules on host (iptables -S form); [] when healed."""
     result = host.remote.run(["iptables", "-w", "-S", chain], sudo=True, check=False, timeout=30)
     return [line for line in result.stdout.splitlines() if line.startswith("-A ")]
-
-
-def on_all(hosts: Sequence[Host], action: Callable[[Host], None]) -> None:
-    """Run action on every host in parallel; raise the first error after all have finished."""
-    if not hosts:
-        return
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        futures = [pool.submit(action, h) for h in hosts]
-    errors = [f.exception() for f in futures if f.exception() is not None]
-    if errors:
-        raise errors[0]

@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.config import LINK_DEFAULTS
+from control.parallel import on_hosts
 from nemesis import iptables
+from nemesis.kinds.links import LINK_DEFAULTS
 
 if TYPE_CHECKING:
-    from harness.hosts.host import Host
+    from control.host import Host
 
-LINK_FAULTS = ("slow-link", "lossy-link", "reset-link")
 CHAIN = "KCH-LINK"
 QUEUE = 7341  # our NFQUEUE number (any of 0..65535 nothing else on the host uses)
 DAEMON = "linkdelay"
@@ -35,13 +35,6 @@ DAEMON = "linkdelay"
 def settings(nemesis: Mapping[str, Any]) -> dict[str, float]:
     """The link settings of a [nemesis] table, defaults filled in."""
     return {k: float(nemesis.get(k, v)) for k, v in LINK_DEFAULTS.items()}
-
-
-def describe(kind: str, s: Mapping[str, float]) -> dict[str, float]:
-    """The settings a fault of this kind applies, for the history and schedule.json."""
-    keys = {"slow-link": ("link_delay_ms", "link_jitter_ms"), "lossy-link": ("link_loss_percent",),
-            "reset-link": ("reset_probability",)}[kind]  # fmt: skip
-    return {k: s[k] for k in keys}
 
 
 def rule(kind: str, s: Mapping[str, float], ssh_port: int) -> str:
@@ -79,7 +72,7 @@ def restore(host: Host) -> None:
 
 def heal(hosts: Sequence[Host]) -> None:
     """Undo every link fault on every host, in parallel."""
-    iptables.on_all(hosts, restore)
+    on_hosts(hosts, restore)
 
 
 def rules(host: Host) -> list[str]:

@@ -15,10 +15,11 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from control.parallel import on_hosts
 from nemesis import iptables
 
 if TYPE_CHECKING:
-    from harness.hosts.host import Host
+    from control.host import Host
 
 CHAIN = "KCH-PART"
 
@@ -144,12 +145,12 @@ def apply(hosts: Sequence[Host], grudge: Mapping[str, frozenset[str]]) -> None:
         sources = sorted(by_name[n].address for n in grudge.get(host.name, frozenset()))
         iptables.apply(host, CHAIN, [f"-s {a}/32 -j DROP" for a in sources])
 
-    iptables.on_all(hosts, one)
+    on_hosts(hosts, one)
 
 
 def heal(hosts: Sequence[Host]) -> None:
     """Remove our chain and its jump on every host; safe when nothing was applied."""
-    iptables.on_all(hosts, lambda h: iptables.heal(h, CHAIN))
+    on_hosts(hosts, lambda h: iptables.heal(h, CHAIN))
 
 
 def rules(host: Host) -> list[str]:

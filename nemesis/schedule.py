@@ -15,6 +15,8 @@ can say which node is meant; the runner resolves them when the fault starts:
              {"shape": "isolate-leader", "partition": p}
   outage:    {"count": k}   (k broker hosts lose power together)
   link faults (slow-link, lossy-link, reset-link): as process faults, without "last-isr-member"
+             and "elr-members"
+  corrupt-segment: {"select": "leader" | "followers", "partition": p} or "random-broker"
   replay:    {"fixed": <the resolved target recorded by an earlier run>}
 
 Every target carries "pick", an integer the runner uses to seed any random choice it makes
@@ -45,39 +47,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.config import KNOWN_FAULTS, TARGET_MODES
-from harness.store import write_json_atomic
-from nemesis.link import LINK_FAULTS
+from control.files import write_json_atomic
+from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup
+from nemesis.kinds.base import PICK_RANGE, PlanParams
 
 FORMAT = 1
-PROCESS_FAULTS = ("kill", "pause", "restart")
-HOST_FAULTS = ("power-loss", "page-cache-loss", "torn-power-loss")
 OUTCOMES = ("pending", "ok", "failed", "skipped", "interrupted")
-_PICK_RANGE = 2**31
 _DEFAULT_LAG_MS = 10_000  # the node's default replica.lag.time.max.ms
-
-# Selectors the "auto" mode draws from, with relative weights: leaders matter most.
-_AUTO_SELECT = {
-    "process": {"leader": 4, "random-broker": 2, "controller": 1, "majority": 1,
-                "last-isr-member": 1, "elr-members": 1},
-    "host": {"leader": 4, "random-broker": 2, "controller": 1, "last-isr-member": 1,
-             "elr-members": 1},
-    "partition": {"isolate": 2, "halves": 2, "majority-ring": 1, "bridge": 1,
-                  "isolate-leader": 3, "isolate-controller": 1},
-    "link": {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1, "majority": 1},
-}
-# What a non-auto `targets` mode means for each family of faults.
-_MODE_SELECT = {
-    "leader": {"process": "leader", "host": "leader", "partition": "isolate-leader",
-               "link": "leader"},
-    "controller": {"process": "controller", "host": "controller", "partition": "isolate-controller",
-                   "link": "controller"},
-    "random": {"process": "random-broker", "host": "random-broker", "partition": "isolate",
-               "link": "random-broker"},
-    "majority": {"process": "majority", "host": "random-broker", "partition": "halves",
-                 "link": "majority"},
-}
-_PER_PARTITION = {"leader", "last-isr-member", "elr-members", "followers", "isolate-leader"}
+# Families whose leader-aimed faults may come as a shrink-first episode (see plan()).
+_SHRINKABLE = ("process", "host")
 
 
 @dataclass(frozen=True)
@@ -146,8 +124,9 @@ def plan(params: ScheduleParams) -> list[dict[str, Any]]:
     while kinds:
         kind = _weighted(rng, {k: params.weights.get(k, 1.0) for k in kinds})
         length = _jitter(rng, params.duration)
-        target = _target(rng, kind, params)
-        shrink = (kind in PROCESS_FAULTS + HOST_FAULTS and target.get("select") == "leader"
+        target = lookup(kind).plan_target(rng, PlanParams(params.partitions, params.brokers,
+                                                          params.targets))
+        shrink = (lookup(kind).family in _SHRINKABLE and target.get("select") == "leader"
                   and rng.random() < params.shrink_first)
         if shrink:
             episode = _shrink_episode(rng, kind, target, length, params.shrink_wait)
@@ -181,36 +160,10 @@ def _weighted(rng: random.Random, weights: Mapping[str, float]) -> str:
     return rng.choices(names, weights=[weights[n] for n in names])[0]
 
 
-def _family(kind: str) -> str:
-    if kind in PROCESS_FAULTS:
-        return "process"
-    if kind in HOST_FAULTS:
-        return "host"
-    if kind in LINK_FAULTS:
-        return "link"
-    return kind  # "partition" or "outage"
-
-
-def _target(rng: random.Random, kind: str, params: ScheduleParams) -> dict[str, Any]:
-    family = _family(kind)
-    if family == "outage":
-        return {"count": rng.randint(min(2, params.brokers), params.brokers),
-                "pick": rng.randrange(_PICK_RANGE)}
-    if params.targets == "auto":
-        selector = _weighted(rng, _AUTO_SELECT[family])
-    else:
-        selector = _MODE_SELECT[params.targets][family]
-    target: dict[str, Any] = {"shape" if family == "partition" else "select": selector}
-    if selector in _PER_PARTITION:
-        target["partition"] = rng.randrange(params.partitions)
-    target["pick"] = rng.randrange(_PICK_RANGE)
-    return target
-
-
 def _shrink_episode(rng: random.Random, kind: str, target: Mapping[str, Any], length: float,
                     wait: float) -> list[tuple[float, float, str, dict[str, Any]]]:
     p = target["partition"]
-    pause = {"select": "followers", "partition": p, "pick": rng.randrange(_PICK_RANGE)}
+    pause = {"select": "followers", "partition": p, "pick": rng.randrange(PICK_RANGE)}
     hit = {"select": "last-isr-member", "partition": p, "pick": target["pick"]}
     # The followers resume halfway through the hit, while the last ISR member is still down.
     return [(0.0, wait + length / 2, "pause", pause), (wait, length, kind, hit)]

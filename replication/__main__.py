@@ -1,4 +1,5 @@
-"""`python -m replication ...`: the command line of the system under test (DESIGN.md)."""
+"""`python -m replication ...`: the command line of the system under test (README.md,
+"Running tests yourself", shows a session; docs/replication.md describes the system)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,22 @@
 """A broker as a sans-IO state machine: its controller session and its partition replicas.
 
 The runtime feeds it requests (`handle`), answers to its own requests (`on_response`,
-`on_send_failed`) and clock ticks (`tick`), and carries out the outputs. Logs come from an
-injected factory so the same code runs over segment files or in memory."""
+`on_send_failed`), clock ticks (`tick`) and, when its logs defer their fsyncs, the completion
+of each durability job (`on_synced`), and carries out the outputs (`Reply`, `Send`, `Event`,
+`Sync`; outputs.py). Messages are the typed ones of `replication.messages`; the inputs also
+accept their plain-dict wire form. Logs come from an injected factory so the same code runs
+over segment files or in memory.
+
+Inputs and outputs a runtime must handle:
+
+    start(now)                                  -> register with the controller
+    handle(token, request, now)                 -> Reply(token, ...) now or later
+    on_response(dest, request, response, now)   answers to our Sends
+    on_send_failed(dest, request, now)          a Send that got no answer
+    tick(now)                                   timers: heartbeats, fetches, ISR lag, flush.ms
+    on_synced(topic, partition, job, now)       a `Sync` output's job has run (deferred logs)
+    begin_shutdown()                            controlled shutdown; then watch `shutdown_ok`
+"""
 
 from __future__ import annotations
 
@@ -10,8 +24,29 @@ from collections.abc import Callable
 
 from replication import errors as E
 from replication.config import NodeConfig
-from replication.log import Log
-from replication.metadata import PartitionState
+from replication.log import Log, SyncJob
+from replication.messages import (
+    EMPTY_METADATA,
+    ClusterMetadata,
+    ConsumerFetchRequest,
+    ErrorReply,
+    FetchRequest,
+    HeartbeatReply,
+    HeartbeatRequest,
+    LogInfo,
+    MalformedMessage,
+    Message,
+    MetadataReply,
+    MetadataRequest,
+    ProduceRequest,
+    RegisterReply,
+    RegisterRequest,
+    Request,
+    as_reply,
+    as_request,
+    invalid_request,
+)
+from replication.messages import AlterPartitionRequest as AlterPartition
 from replication.outputs import Event, Output, Reply, Send
 from replication.partition import Replica
 
@@ -32,9 +67,9 @@ class Broker:
         self.heartbeat_in_flight = False
         self.next_heartbeat = 0
         self.fenced = True
-        self.metadata: dict = {"version": -1, "brokers": {}, "topics": {}, "partitions": []}
+        self.metadata: ClusterMetadata = EMPTY_METADATA
         self.replicas: dict[tuple[str, int], Replica] = {}
-        self.pending_log_info: list[dict] = []
+        self.pending_log_info: list[LogInfo] = []
         self.want_shutdown = False
         self.shutdown_ok = False
         self.controller_address: str | None = None  # told to clients that want the controller
@@ -43,8 +78,7 @@ class Broker:
 
     def start(self, now: int) -> list[Output]:
         self.registering = True
-        return [Send("controller", {"type": "register", "broker": self.broker_id,
-                                    "address": self.address, "clean_epoch": self.clean_epoch})]
+        return [Send("controller", RegisterRequest(self.broker_id, self.address, self.clean_epoch))]
 
     def begin_shutdown(self) -> None:
         self.want_shutdown = True
@@ -55,84 +89,92 @@ class Broker:
             return []
         self.heartbeat_in_flight = True
         self.next_heartbeat = now + self.config.broker_heartbeat_interval_ms
-        msg = {"type": "heartbeat", "broker": self.broker_id, "broker_epoch": self.broker_epoch,
-               "want_shutdown": self.want_shutdown, "metadata_version": self.metadata["version"]}
-        if self.pending_log_info:
-            msg["log_info"], self.pending_log_info = self.pending_log_info, []
+        msg = HeartbeatRequest(self.broker_id, self.broker_epoch, self.want_shutdown,
+                               self.metadata.version, tuple(self.pending_log_info))
+        self.pending_log_info = []
         return [Send("controller", msg)]
 
-    def on_response(self, dest: str | int, request: dict, response: dict, now: int) -> list[Output]:
-        kind = request["type"]
-        if kind == "register":
-            self.registering = False
-            if "error" in response:
-                return []
-            self.broker_epoch = response["broker_epoch"]
-            self.next_heartbeat = 0
-            return self._heartbeat(now)
-        if kind == "heartbeat":
-            return self._on_heartbeat(response, now)
-        if kind == "alter-partition":
-            replica = self.replicas.get((request["topic"], request["partition"]))
-            return replica.on_alter_response(response, now) if replica else []
-        if kind == "fetch":
-            replica = self.replicas.get((request["topic"], request["partition"]))
-            if replica is None:
-                return []
-            return replica.on_fetch_response(request, response, now) + replica.next_fetch(now)
-        return []
-
-    def on_send_failed(self, dest: str | int, request: dict, now: int) -> list[Output]:
-        kind = request["type"]
-        if kind == "register":
-            self.registering = False
-        elif kind == "heartbeat":
-            self.heartbeat_in_flight = False
-            self.pending_log_info = request.get("log_info", []) + self.pending_log_info
-        elif kind == "alter-partition":
-            replica = self.replicas.get((request["topic"], request["partition"]))
-            if replica:
-                replica.on_alter_failed()
-        elif kind == "fetch":
-            replica = self.replicas.get((request["topic"], request["partition"]))
-            if replica:
-                replica.on_fetch_failed(now)
-        return []
-
-    def _on_heartbeat(self, response: dict, now: int) -> list[Output]:
-        self.heartbeat_in_flight = False
-        if response.get("error") in (E.STALE_BROKER_EPOCH, E.UNKNOWN_BROKER):
-            # The controller lost or replaced our registration: register again. This process
-            # kept its data, so it is a clean registration.
-            self.broker_epoch = None
-            self.clean_epoch = self.clean_epoch if self.clean_epoch is not None else 0
-            return self.start(now)
-        if "error" in response:
-            return []
-        self.fenced = response.get("fenced", True)
+    def on_response(self, dest: str | int, request: Request | dict, response: Message | dict,
+                    now: int) -> list[Output]:
+        request = as_request(request)
+        try:
+            response = as_reply(request, response)
+        except MalformedMessage:
+            return self.on_send_failed(dest, request, now)
         out: list[Output] = []
-        if "metadata" in response:
-            out += self.apply_metadata(response["metadata"], now)
-        for ask in response.get("log_info_requests", []):
-            replica = self.replicas.get((ask["topic"], ask["partition"]))
-            if replica is not None:
+        match request, response:
+            case RegisterRequest(), RegisterReply(broker_epoch=epoch):
+                self.registering = False
+                self.broker_epoch = epoch
+                self.next_heartbeat = 0
+                out += self._heartbeat(now)
+            case RegisterRequest(), _:
+                self.registering = False
+            case HeartbeatRequest(), _:
+                out += self._on_heartbeat(response, now)
+            case AlterPartition(topic=t, partition=p), _:
+                if (replica := self.replicas.get((t, p))) is not None:
+                    out += replica.on_alter_response(response, now)
+            case FetchRequest(topic=t, partition=p), _:
+                if (replica := self.replicas.get((t, p))) is not None:
+                    out += replica.on_fetch_response(request, response, now) + replica.next_fetch(now)
+        return out + self._sync_outputs()
+
+    def on_send_failed(self, dest: str | int, request: Request | dict, now: int) -> list[Output]:
+        match as_request(request):
+            case RegisterRequest():
+                self.registering = False
+            case HeartbeatRequest(log_info=log_info):
+                self.heartbeat_in_flight = False
+                self.pending_log_info = list(log_info) + self.pending_log_info
+            case AlterPartition(topic=t, partition=p):
+                if (replica := self.replicas.get((t, p))) is not None:
+                    replica.on_alter_failed()
+            case FetchRequest(topic=t, partition=p):
+                if (replica := self.replicas.get((t, p))) is not None:
+                    replica.on_fetch_failed(now)
+        return []
+
+    def _on_heartbeat(self, response: Message, now: int) -> list[Output]:
+        self.heartbeat_in_flight = False
+        match response:
+            case ErrorReply(error=E.STALE_BROKER_EPOCH | E.UNKNOWN_BROKER):
+                # The controller lost or replaced our registration: register again. This
+                # process kept its data, so it is a clean registration.
+                self.broker_epoch = None
+                self.clean_epoch = self.clean_epoch if self.clean_epoch is not None else 0
+                return self.start(now)
+            case HeartbeatReply():
+                pass
+            case _:
+                return []
+        self.fenced = response.fenced
+        out: list[Output] = []
+        if response.metadata is not None:
+            out += self.apply_metadata(response.metadata, now)
+        for ask in response.log_info_requests:
+            replica = self.replicas.get((ask.topic, ask.partition))
+            # A log whose sync is under way answers once settled: the controller asks again
+            # with every heartbeat until it has an answer.
+            if replica is not None and replica.log.settled_end == replica.log.end_offset:
                 self.pending_log_info.append(replica.log_info())
         if self.pending_log_info:
             self.next_heartbeat = 0
-        if self.want_shutdown and response.get("shutdown_ok"):
+        if self.want_shutdown and response.shutdown_ok:
             self.shutdown_ok = True
         return out
 
     # ---- metadata --------------------------------------------------------------------------------
 
     def topic_config(self, topic: str) -> NodeConfig:
-        return self.config.with_overrides(self.metadata.get("topics", {}).get(topic, {}))
+        return self.config.with_overrides(dict(self.metadata.topics.get(topic, {})))
 
-    def apply_metadata(self, metadata: dict, now: int) -> list[Output]:
+    def apply_metadata(self, metadata: ClusterMetadata | dict, now: int) -> list[Output]:
+        if not isinstance(metadata, ClusterMetadata):
+            metadata = ClusterMetadata.from_wire(metadata)
         self.metadata = metadata
         out: list[Output] = []
-        for d in metadata["partitions"]:
-            state = PartitionState.from_dict(d)
+        for state in metadata.partitions:
             if self.broker_id not in state.replicas:
                 continue
             replica = self.replicas.get(state.key)
@@ -147,25 +189,31 @@ class Broker:
         return out
 
     def broker_address(self, broker_id: int) -> str | None:
-        info = self.metadata["brokers"].get(str(broker_id))
-        return info["address"] if info else None
+        info = self.metadata.brokers.get(broker_id)
+        return info.address if info else None
 
     # ---- requests ----------------------------------------------------------------------------------
 
-    def handle(self, token: object, msg: dict, now: int) -> list[Output]:
-        kind = msg.get("type")
-        if kind == "metadata":
-            return [Reply(token, {"metadata": self.metadata, "broker": self.broker_id,
-                                  "controller": self.controller_address})]
-        if kind not in ("produce", "fetch"):
-            return [Reply(token, {"error": E.INVALID_REQUEST, "message": f"unknown request {kind!r}"})]
-        replica = self.replicas.get((msg.get("topic"), msg.get("partition")))
+    def handle(self, token: object, msg: Request | dict, now: int) -> list[Output]:
+        try:
+            request = as_request(msg)
+        except MalformedMessage as e:
+            return [Reply(token, invalid_request(str(e)))]
+        match request:
+            case MetadataRequest():
+                return [Reply(token, MetadataReply(self.metadata, self.broker_id, self.controller_address))]
+            case ProduceRequest(topic=t, partition=p) | FetchRequest(topic=t, partition=p) | \
+                    ConsumerFetchRequest(topic=t, partition=p):
+                replica = self.replicas.get((t, p))
+            case _:
+                return [Reply(token, invalid_request(f"unknown request {request.TYPE!r}"))]
         if replica is None:
-            return [Reply(token, {"error": E.UNKNOWN_TOPIC})]
-        if kind == "produce":
-            values = [v.encode() if isinstance(v, str) else bytes(v) for v in msg["values"]]
-            return replica.produce(token, values, str(msg.get("acks", "all")), now)
-        return replica.fetch(token, msg, now)
+            return [Reply(token, ErrorReply(E.UNKNOWN_TOPIC))]
+        if isinstance(request, ProduceRequest):
+            out = replica.produce(token, request.value_bytes(), request.acks, now)
+        else:
+            out = replica.fetch(token, request, now)
+        return out + replica.sync_outputs()
 
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []
@@ -175,14 +223,23 @@ class Broker:
         for replica in self.replicas.values():
             out += replica.tick(now)
             out += replica.next_fetch(now)
-        return out
+        return out + self._sync_outputs()
+
+    # ---- storage -------------------------------------------------------------------------------------
+
+    def on_synced(self, topic: str, partition: int, job: SyncJob, now: int) -> list[Output]:
+        """The runtime has carried out the `Sync` output for (topic, partition)'s `job`."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None:
+            return []
+        return replica.on_synced(job, now) + replica.sync_outputs()
+
+    def _sync_outputs(self) -> list[Output]:
+        return [o for replica in self.replicas.values() for o in replica.sync_outputs()]
 
     def hwm_snapshot(self) -> dict[str, int]:
+        """{"topic-partition": hwm} of every replica, for the runtime's HWM checkpoint."""
         return {f"{r.topic}-{r.partition}": r.hwm for r in self.replicas.values()}
-
-    def close_logs(self, clean: bool) -> None:
-        for replica in self.replicas.values():
-            replica.log.close(clean)
 
 
 def started_event(clean_epoch: int | None) -> Event:

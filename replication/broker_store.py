@@ -3,6 +3,10 @@
     <data>/<topic>-<partition>/          one SegmentLog per partition replica
     <data>/clean_shutdown                {"broker_epoch": N}, only after a clean shutdown
     <data>/replication-offset-checkpoint {"topic-partition": hwm}, for pre-KIP-101 truncation
+
+Every method does its own I/O at once, on the caller's thread; the broker runtime calls the
+slow ones (`write_hwm_checkpoint`) on its storage thread. With `defer_sync=True` the logs
+it opens hand their fsyncs out as jobs (log.py, "Storage port").
 """
 
 from __future__ import annotations
@@ -33,37 +37,18 @@ class LogConfig:
     flush_ms: int | None = None  # flush.ms: fsync data unflushed for this long
     segment_bytes: int = DEFAULT_SEGMENT_BYTES  # segment.bytes: roll past this size
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, str]) -> LogConfig:
-        """Read `flush.messages`, `flush.ms`, `segment.bytes` (Kafka names); ignore other keys."""
-        return cls(
-            flush_messages=_int_option(config, "flush.messages"),
-            flush_ms=_int_option(config, "flush.ms", minimum=0),
-            segment_bytes=_int_option(config, "segment.bytes") or DEFAULT_SEGMENT_BYTES,
-        )
-
-
-def _int_option(config: Mapping[str, str], key: str, minimum: int = 1) -> int | None:
-    if key not in config:
-        return None
-    try:
-        value = int(config[key])
-    except ValueError:
-        raise ValueError(f"config {key}={config[key]!r}: not an integer") from None
-    if value < minimum:
-        raise ValueError(f"config {key}={value}: must be >= {minimum}")
-    return value
-
 
 class BrokerStore:
     """Owns a broker's data directory; opens each partition's log at most once."""
 
     def __init__(
-        self, data_dir: Path, log_config: LogConfig | None = None, *, fsync: Fsync = os.fsync
+        self, data_dir: Path, log_config: LogConfig | None = None, *, fsync: Fsync = os.fsync,
+        defer_sync: bool = False,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.log_config = log_config or LogConfig()
         self._fsync = fsync
+        self.defer_sync = defer_sync
         self._logs: dict[tuple[str, int], SegmentLog] = {}
         self.data_dir.mkdir(parents=True, exist_ok=True)
 
@@ -80,17 +65,9 @@ class BrokerStore:
                 cfg.flush_ms,
                 cfg.segment_bytes,
                 fsync=self._fsync,
+                defer_sync=self.defer_sync,
             )
         return self._logs[key]
-
-    def existing_partitions(self) -> list[tuple[str, int]]:
-        """(topic, partition) of every partition folder in the data directory, sorted."""
-        found = []
-        for p in self.data_dir.iterdir():
-            m = PARTITION_DIR.match(p.name)
-            if m and p.is_dir():
-                found.append((m["topic"], int(m["partition"])))
-        return sorted(found)
 
     def close(self, clean: bool) -> None:
         """Close every open log; clean closes flush them. The marker is separate."""

@@ -2,7 +2,11 @@
 
 Produce outcomes are three-valued, as a history needs them: an acknowledgement with its offset,
 a definite failure (`ProduceError.definite`: the records were certainly not written), or an
-unknown outcome (timeouts, lost connections, errors after the leader appended)."""
+unknown outcome (timeouts, lost connections, errors after the leader appended).
+
+It speaks the typed messages of `replication.messages` (answers that arrive as plain dicts,
+e.g. from a simulated pool, are decoded); what it returns stays plain JSON-shaped dicts, the
+form histories record."""
 
 from __future__ import annotations
 
@@ -10,6 +14,20 @@ import asyncio
 from dataclasses import dataclass, field
 
 from replication import errors as E
+from replication.messages import (
+    ConsumerFetchReply,
+    ConsumerFetchRequest,
+    CreateTopicRequest,
+    ErrorReply,
+    MalformedMessage,
+    Message,
+    MetadataReply,
+    MetadataRequest,
+    ProduceReply,
+    ProduceRequest,
+    Request,
+    as_reply,
+)
 from replication.net import ConnectFailed, ConnectionLost, Pool
 
 
@@ -34,13 +52,15 @@ class _Batch:
 
 class Client:
     def __init__(self, bootstrap: str | list[str], *, request_timeout_s: float = 5.0,
-                 linger_ms: float = 2.0, max_batch: int = 500, retry_backoff_s: float = 0.1) -> None:
+                 linger_ms: float = 2.0, max_batch: int = 500, retry_backoff_s: float = 0.1,
+                 pool: Pool | None = None) -> None:
         self.bootstrap = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
         self.request_timeout_s = request_timeout_s
         self.linger_s = linger_ms / 1000
         self.max_batch = max_batch
         self.retry_backoff_s = retry_backoff_s
-        self.pool = Pool()
+        # Connections to the nodes; a simulator passes a pool over its simulated network.
+        self.pool = Pool() if pool is None else pool
         self._metadata: dict | None = None
         self._controller: str | None = None
         self._batches: dict[tuple[str, int, str], _Batch] = {}
@@ -59,14 +79,16 @@ class Client:
             candidates += [b["address"] for b in self._metadata["brokers"].values()]
         for address in dict.fromkeys(candidates):
             try:
-                reply = await self.pool.get(address).request({"type": "metadata"}, self.request_timeout_s)
-            except ConnectionLost as e:
+                request = MetadataRequest()
+                reply = as_reply(request, await self.pool.get(address).request(request, self.request_timeout_s))
+            except (ConnectionLost, MalformedMessage) as e:
                 last = e
                 continue
-            if "metadata" in reply:
-                self._controller = reply.get("controller", address if "broker" not in reply else None)
-                if self._metadata is None or reply["metadata"]["version"] >= self._metadata["version"]:
-                    self._metadata = reply["metadata"]
+            if isinstance(reply, MetadataReply):
+                # A broker names the controller it was given; the controller answers itself.
+                self._controller = reply.controller if reply.broker is not None else address
+                if self._metadata is None or reply.metadata.version >= self._metadata["version"]:
+                    self._metadata = reply.metadata.to_wire()
                 return self._metadata
         raise ClientError(E.NETWORK_ERROR, f"no bootstrap server answered: {last}")
 
@@ -84,22 +106,21 @@ class Client:
             raise ClientError(E.NOT_LEADER, f"{topic}-{partition} has no leader")
         return leader, self._metadata["brokers"][str(leader)]["address"]
 
-    async def controller_request(self, msg: dict) -> dict:
+    async def controller_request(self, msg: Request) -> Message:
         await self.metadata(refresh=True)
         if self._controller is None:
             raise ClientError(E.INVALID_REQUEST, "the bootstrap server did not name the controller")
         try:
-            return await self.pool.get(self._controller).request(msg, self.request_timeout_s)
-        except ConnectionLost as e:
+            return as_reply(msg, await self.pool.get(self._controller).request(msg, self.request_timeout_s))
+        except (ConnectionLost, MalformedMessage) as e:
             raise ClientError(E.NETWORK_ERROR, str(e)) from e
 
     async def create_topic(self, topic: str, partitions: int, replication_factor: int,
                            config: dict[str, str] | None = None) -> None:
-        reply = await self.controller_request({"type": "create-topic", "topic": topic, "partitions": partitions,
-                                               "replication_factor": replication_factor,
-                                               "config": config or {}})
-        if "error" in reply:
-            raise ClientError(reply["error"], reply.get("message", ""))
+        reply = await self.controller_request(CreateTopicRequest(
+            topic, partitions, replication_factor, {str(k): str(v) for k, v in (config or {}).items()}))
+        if isinstance(reply, ErrorReply):
+            raise ClientError(reply.error, reply.message or "")
 
     # ---- produce ---------------------------------------------------------------------------------
 
@@ -143,7 +164,7 @@ class Client:
     async def _produce_with_retries(self, topic: str, partition: int, acks: str, values: list[str]) -> dict:
         deadline = asyncio.get_running_loop().time() + self.request_timeout_s
         refresh = False
-        msg = {"type": "produce", "topic": topic, "partition": partition, "acks": acks, "values": values}
+        msg = ProduceRequest(topic, partition, tuple(values), acks)
         while True:
             try:
                 leader, address = await self.leader_address(topic, partition, refresh)
@@ -159,15 +180,17 @@ class Client:
                     conn.send_nowait(msg)
                     return {"offset": None, "node": leader}
                 try:
-                    reply = await conn.request(msg, max(0.05, deadline - asyncio.get_running_loop().time()))
+                    reply = as_reply(msg, await conn.request(
+                        msg, max(0.05, deadline - asyncio.get_running_loop().time())))
                 except ConnectFailed:
-                    reply = {"error": E.NOT_LEADER}  # never sent: the leader moved or died
-                except ConnectionLost as e:
+                    reply = ErrorReply(E.NOT_LEADER)  # never sent: the leader moved or died
+                except (ConnectionLost, MalformedMessage) as e:
                     raise ProduceError(E.NETWORK_ERROR, definite=False, message=str(e)) from e
-                if "error" not in reply:
-                    return reply
-                error = reply["error"]
-                if reply.get("appended") or error not in E.DEFINITE:
+                if isinstance(reply, ProduceReply):
+                    return reply.to_wire()
+                assert isinstance(reply, ErrorReply), reply
+                error = reply.error
+                if not reply.definite:
                     raise ProduceError(error, definite=False)
             # Definitely not written: safe to retry without risking a duplicate.
             if asyncio.get_running_loop().time() + self.retry_backoff_s >= deadline:
@@ -188,17 +211,16 @@ class Client:
             state = await self.partition_state(topic, partition, refresh)
             try:
                 _, address = await self.leader_address(topic, partition)
-                reply = await self.pool.get(address).request(
-                    {"type": "fetch", "topic": topic, "partition": partition, "offset": offset,
-                     "max_records": max_records, "leader_epoch": state["leader_epoch"]},
-                    max(0.05, deadline - loop.time()))
+                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state["leader_epoch"])
+                reply = as_reply(msg, await self.pool.get(address).request(msg, max(0.05, deadline - loop.time())))
             except ConnectFailed:
-                reply = {"error": E.NOT_LEADER}
-            except ConnectionLost as e:
+                reply = ErrorReply(E.NOT_LEADER)
+            except (ConnectionLost, MalformedMessage) as e:
                 raise ClientError(E.NETWORK_ERROR, str(e)) from e
-            if "error" not in reply:
-                return reply
-            if reply["error"] not in E.RETRIABLE_FETCH or loop.time() + self.retry_backoff_s >= deadline:
-                raise ClientError(reply["error"], str(reply.get("hwm", "")))
+            if isinstance(reply, ConsumerFetchReply):
+                return reply.to_wire()
+            assert isinstance(reply, ErrorReply), reply
+            if reply.error not in E.RETRIABLE_FETCH or loop.time() + self.retry_backoff_s >= deadline:
+                raise ClientError(reply.error, "" if reply.hwm is None else str(reply.hwm))
             await asyncio.sleep(self.retry_backoff_s)
             refresh = True

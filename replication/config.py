@@ -5,10 +5,34 @@ test wait for minutes (session and lag timeouts)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
+from enum import StrEnum
 
 _BOOL = {"true": True, "false": False}
+
+
+class RecoveryStrategy(StrEnum):
+    """unclean.recovery.strategy (KIP-966)."""
+
+    NONE = "none"
+    PROACTIVE = "proactive"
+    BALANCED = "balanced"
+    MANUAL = "manual"
+
+
+class ReplicaTruncation(StrEnum):
+    """replica.truncation: by leader epoch (KIP-101) or, as before it, to the local HWM."""
+
+    LEADER_EPOCH = "leader-epoch"
+    HIGH_WATERMARK = "high-watermark"
+
+
+class IsrUpdate(StrEnum):
+    """isr.update: the leader acts on an ISR once the controller committed it, or at once."""
+
+    CONTROLLER = "controller"
+    LOCAL_FIRST = "local-first"
 
 
 class ConfigError(ValueError):
@@ -33,7 +57,14 @@ class NodeConfig:
     segment_bytes: int = 64 * 1024 * 1024
     replica_truncation: str = "leader-epoch"  # leader-epoch | high-watermark (pre-KIP-101)
     unclean_shutdown_detection: bool = True
-    isr_update: str = "controller"  # controller | local-first (seed 004's race)
+    isr_update: str = "controller"  # controller | local-first (acts before the commit)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, object]) -> NodeConfig:
+        """The defaults with Kafka-named settings laid over them ({"min.insync.replicas": 2,
+        "eligible.leader.replicas.enable": False}), parsed exactly as `--config K=V` is."""
+        text = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in settings.items()}
+        return cls().with_overrides(text)
 
     def with_overrides(self, overrides: dict[str, str]) -> NodeConfig:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -47,25 +78,15 @@ class NodeConfig:
         return config
 
     def validate(self) -> None:
-        _choice("unclean.recovery.strategy", self.unclean_recovery_strategy,
-                ("none", "proactive", "balanced", "manual"))
-        _choice("replica.truncation", self.replica_truncation, ("leader-epoch", "high-watermark"))
-        _choice("isr.update", self.isr_update, ("controller", "local-first"))
+        _choice("unclean.recovery.strategy", self.unclean_recovery_strategy, RecoveryStrategy)
+        _choice("replica.truncation", self.replica_truncation, ReplicaTruncation)
+        _choice("isr.update", self.isr_update, IsrUpdate)
         if self.min_insync_replicas < 1:
             raise ConfigError("min.insync.replicas must be >= 1")
         for name in ("flush_messages", "flush_ms"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name.replace('_', '.')} must be >= 1")
-
-    def as_kafka(self) -> dict[str, str]:
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            out[f.name.replace("_", ".")] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
 
 
 def known_keys() -> list[str]:
@@ -93,7 +114,7 @@ def _parse(key: str, raw: str, current: object, attr: str) -> object:
 
 
 def _choice(key: str, value: str, allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
+    allowed = tuple(str(a) for a in allowed)
     if value not in allowed:
         raise ConfigError(f"{key} must be one of {', '.join(allowed)}, got {value!r}")
 

@@ -2,14 +2,20 @@
 
 It owns the cluster metadata (brokers, topics, partition states) and changes it only through
 `replication.metadata`'s rules. Every change is a `Persist` record that the runtime fsyncs
-before replying; replaying those records rebuilds the state after a restart."""
+before replying; replaying those records rebuilds the state after a restart.
+
+Inputs: `handle(token, request, now)` for the typed requests of `replication.messages` (or
+their plain-dict wire form), `tick(now)`, and on restart `replay(record, now)` for each
+metadata-log record, then `restarted(now)`. Outputs: `Reply`, `Event`, `Persist` (outputs.py).
+Metadata-log records are plain dicts with a "type" (register, fence, unfence, topic,
+partition): they are this node's file format, not wire messages."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from replication import metadata as md
-from replication.config import NodeConfig
+from replication.config import NodeConfig, RecoveryStrategy
 from replication.errors import (
     FENCED_LEADER_EPOCH,
     INELIGIBLE_REPLICA,
@@ -20,6 +26,27 @@ from replication.errors import (
     TOPIC_EXISTS,
     UNKNOWN_BROKER,
     UNKNOWN_TOPIC,
+)
+from replication.messages import (
+    AlterPartitionReply,
+    AlterPartitionRequest,
+    BrokerEntry,
+    ClusterMetadata,
+    CreateTopicReply,
+    CreateTopicRequest,
+    ErrorReply,
+    HeartbeatReply,
+    HeartbeatRequest,
+    MalformedMessage,
+    Message,
+    MetadataReply,
+    MetadataRequest,
+    PartitionRef,
+    RegisterReply,
+    RegisterRequest,
+    Request,
+    as_request,
+    invalid_request,
 )
 from replication.outputs import Event, Output, Persist, Reply
 
@@ -64,24 +91,24 @@ class Controller:
         self._apply(record, now)
 
     def _apply(self, record: dict, now: int) -> None:
-        kind = record["type"]
-        if kind == "register":
-            self.brokers[record["broker"]] = BrokerInfo(
-                record["broker"], record["address"], record["broker_epoch"], fenced=True,
-                last_heartbeat=now)
-        elif kind == "fence":
-            b = self.brokers[record["broker"]]
-            b.fenced, b.shutting_down = True, record.get("shutting_down", False)
-        elif kind == "unfence":
-            self.brokers[record["broker"]].fenced = False
-            self.brokers[record["broker"]].shutting_down = False
-        elif kind == "topic":
-            self.topics[record["topic"]] = dict(record["config"])
-        elif kind == "partition":
-            state = md.PartitionState.from_dict(record["state"])
-            self.partitions[state.key] = state
-        else:
-            raise ValueError(f"unknown metadata record type {kind!r}")
+        match record["type"]:
+            case "register":
+                self.brokers[record["broker"]] = BrokerInfo(
+                    record["broker"], record["address"], record["broker_epoch"], fenced=True,
+                    last_heartbeat=now)
+            case "fence":
+                b = self.brokers[record["broker"]]
+                b.fenced, b.shutting_down = True, record.get("shutting_down", False)
+            case "unfence":
+                self.brokers[record["broker"]].fenced = False
+                self.brokers[record["broker"]].shutting_down = False
+            case "topic":
+                self.topics[record["topic"]] = dict(record["config"])
+            case "partition":
+                state = md.PartitionState.from_dict(record["state"])
+                self.partitions[state.key] = state
+            case kind:
+                raise ValueError(f"unknown metadata record type {kind!r}")
         self.version += 1
 
     def _commit(self, record: dict, now: int, out: list[Output]) -> None:
@@ -122,38 +149,47 @@ class Controller:
         if state.leader is not None:
             self.recoveries.pop(state.key, None)
 
-    def snapshot(self) -> dict:
-        return {
-            "version": self.version,
-            "brokers": {str(b.broker_id): {"address": b.address, "fenced": b.fenced,
-                                           "broker_epoch": b.broker_epoch}
-                        for b in self.brokers.values()},
-            "topics": self.topics,
-            "partitions": [s.to_dict() for s in sorted(self.partitions.values(), key=lambda s: s.key)],
-        }
+    def snapshot(self) -> ClusterMetadata:
+        return ClusterMetadata(
+            version=self.version,
+            brokers={b.broker_id: BrokerEntry(b.address, b.fenced, b.broker_epoch)
+                     for b in self.brokers.values()},
+            topics={t: dict(c) for t, c in self.topics.items()},
+            partitions=tuple(sorted(self.partitions.values(), key=lambda s: s.key)),
+        )
 
     # ---- requests ----------------------------------------------------------------------
 
-    def handle(self, token: object, msg: dict, now: int) -> list[Output]:
-        handler = getattr(self, "_on_" + msg.get("type", "").replace("-", "_"), None)
-        if handler is None:
-            return [Reply(token, {"error": INVALID_REQUEST, "message": f"unknown request {msg.get('type')!r}"})]
+    def handle(self, token: object, msg: Request | dict, now: int) -> list[Output]:
+        try:
+            request = as_request(msg)
+        except MalformedMessage as e:
+            return [Reply(token, invalid_request(str(e)))]
         out: list[Output] = []
-        reply = handler(msg, now, out)
+        match request:
+            case MetadataRequest():
+                reply: Message = MetadataReply(self.snapshot())
+            case RegisterRequest():
+                reply = self._on_register(request, now, out)
+            case HeartbeatRequest():
+                reply = self._on_heartbeat(request, now, out)
+            case CreateTopicRequest():
+                reply = self._on_create_topic(request, now, out)
+            case AlterPartitionRequest():
+                reply = self._on_alter_partition(request, now, out)
+            case _:
+                reply = invalid_request(f"unknown request {request.TYPE!r}")
         out.append(Reply(token, reply))
         return out
 
-    def _on_metadata(self, msg: dict, now: int, out: list[Output]) -> dict:
-        return {"metadata": self.snapshot()}
-
-    def _on_register(self, msg: dict, now: int, out: list[Output]) -> dict:
-        broker_id = int(msg["broker"])
-        clean = msg.get("clean_epoch") is not None
+    def _on_register(self, msg: RegisterRequest, now: int, out: list[Output]) -> RegisterReply:
+        broker_id = msg.broker
+        clean = msg.clean_epoch is not None
         if broker_id in self.brokers and not self.brokers[broker_id].fenced:
             # A new incarnation: the old one must lose leadership and ISR membership first.
             self._fence(broker_id, "re-registration", now, out)
         epoch = self.version + 1
-        self._commit({"type": "register", "broker": broker_id, "address": msg["address"],
+        self._commit({"type": "register", "broker": broker_id, "address": msg.address,
                       "broker_epoch": epoch, "clean": clean}, now, out)
         out.append(Event("broker-registered", {"broker": broker_id, "broker_epoch": epoch, "clean": clean}))
         for rec in self.recoveries.values():
@@ -168,21 +204,21 @@ class Controller:
                     change = md.unclean_registration(state, broker_id, self.rules(state.topic))
                     if change:
                         self._set_partition(change, now, out)
-        return {"broker_epoch": epoch}
+        return RegisterReply(epoch)
 
-    def _on_heartbeat(self, msg: dict, now: int, out: list[Output]) -> dict:
-        broker_id = int(msg["broker"])
+    def _on_heartbeat(self, msg: HeartbeatRequest, now: int, out: list[Output]) -> Message:
+        broker_id = msg.broker
         info = self.brokers.get(broker_id)
         if info is None:
-            return {"error": UNKNOWN_BROKER}
-        if msg.get("broker_epoch") != info.broker_epoch:
-            return {"error": STALE_BROKER_EPOCH}
+            return ErrorReply(UNKNOWN_BROKER)
+        if msg.broker_epoch != info.broker_epoch:
+            return ErrorReply(STALE_BROKER_EPOCH)
         info.last_heartbeat = now
-        for item in msg.get("log_info", []):
-            rec = self.recoveries.get((item["topic"], item["partition"]))
+        for item in msg.log_info:
+            rec = self.recoveries.get((item.topic, item.partition))
             if rec is not None and broker_id in rec.targets:
-                rec.replies[broker_id] = (item["epoch"], item["end_offset"])
-        if msg.get("want_shutdown"):
+                rec.replies[broker_id] = (item.epoch, item.end_offset)
+        if msg.want_shutdown:
             if not info.shutting_down or not info.fenced:
                 self._fence(broker_id, "controlled-shutdown", now, out)
         elif info.fenced:
@@ -190,62 +226,58 @@ class Controller:
             out.append(Event("broker-unfenced", {"broker": broker_id}))
             self._elect_leaderless(now, out)
         self._run_recoveries(now, out)
-        reply: dict = {"fenced": info.fenced, "broker_epoch": info.broker_epoch,
-                       "shutdown_ok": bool(msg.get("want_shutdown")) and not any(
-                           s.leader == broker_id for s in self.partitions.values())}
-        if msg.get("metadata_version", -1) != self.version:
-            reply["metadata"] = self.snapshot()
-        asks = [{"topic": k[0], "partition": k[1]} for k, rec in sorted(self.recoveries.items())
-                if broker_id in rec.targets and broker_id not in rec.replies]
-        if asks:
-            reply["log_info_requests"] = asks
-        return reply
+        asks = tuple(PartitionRef(*k) for k, rec in sorted(self.recoveries.items())
+                     if broker_id in rec.targets and broker_id not in rec.replies)
+        return HeartbeatReply(
+            fenced=info.fenced, broker_epoch=info.broker_epoch,
+            shutdown_ok=msg.want_shutdown and not any(s.leader == broker_id for s in self.partitions.values()),
+            metadata=self.snapshot() if msg.metadata_version != self.version else None,
+            log_info_requests=asks)
 
-    def _on_create_topic(self, msg: dict, now: int, out: list[Output]) -> dict:
-        topic = msg["topic"]
+    def _on_create_topic(self, msg: CreateTopicRequest, now: int, out: list[Output]) -> Message:
+        topic = msg.topic
         if topic in self.topics:
-            return {"error": TOPIC_EXISTS}
-        config = {str(k): str(v) for k, v in (msg.get("config") or {}).items()}
+            return ErrorReply(TOPIC_EXISTS)
+        config = dict(msg.config)
         unknown = set(config) - set(TOPIC_CONFIG_KEYS)
         if unknown:
-            return {"error": INVALID_REQUEST, "message": f"unknown topic config {sorted(unknown)}"}
+            return ErrorReply(INVALID_REQUEST, message=f"unknown topic config {sorted(unknown)}")
         try:
             self.config.with_overrides(config)
             brokers = sorted(self.unfenced()) or sorted(self.brokers)
-            placement = md.striped_placement(brokers, int(msg["partitions"]), int(msg["replication_factor"]))
+            placement = md.striped_placement(brokers, msg.partitions, msg.replication_factor)
         except ValueError as e:
-            return {"error": INVALID_REQUEST, "message": str(e)}
+            return ErrorReply(INVALID_REQUEST, message=str(e))
         self._commit({"type": "topic", "topic": topic, "config": config}, now, out)
         for p, replicas in enumerate(placement):
             state = md.PartitionState(topic, p, replicas, leader=replicas[0], isr=replicas)
             self._set_partition(md.Change(state, "create"), now, out)
-        return {"partitions": len(placement)}
+        return CreateTopicReply(len(placement))
 
-    def _on_alter_partition(self, msg: dict, now: int, out: list[Output]) -> dict:
-        key = (msg["topic"], int(msg["partition"]))
-        state = self.partitions.get(key)
-        broker = self.brokers.get(int(msg["broker"]))
+    def _on_alter_partition(self, msg: AlterPartitionRequest, now: int, out: list[Output]) -> Message:
+        state = self.partitions.get((msg.topic, msg.partition))
+        broker = self.brokers.get(msg.broker)
         if state is None:
-            return {"error": UNKNOWN_TOPIC}
-        if broker is None or broker.broker_epoch != msg.get("broker_epoch"):
-            return {"error": STALE_BROKER_EPOCH}
+            return ErrorReply(UNKNOWN_TOPIC)
+        if broker is None or broker.broker_epoch != msg.broker_epoch:
+            return ErrorReply(STALE_BROKER_EPOCH)
         if state.leader != broker.broker_id:
-            return {"error": NOT_LEADER, "state": state.to_dict()}
-        if msg["leader_epoch"] != state.leader_epoch:
-            return {"error": FENCED_LEADER_EPOCH, "state": state.to_dict()}
-        if msg["partition_epoch"] != state.partition_epoch:
-            return {"error": INVALID_UPDATE_VERSION, "state": state.to_dict()}
-        new_isr = [int(r) for r in msg["isr"]]
+            return ErrorReply(NOT_LEADER, state=state)
+        if msg.leader_epoch != state.leader_epoch:
+            return ErrorReply(FENCED_LEADER_EPOCH, state=state)
+        if msg.partition_epoch != state.partition_epoch:
+            return ErrorReply(INVALID_UPDATE_VERSION, state=state)
+        new_isr = list(msg.isr)
         if broker.broker_id not in new_isr or not set(new_isr) <= set(state.replicas):
-            return {"error": INVALID_REQUEST, "state": state.to_dict()}
+            return ErrorReply(INVALID_REQUEST, state=state)
         added = set(new_isr) - set(state.isr)
         if added - self.unfenced():
             # Never let a fenced (possibly unclean) replica back in: Unclean Exclusion.
-            return {"error": INELIGIBLE_REPLICA, "state": state.to_dict()}
+            return ErrorReply(INELIGIBLE_REPLICA, state=state)
         change = md.alter_isr(state, new_isr, self.rules(state.topic))
         if change.state != state:
             self._set_partition(change, now, out)
-        return {"state": change.state.to_dict()}
+        return AlterPartitionReply(change.state)
 
     # ---- fencing, elections, recovery ----------------------------------------------------
 
@@ -284,9 +316,9 @@ class Controller:
             return None
         rules = self.rules(state.topic)
         unfenced = self.unfenced()
-        if strategy == "balanced" and rules.elr_enabled and not state.isr and not state.elr:
+        if strategy == RecoveryStrategy.BALANCED and rules.elr_enabled and not state.isr and not state.elr:
             return state.last_known_elr or state.replicas
-        if strategy == "proactive" and md.pick_clean_leader(state, rules, unfenced) is None:
+        if strategy == RecoveryStrategy.PROACTIVE and md.pick_clean_leader(state, rules, unfenced) is None:
             return tuple(r for r in state.replicas if r in unfenced)
         return None
 
@@ -294,7 +326,7 @@ class Controller:
         for key in sorted(self.partitions):
             state = self.partitions[key]
             strategy = self.strategy(state.topic)
-            if strategy == "manual" and state.leader is None and not state.isr and not state.elr:
+            if strategy == RecoveryStrategy.MANUAL and state.leader is None and not state.isr and not state.elr:
                 if key not in self._manual_reported:
                     self._manual_reported.add(key)
                     out.append(Event("unclean-recovery", {
@@ -315,9 +347,10 @@ class Controller:
                                out: list[Output]) -> None:
         unfenced = self.unfenced()
         complete = set(rec.replies) >= set(rec.targets)
-        if rec.strategy == "balanced" and not complete:
+        if rec.strategy == RecoveryStrategy.BALANCED and not complete:
             return  # balanced waits for every LastKnownELR member: safety before liveness
-        if rec.strategy == "proactive" and not complete and now - rec.started < self.config.unclean_recovery_timeout_ms:
+        if rec.strategy == RecoveryStrategy.PROACTIVE and not complete and \
+                now - rec.started < self.config.unclean_recovery_timeout_ms:
             return
         order = {b: i for i, b in enumerate(state.replicas)}
 
@@ -327,7 +360,7 @@ class Controller:
         # Balanced puts safety first: the best of all answers wins, so if its broker was fenced
         # since it answered, wait for it rather than elect a worse log. The others take the
         # best log still on an unfenced broker.
-        pool = list(rec.replies) if rec.strategy == "balanced" else [
+        pool = list(rec.replies) if rec.strategy == RecoveryStrategy.BALANCED else [
             b for b in rec.targets if b in rec.replies and b in unfenced]
         if not pool:
             return

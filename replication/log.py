@@ -5,13 +5,38 @@ validation, the leader-epoch cache (Kafka's LeaderEpochFileCache) and the flush 
 Subclasses only store, read, drop and sync records. `MemoryLog` keeps records in lists and
 models durability (what a flush made durable, what a power loss drops) so that sans-IO tests
 and a deterministic simulator see the same durability behaviour as files on disk.
+
+Storage port: inline or deferred durability
+-------------------------------------------
+Writes (appends, truncations) always happen at once: they only reach the page cache, which is
+fast. Durability work -- fsync of segment files and of the directory, rewriting the
+leader-epoch checkpoint -- is slow on a slow disk, and where it runs is the owner's choice:
+
+- `defer_sync=False` (the default): inline, as Kafka's own append path does with
+  `flush.messages`: `append` returns after the fsync. Direct users of `Replica` and the
+  simulators use this unless they ask otherwise.
+- `defer_sync=True`: the log only *asks* for the work. When the flush policy (or a segment
+  roll, or opening the log) wants a sync, the log remembers from which offset records wait
+  for it; `take_sync_job()` hands out the work as a `SyncJob` whose `run()` touches nothing
+  but what it captured (duplicated file descriptors, paths, a copy of the epoch entries), so
+  a runtime can run it on another thread; `sync_done(job)` reports completion. One job per
+  log is out at a time; requests made meanwhile go into the next job (group commit).
+
+`settled_end` is the offset below which every sync the policy asked for has completed: the
+LEO when nothing is outstanding, else the lowest LEO at which an outstanding sync was asked
+for. The replica reveals only the settled prefix (acks=1 acknowledgements, the leader's own
+LEO in the HWM, records served to followers, a follower's fetch offset). Because the records
+a sync covers are exactly the ones written before it was asked for, and nothing written after
+it is revealed before it completes, every outcome an observer can see with deferred syncs is
+one the inline log could produce with the fsync taking that long: the durability semantics
+(what a power loss can take) are unchanged; only the event loop no longer waits.
 """
 
 from __future__ import annotations
 
 import bisect
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 UNDEFINED = -1
@@ -31,6 +56,19 @@ class OffsetOutOfRange(ValueError):
 
 class LogClosedError(RuntimeError):
     """The log was used after close()."""
+
+
+@dataclass(eq=False)
+class SyncJob:
+    """Durability work of one log, handed out by `Log.take_sync_job`.
+
+    `run()` performs it; it uses only what was captured when the job was made, so it may
+    run on another thread (for a `MemoryLog`, on the simulator's own thread). `data`: it
+    syncs records (not only the epoch checkpoint)."""
+
+    log: Log
+    run: Callable[[], None]
+    data: bool
 
 
 class EpochCache:
@@ -115,6 +153,7 @@ class Log(ABC):
         flush_ms: int | None = None,
         end_offset: int = 0,
         epochs: Sequence[tuple[int, int]] = (),
+        defer_sync: bool = False,
     ) -> None:
         if flush_messages is not None and flush_messages < 1:
             raise ValueError(f"flush.messages must be >= 1, got {flush_messages}")
@@ -127,6 +166,11 @@ class Log(ABC):
         self._unflushed = 0
         self._flush_clock_ms: int | None = None
         self._closed = False
+        self.defer_sync = defer_sync
+        self._wanted_from: int | None = None  # a sync asked for, not yet in a job
+        self._inflight_from: int | None = None  # covered by the job out now
+        self._job: SyncJob | None = None
+        self._epochs_dirty = False  # deferred: the checkpoint awaits rewriting
 
     # -- storage primitives for subclasses --------------------------------------------------
 
@@ -148,7 +192,13 @@ class Log(ABC):
 
     @abstractmethod
     def _epochs_changed(self) -> None:
-        """Persist the epoch cache; called after every change to it."""
+        """Persist the epoch cache; called after every change to it (inline mode)."""
+
+    def _prepare_sync(self, data: bool, epochs: list[tuple[int, int]] | None) -> Callable[[], None]:
+        """Deferred mode: capture what a sync must do now (data: make the stored records
+        durable; epochs: write this checkpoint) and return a function doing it that touches
+        no state of the log. Subclasses that support `defer_sync` override this."""
+        raise NotImplementedError(f"{type(self).__name__} cannot defer its syncs")
 
     # -- the interface -----------------------------------------------------------------------
 
@@ -209,7 +259,7 @@ class Log(ABC):
         self._end_offset = offset
         self._unflushed = max(0, self._unflushed - removed)
         if self._epochs.truncate_from(offset):
-            self._epochs_changed()
+            self._note_epochs_changed()
         return removed
 
     def latest_epoch(self) -> int:
@@ -222,9 +272,14 @@ class Log(ABC):
         return self._epochs.entries()
 
     def flush(self) -> None:
+        """Make everything durable now, inline, whatever the mode (clean close, simulators)."""
         self._check_open()
         self._sync()
+        if self._epochs_dirty:
+            self._epochs_changed()
+            self._epochs_dirty = False
         self._mark_flushed()
+        self._wanted_from = self._inflight_from = None
 
     def unflushed_count(self) -> int:
         return self._unflushed
@@ -241,9 +296,58 @@ class Log(ABC):
         due_time = self._flush_ms is not None and now_ms - self._flush_clock_ms >= self._flush_ms
         if not (due_count or due_time):
             return False
-        self.flush()
+        if self.defer_sync:
+            self._request_sync(self._end_offset)
+        else:
+            self.flush()
         self._flush_clock_ms = now_ms
         return True
+
+    # -- deferred syncs (the storage port; see the module docstring) --------------------------
+
+    @property
+    def settled_end(self) -> int:
+        """Records below this offset need no sync that has not completed yet."""
+        end = self._end_offset
+        for start in (self._wanted_from, self._inflight_from):
+            if start is not None and start < end:
+                end = start
+        return end
+
+    def take_sync_job(self) -> SyncJob | None:
+        """The next durability job, if one is wanted and none is out (deferred mode)."""
+        if self._job is not None or self._closed or (self._wanted_from is None and not self._epochs_dirty):
+            return None
+        data = self._wanted_from is not None
+        epochs = self.epoch_entries() if self._epochs_dirty else None
+        self._epochs_dirty = False
+        self._job = SyncJob(self, self._prepare_sync(data, epochs), data)
+        self._inflight_from, self._wanted_from = self._wanted_from, None
+        return self._job
+
+    def sync_done(self, job: SyncJob) -> None:
+        """`job` has run: what it covered is durable. A job the log no longer waits for (it
+        was abandoned, or an inline flush did its work) is ignored."""
+        if job is self._job:
+            self._job = None
+            self._inflight_from = None
+
+    def abandon_syncs(self) -> None:
+        """The runtime that held the job out died with it (a killed broker in a simulator
+        that keeps the log object): the work is wanted again, by whoever runs next."""
+        if self._job is not None:
+            self._job = None
+            if self._inflight_from is not None:
+                if self._wanted_from is None or self._inflight_from < self._wanted_from:
+                    self._wanted_from = self._inflight_from
+                self._inflight_from = None
+
+    def _request_sync(self, from_offset: int) -> None:
+        """Deferred mode: records from `from_offset` on wait for a sync of everything stored;
+        for the flush policy the flush has happened."""
+        if self._wanted_from is None or from_offset < self._wanted_from:
+            self._wanted_from = from_offset
+        self._mark_flushed()
 
     def close(self, clean: bool) -> None:
         """Close; a clean close flushes everything first. Idempotent."""
@@ -269,9 +373,18 @@ class Log(ABC):
         for r in records:
             changed |= self._epochs.assign(r.epoch, r.offset)
         if changed:
-            self._epochs_changed()
+            self._note_epochs_changed()
         if self._flush_messages is not None and self._unflushed >= self._flush_messages:
-            self.flush()
+            if self.defer_sync:
+                self._request_sync(records[0].offset)
+            else:
+                self.flush()
+
+    def _note_epochs_changed(self) -> None:
+        if self.defer_sync:
+            self._epochs_dirty = True
+        else:
+            self._epochs_changed()
 
     def _mark_flushed(self) -> None:
         """Everything stored so far is durable (a flush or a segment roll did it)."""
@@ -291,8 +404,9 @@ class MemoryLog(Log):
     truncated since, and rebuilds the epoch cache from them as recovery on disk does.
     """
 
-    def __init__(self, *, flush_messages: int | None = None, flush_ms: int | None = None) -> None:
-        super().__init__(flush_messages=flush_messages, flush_ms=flush_ms)
+    def __init__(self, *, flush_messages: int | None = None, flush_ms: int | None = None,
+                 defer_sync: bool = False) -> None:
+        super().__init__(flush_messages=flush_messages, flush_ms=flush_ms, defer_sync=defer_sync)
         self._records: list[Record] = []
         self._durable: list[Record] = []
 
@@ -311,8 +425,13 @@ class MemoryLog(Log):
     def _epochs_changed(self) -> None:
         """The checkpoint file is written durably on every change: nothing to model."""
 
-    def durable_records(self) -> list[Record]:
-        return list(self._durable)
+    def _note_epochs_changed(self) -> None:
+        """Nothing to write, so no job for it either."""
+
+    def _prepare_sync(self, data: bool, epochs: list[tuple[int, int]] | None) -> Callable[[], None]:
+        """Like an fsync, the job makes durable what is stored when it runs (on the
+        simulator's thread: it reads the live record list)."""
+        return self._sync if data else (lambda: None)
 
     def restart(self) -> None:
         """A broker restart that kept the page cache (kill or clean stop), as SegmentLog
@@ -334,3 +453,5 @@ class MemoryLog(Log):
         self._epochs = EpochCache.from_records(self._records)
         self._mark_flushed()
         self._closed = False
+        self._wanted_from = self._inflight_from = self._job = None
+        self._epochs_dirty = False

@@ -1,8 +1,11 @@
 """Partition metadata and the controller's rules for changing it.
 
 Pure functions over immutable `PartitionState`s: the ISR / ELR / LastKnownELR transitions of
-seed 000 §5.2.1 (cases A-G) and §5.3, leader election, and striped placement. The controller
-state machine applies them; tests drive them directly."""
+KIP-966 (Eligible Leader Replicas), labelled cases A-G as in §5.2.1 of the KIP-966 protocol
+description in Jack Vanlightly's kafka-tlaplus repository ("The Kafka Replication Protocol
+with KIP-966"), whose §5.3 also describes the unclean recovery that `elect_recovered`
+completes; leader election; and striped placement. The controller state machine applies
+them; tests drive them directly."""
 
 from __future__ import annotations
 
@@ -58,7 +61,8 @@ class Change:
 
 
 def striped_placement(brokers: Sequence[int], partitions: int, replication_factor: int) -> list[tuple[int, ...]]:
-    """Round-robin replicas, offsetting the first (preferred leader) by one per partition (seed 002)."""
+    """Round-robin replicas, offsetting the first (preferred leader) by one per partition, as
+    Kafka's StripedReplicaPlacer does (without its rack awareness and random start)."""
     ordered = sorted(brokers)
     n = len(ordered)
     if replication_factor > n:
@@ -188,7 +192,7 @@ def alter_isr(state: PartitionState, new_isr: Sequence[int], rules: Rules) -> Ch
 
 
 def leader_candidates_ok(state: PartitionState) -> bool:
-    """Structural invariants every state must satisfy (used by tests and as a guard)."""
+    """Structural invariants every state must satisfy (the property tests check it)."""
     return (
         not (set(state.isr) & set(state.elr))
         and set(state.isr) <= set(state.replicas)

@@ -1,7 +1,13 @@
 """Length-prefixed JSON frames over TCP, with pipelined request/response.
 
 Each request carries an `id`; the answer echoes it, so many requests can be in flight on one
-connection and answers may come back in any order (a parked fetch does not block a produce)."""
+connection and answers may come back in any order (a parked fetch does not block a produce).
+
+This is where the typed messages (`replication.messages`) meet the wire: `serve` decodes every
+frame into a `Request` before the node sees it, and answers a frame it cannot decode (not
+JSON, not an object, an unknown type, a missing or mistyped field) with an `INVALID_REQUEST`
+error reply saying what is wrong -- with the frame's `id` when it has one -- and goes on
+reading; `Connection.request` decodes the answer to a typed request into its reply type."""
 
 from __future__ import annotations
 
@@ -9,7 +15,16 @@ import asyncio
 import itertools
 import json
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from replication.messages import (
+    MalformedMessage,
+    Message,
+    Request,
+    decode_request,
+    invalid_request,
+)
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
@@ -23,12 +38,18 @@ class ConnectFailed(ConnectionLost):
     """No connection could be made: the request was certainly not sent."""
 
 
-def encode_frame(msg: dict) -> bytes:
-    body = json.dumps(msg, separators=(",", ":")).encode()
+def encode_frame(msg: Message | Mapping, rid: int | None = None) -> bytes:
+    """A frame for a message (typed, or a plain dict), with the request `id` when given."""
+    wire = msg.to_wire() if isinstance(msg, Message) else dict(msg)
+    if rid is not None:
+        wire["id"] = rid
+    body = json.dumps(wire, separators=(",", ":")).encode()
     return _HEADER.pack(len(body)) + body
 
 
-async def read_frame(reader: asyncio.StreamReader) -> dict | None:
+async def read_frame(reader: asyncio.StreamReader) -> Any:
+    """The next frame's JSON value; None at the end of the stream; MalformedMessage (the
+    stream stays in step: the frame was read whole) if its body is not JSON."""
     try:
         header = await reader.readexactly(_HEADER.size)
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -40,7 +61,10 @@ async def read_frame(reader: asyncio.StreamReader) -> dict | None:
         body = await reader.readexactly(length)
     except (asyncio.IncompleteReadError, ConnectionError):
         return None
-    return json.loads(body)
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise MalformedMessage(f"malformed frame: not JSON: {e}") from None
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -81,7 +105,8 @@ class Connection:
                 msg = await read_frame(reader)
                 if msg is None:
                     break
-                fut = self._waiting.pop(msg.get("id"), None)
+                rid = msg.get("id") if isinstance(msg, dict) else None
+                fut = self._waiting.pop(rid, None)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
         except (ConnectionLost, ValueError):
@@ -98,7 +123,10 @@ class Connection:
             if not fut.done():
                 fut.set_exception(exc)
 
-    async def request(self, msg: dict, timeout: float) -> dict:
+    async def request(self, msg: Request | Mapping, timeout: float) -> Message | dict:
+        """Send and await the answer: decoded into the reply type of a typed request (an
+        answer that does not decode counts as a lost connection: its outcome is unknown), the
+        plain dict (without `id`) for a dict."""
         try:
             writer = await self._ensure(timeout)
         except (TimeoutError, OSError) as e:
@@ -107,7 +135,7 @@ class Connection:
         fut = asyncio.get_running_loop().create_future()
         self._waiting[rid] = fut
         try:
-            writer.write(encode_frame({**msg, "id": rid}))
+            writer.write(encode_frame(msg, rid))
             await asyncio.wait_for(fut, timeout)
         except TimeoutError as e:
             raise ConnectionLost(f"no answer from {self.address} within {timeout}s") from e
@@ -115,9 +143,15 @@ class Connection:
             raise ConnectionLost(f"{self.address}: {e}") from e
         finally:
             self._waiting.pop(rid, None)
-        return fut.result()
+        answer = {k: v for k, v in fut.result().items() if k != "id"}
+        if not isinstance(msg, Request):
+            return answer
+        try:
+            return msg.reply_from_wire(answer)
+        except MalformedMessage as e:
+            raise ConnectionLost(f"malformed answer from {self.address}: {e}") from e
 
-    def send_nowait(self, msg: dict) -> None:
+    def send_nowait(self, msg: Request | Mapping) -> None:
         """Fire and forget (acks=0): written if connected, no answer expected."""
         if self.connected:
             assert self._writer is not None
@@ -149,25 +183,36 @@ class Pool:
         self._conns.clear()
 
 
-Respond = Callable[[dict], None]
+Respond = Callable[[Message], None]
 
 
-async def serve(address: str, on_request: Callable[[dict, Respond], Awaitable[None] | None]) -> asyncio.AbstractServer:
-    """Listen on HOST:PORT; call `on_request(msg, respond)` for every frame."""
+async def serve(address: str, on_request: Callable[[Request, Respond], Awaitable[None] | None]) -> asyncio.AbstractServer:
+    """Listen on HOST:PORT; call `on_request(request, respond)` for every frame that decodes
+    into a request, answer the others with INVALID_REQUEST."""
     host, port = split_address(address)
 
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         def responder(rid):
-            def respond(reply: dict) -> None:
+            def respond(reply: Message) -> None:
                 if not writer.is_closing():
-                    writer.write(encode_frame({**reply, "id": rid}))
+                    writer.write(encode_frame(reply, rid))
             return respond
         try:
             while True:
-                msg = await read_frame(reader)
-                if msg is None:
+                try:
+                    raw = await read_frame(reader)
+                except MalformedMessage as e:
+                    responder(None)(invalid_request(str(e)))
+                    continue
+                if raw is None:
                     break
-                result = on_request(msg, responder(msg.get("id")))
+                respond = responder(raw.get("id") if isinstance(raw, dict) else None)
+                try:
+                    request = decode_request(raw)
+                except MalformedMessage as e:
+                    respond(invalid_request(str(e)))
+                    continue
+                result = on_request(request, respond)
                 if asyncio.iscoroutine(result):
                     await result
         except (ConnectionLost, ValueError, ConnectionError):

@@ -1,12 +1,23 @@
 """What the sans-IO state machines ask their runtime to do.
 
 A state machine method returns a list of these; the runtime carries them out in order. In
-particular a `Persist` must be durable before any later `Reply` is sent."""
+particular a `Persist` must be durable before any later `Reply` is sent.
+
+`Sync` is the storage port of a broker whose logs defer their durability work
+(`Log(defer_sync=True)`; log.py): the runtime runs `job.run()` -- fsyncs, checkpoint
+writes -- wherever it likes (the asyncio runtime: a storage thread per broker; a simulator:
+after a simulated delay) and then calls the broker's `on_synced(topic, partition, job, now)`.
+Jobs of one log come one at a time (the next only after `on_synced` for the previous) and
+must run in the order given. A runtime that keeps logs syncing inline never sees a `Sync`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from replication.log import SyncJob
+    from replication.messages import Message, Request
 
 
 @dataclass(frozen=True)
@@ -14,7 +25,7 @@ class Reply:
     """Answer the request identified by `token` (opaque to the state machine)."""
 
     token: Any
-    msg: dict
+    msg: Message
 
 
 @dataclass(frozen=True)
@@ -23,7 +34,7 @@ class Send:
     the state machine's `on_response(dest, request, response)`."""
 
     dest: str | int
-    msg: dict
+    msg: Request
 
 
 @dataclass(frozen=True)
@@ -41,4 +52,13 @@ class Persist:
     record: dict
 
 
-Output = Reply | Send | Event | Persist
+@dataclass(frozen=True)
+class Sync:
+    """Run a log's durability job off the state machine, then report it with `on_synced`."""
+
+    topic: str
+    partition: int
+    job: SyncJob
+
+
+Output = Reply | Send | Event | Persist | Sync

@@ -1,43 +1,72 @@
 """One partition replica on a broker: leader and follower behaviour as a sans-IO state machine.
 
 Leader: appends produce requests, tracks follower LEOs from their fetch offsets, advances the
-high watermark exactly as seed 002's timeline (min LEO over the ISR, and -- KIP-966 -- only
-while the ISR has at least MinISR members), completes acks=all requests below it, shrinks and
-expands the ISR through AlterPartition. Follower: pull-fetches from the leader and truncates a
-divergent suffix by leader epoch (or, pre-KIP-101, to its high watermark)."""
+high watermark as Kafka does (the minimum LEO over the ISR, a follower's LEO being the offset
+of its last fetch -- "2. The replication algorithm" in Jack Vanlightly's "The Kafka
+Replication Protocol with KIP-966" -- and, KIP-966, only while the ISR has at least MinISR
+members), completes acks=all requests below it, shrinks and expands the ISR through
+AlterPartition. Follower: pull-fetches from the leader and truncates a divergent suffix by
+leader epoch (KIP-101, with KIP-320's epoch checks) or, pre-KIP-101, to its high watermark.
+
+Storage: the log may defer its fsyncs to the runtime (`Log(defer_sync=True)`, see log.py).
+Then only the log's *settled* prefix (`log.settled_end`: every sync the flush policy asked for
+it has completed) is revealed to anyone: the leader counts its own LEO as the settled end for
+the HWM, serves followers only settled records and acknowledges acks=1 produces once their
+records are settled; a follower fetches again only when its log is settled (its fetch offset
+tells the leader what it holds) and takes the leader's HWM only up to its settled end. The
+runtime reports each finished job through `on_synced`. With a log that syncs inline the
+settled end is always the LEO and none of this holds anything back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from replication import errors as E
-from replication.config import NodeConfig
-from replication.log import Log, Record
+from replication.config import IsrUpdate, NodeConfig, ReplicaTruncation
+from replication.log import Log, SyncJob
+from replication.messages import (
+    AlterPartitionReply,
+    ConsumerFetchReply,
+    ConsumerFetchRequest,
+    DivergingReply,
+    ErrorReply,
+    FetchReply,
+    FetchRequest,
+    LogInfo,
+    Message,
+    ProduceReply,
+    as_reply,
+    as_request,
+)
+from replication.messages import AlterPartitionRequest as AlterPartition
 from replication.metadata import PartitionState
-from replication.outputs import Event, Output, Reply, Send
+from replication.outputs import Event, Output, Reply, Send, Sync
+
+
+class Role(StrEnum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    NONE = "none"
 
 
 @dataclass
 class PendingProduce:
+    """A produce waiting for its acknowledgement: acks=all for the HWM to pass `last`,
+    acks=1 (`local`) for the leader's log to settle past it."""
+
     token: object
     first: int
     last: int
     deadline: int
+    local: bool = False
 
 
 @dataclass
 class ParkedFetch:
     token: object
-    msg: dict
+    msg: FetchRequest
     deadline: int
-
-
-def encode_records(records: list[Record]) -> list[list]:
-    return [[r.offset, r.epoch, r.timestamp_ms, r.value.decode("latin-1")] for r in records]
-
-
-def decode_records(rows: list[list]) -> list[Record]:
-    return [Record(o, e, t, v.encode("latin-1")) for o, e, t, v in rows]
 
 
 class Replica:
@@ -50,7 +79,7 @@ class Replica:
         self.hwm = min(hwm, log.end_offset)
         self.config = NodeConfig()
         self.state: PartitionState | None = None
-        self.role = "none"  # leader | follower | none
+        self.role = Role.NONE
         self.leader_epoch = -1
         # leader
         self.isr: tuple[int, ...] = ()  # the ISR the leader acts on
@@ -77,8 +106,10 @@ class Replica:
         """The ISR that counts towards MinISR. A follower the leader has only *proposed* to add
         ("maximal ISR") must not count: the controller may refuse it (a fenced broker is no
         leader candidate), and records committed with its help would then sit on too few
-        candidates. Only `isr.update=local-first` acts on the uncommitted view (seed 004)."""
-        if self.config.isr_update == "local-first" or self.state is None:
+        candidates. Only `isr.update=local-first` acts on the uncommitted view: the race that
+        AlterPartition (KIP-497) closed, where a leader acknowledges on an ISR the controller
+        never committed."""
+        if self.config.isr_update == IsrUpdate.LOCAL_FIRST or self.state is None:
             return self.isr
         return tuple(r for r in self.isr if r in self.state.isr)
 
@@ -94,23 +125,23 @@ class Replica:
             return out
         previous, self.state = self.state, state
         if state.leader == self.broker_id:
-            if self.role != "leader" or state.leader_epoch != self.leader_epoch:
+            if self.role != Role.LEADER or state.leader_epoch != self.leader_epoch:
                 out += self._become_leader(state, now)
             else:
                 out += self._committed_isr(state, now)
         elif state.leader is not None:
-            if self.role != "follower" or state.leader_epoch != self.leader_epoch or (
+            if self.role != Role.FOLLOWER or state.leader_epoch != self.leader_epoch or (
                     previous is not None and previous.leader != state.leader):
                 out += self._become_follower(state, now)
         else:
-            if self.role == "leader":
+            if self.role == Role.LEADER:
                 out += self._resign(E.NOT_LEADER)
-            self.role, self.leader_epoch = "none", state.leader_epoch
+            self.role, self.leader_epoch = Role.NONE, state.leader_epoch
         return out
 
     def _become_leader(self, state: PartitionState, now: int) -> list[Output]:
-        out = self._resign(E.NOT_LEADER) if self.role == "leader" else []
-        self.role, self.leader_epoch = "leader", state.leader_epoch
+        out = self._resign(E.NOT_LEADER) if self.role == Role.LEADER else []
+        self.role, self.leader_epoch = Role.LEADER, state.leader_epoch
         # The epoch enters the epoch cache with its first record, not now: an entry without
         # records outlives a later truncation to the LEO (which removes nothing), so as a
         # follower this replica would report that empty epoch as its last fetched one and
@@ -125,27 +156,27 @@ class Replica:
         return out
 
     def _become_follower(self, state: PartitionState, now: int) -> list[Output]:
-        out = self._resign(E.NOT_LEADER) if self.role == "leader" else []
-        self.role, self.leader_epoch = "follower", state.leader_epoch
+        out = self._resign(E.NOT_LEADER) if self.role == Role.LEADER else []
+        self.role, self.leader_epoch = Role.FOLLOWER, state.leader_epoch
         self.fetch_in_flight = False
         self.fetch_backoff_until = 0
         out.append(self._ev("become-follower", leader_epoch=state.leader_epoch, leader=state.leader))
-        if self.config.replica_truncation == "high-watermark":
+        if self.config.replica_truncation == ReplicaTruncation.HIGH_WATERMARK:
             # Pre-KIP-101: trust the (possibly stale) local high watermark.
             out += self._truncate(self.hwm, "high-watermark")
         return out
 
     def _resign(self, error: str) -> list[Output]:
         """Leadership lost: appended-but-unacknowledged records may or may not survive."""
-        out: list[Output] = [Reply(p.token, {"error": error, "appended": True}) for p in self.pending]
-        out += [Reply(f.token, {"error": error}) for f in self.parked]
+        out: list[Output] = [Reply(p.token, ErrorReply(error, appended=True)) for p in self.pending]
+        out += [Reply(f.token, ErrorReply(error)) for f in self.parked]
         self.pending, self.parked = [], []
-        self.role = "none"
+        self.role = Role.NONE
         return out
 
     def _committed_isr(self, state: PartitionState, now: int) -> list[Output]:
         """New committed metadata for our leadership (AlterPartition response or heartbeat)."""
-        if self.config.isr_update == "local-first" and self.alter_in_flight:
+        if self.config.isr_update == IsrUpdate.LOCAL_FIRST and self.alter_in_flight:
             return []
         self.isr = state.isr
         for r in state.isr:
@@ -155,79 +186,94 @@ class Replica:
     # ---- leader: produce ---------------------------------------------------------------------
 
     def produce(self, token: object, values: list[bytes], acks: str, now: int) -> list[Output]:
-        if self.role != "leader":
-            return [Reply(token, {"error": E.NOT_LEADER, "leader": self.state.leader if self.state else None})]
+        if self.role != Role.LEADER:
+            return [Reply(token, self._not_leader())]
         if acks == "all" and not self._min_isr_met():
-            return [Reply(token, {"error": E.NOT_ENOUGH_REPLICAS})]
+            return [Reply(token, ErrorReply(E.NOT_ENOUGH_REPLICAS))]
         first, last = self.log.append(self.leader_epoch, values, now)
         self.log.maybe_flush(now)
         out: list[Output] = []
+        deadline = now + self.config.request_timeout_ms
         if acks == "1":
-            out.append(Reply(token, self._ack(first)))
+            if last < self.log.settled_end:
+                out.append(Reply(token, self._ack(first)))
+            else:  # the flush policy asked for a sync of these records: ack once it is done
+                self.pending.append(PendingProduce(token, first, last, deadline, local=True))
         elif acks == "all":
-            self.pending.append(PendingProduce(token, first, last, now + self.config.request_timeout_ms))
+            self.pending.append(PendingProduce(token, first, last, deadline))
         out += self._advance_hwm(now)
         out += self._wake_parked(now)
         return out
 
-    def _ack(self, first: int) -> dict:
-        return {"offset": first, "leader_epoch": self.leader_epoch, "node": self.broker_id}
+    def _ack(self, first: int) -> ProduceReply:
+        return ProduceReply(first, self.leader_epoch, self.broker_id)
+
+    def _not_leader(self) -> ErrorReply:
+        return ErrorReply(E.NOT_LEADER, leader=self.state.leader if self.state else None)
 
     # ---- leader: fetch -----------------------------------------------------------------------
 
-    def fetch(self, token: object, msg: dict, now: int) -> list[Output]:
-        if self.role != "leader":
-            return [Reply(token, {"error": E.NOT_LEADER, "leader": self.state.leader if self.state else None})]
-        replica = msg.get("replica")
-        if replica is None:
+    def fetch(self, token: object, msg: FetchRequest | ConsumerFetchRequest | dict, now: int) -> list[Output]:
+        """A follower's (FetchRequest) or a consumer's fetch; dicts are decoded."""
+        msg = as_request(msg)
+        if self.role != Role.LEADER:
+            return [Reply(token, self._not_leader())]
+        if isinstance(msg, ConsumerFetchRequest):
             return [Reply(token, self._consumer_fetch(msg))]
-        epoch = msg.get("leader_epoch", self.leader_epoch)
+        assert isinstance(msg, FetchRequest), msg
+        epoch = self.leader_epoch if msg.leader_epoch is None else msg.leader_epoch
         if epoch < self.leader_epoch:
-            return [Reply(token, {"error": E.FENCED_LEADER_EPOCH})]
+            return [Reply(token, ErrorReply(E.FENCED_LEADER_EPOCH))]
         if epoch > self.leader_epoch:
-            return [Reply(token, {"error": E.UNKNOWN_LEADER_EPOCH})]
-        offset = int(msg["offset"])
-        if self.config.replica_truncation == "leader-epoch" and msg.get("last_fetched_epoch", -1) >= 0:
-            e, end = self.log.end_offset_for_epoch(msg["last_fetched_epoch"])
-            if e != msg["last_fetched_epoch"] or end < offset:
-                return [Reply(token, {"diverging": {"epoch": e, "end_offset": end}, "hwm": self.hwm})]
+            return [Reply(token, ErrorReply(E.UNKNOWN_LEADER_EPOCH))]
+        offset = msg.offset
+        if self.config.replica_truncation == ReplicaTruncation.LEADER_EPOCH and msg.last_fetched_epoch >= 0:
+            e, end = self.log.end_offset_for_epoch(msg.last_fetched_epoch)
+            if e != msg.last_fetched_epoch or end < offset:
+                return [Reply(token, DivergingReply(e, end, self.hwm))]
         if offset > self.log.end_offset:
-            return [Reply(token, {"error": E.OFFSET_OUT_OF_RANGE, "log_end_offset": self.log.end_offset})]
-        out = self._follower_progress(int(replica), offset, now)
-        records = self.log.read(offset, self.config.replica_fetch_max_records)
-        if not records and msg.get("wait", True):
+            return [Reply(token, ErrorReply(E.OFFSET_OUT_OF_RANGE, log_end_offset=self.log.end_offset))]
+        out = self._follower_progress(msg.replica, offset, now)
+        records = self._settled_records(offset)
+        if not records and msg.wait:
             self.parked.append(ParkedFetch(token, msg, now + self.config.replica_fetch_wait_max_ms))
             return out
         out.append(Reply(token, self._fetch_reply(records)))
         return out
 
-    def _fetch_reply(self, records: list[Record]) -> dict:
-        return {"records": encode_records(records), "hwm": self.hwm, "leader_epoch": self.leader_epoch}
+    def _settled_records(self, offset: int) -> list:
+        """What a follower fetching from `offset` may get: settled records only."""
+        limit = min(self.config.replica_fetch_max_records, self.log.settled_end - offset)
+        return self.log.read(offset, limit) if limit > 0 else []
 
-    def _consumer_fetch(self, msg: dict) -> dict:
-        epoch = msg.get("leader_epoch")
+    def _fetch_reply(self, records: list) -> FetchReply:
+        return FetchReply(tuple(records), self.hwm, self.leader_epoch)
+
+    def _consumer_fetch(self, msg: ConsumerFetchRequest) -> ErrorReply | ConsumerFetchReply:
+        epoch = msg.leader_epoch
         if epoch is not None and epoch < self.leader_epoch:
-            return {"error": E.FENCED_LEADER_EPOCH}
+            return ErrorReply(E.FENCED_LEADER_EPOCH)
         if epoch is not None and epoch > self.leader_epoch:
             # KIP-320: the client knows of a newer leader than we do; we may be a zombie.
-            return {"error": E.UNKNOWN_LEADER_EPOCH}
-        if self.hwm < self.epoch_start:
+            return ErrorReply(E.UNKNOWN_LEADER_EPOCH)
+        if self.hwm < self.epoch_start or self.log.settled_end < self.hwm:
             # A new leader's HWM lags until its ISR has fetched up to where its epoch began;
             # serving reads before then could hide records the old leader had committed.
-            return {"error": E.OFFSET_NOT_AVAILABLE, "hwm": self.hwm}
-        offset = int(msg["offset"])
+            # (And a log just opened serves nothing until recovery's sync has completed.)
+            return ErrorReply(E.OFFSET_NOT_AVAILABLE, hwm=self.hwm)
+        offset = msg.offset
         if offset < 0 or offset > self.hwm:
-            return {"error": E.OFFSET_OUT_OF_RANGE, "hwm": self.hwm}
-        limit = min(int(msg.get("max_records", 1000)), self.hwm - offset)
+            return ErrorReply(E.OFFSET_OUT_OF_RANGE, hwm=self.hwm)
+        max_records = 1000 if msg.max_records is None else msg.max_records
+        limit = min(max_records, self.hwm - offset)
         records = self.log.read(offset, limit)
-        return {"records": [[r.offset, r.value.decode("latin-1")] for r in records], "hwm": self.hwm,
-                "log_end_offset": self.log.end_offset, "leader_epoch": self.leader_epoch,
-                "node": self.broker_id}
+        return ConsumerFetchReply(tuple((r.offset, r.value.decode("latin-1")) for r in records), self.hwm,
+                                  self.log.end_offset, self.leader_epoch, self.broker_id)
 
     def _follower_progress(self, replica: int, offset: int, now: int) -> list[Output]:
-        """Seed 002: a fetch from `offset` confirms the follower holds everything below it."""
+        """A fetch from `offset` confirms the follower holds everything below it (its LEO)."""
         self.follower_leo[replica] = offset
-        if offset >= self.log.end_offset:
+        if offset >= self.log.settled_end:
             self.last_caught_up[replica] = now
         out = self._maybe_expand(replica, now)
         out += self._advance_hwm(now)
@@ -237,8 +283,7 @@ class Replica:
         out: list[Output] = []
         still: list[ParkedFetch] = []
         for f in self.parked:
-            records = self.log.read(int(f.msg["offset"]), self.config.replica_fetch_max_records) \
-                if int(f.msg["offset"]) <= self.log.end_offset else []
+            records = self._settled_records(f.msg.offset) if f.msg.offset <= self.log.end_offset else []
             if records or now >= f.deadline:
                 out.append(Reply(f.token, self._fetch_reply(records)))
             else:
@@ -249,10 +294,10 @@ class Replica:
     # ---- leader: high watermark and ISR --------------------------------------------------------
 
     def _leo_of(self, replica: int) -> int:
-        return self.log.end_offset if replica == self.broker_id else self.follower_leo.get(replica, 0)
+        return self.log.settled_end if replica == self.broker_id else self.follower_leo.get(replica, 0)
 
     def _advance_hwm(self, now: int) -> list[Output]:
-        if self.role != "leader":
+        if self.role != Role.LEADER:
             return []
         if self.config.eligible_leader_replicas_enable and not self._min_isr_met():
             return []  # KIP-966: the HWM is frozen below MinISR
@@ -264,38 +309,39 @@ class Replica:
         return self._complete_acks()
 
     def _complete_acks(self) -> list[Output]:
-        done = [p for p in self.pending if p.last < self.hwm]
-        if not done:
+        def done(p: PendingProduce) -> bool:
+            return p.last < (self.log.settled_end if p.local else self.hwm)
+        ready = [p for p in self.pending if done(p)]
+        if not ready:
             return []
-        self.pending = [p for p in self.pending if p.last >= self.hwm]
-        return [Reply(p.token, self._ack(p.first)) for p in done]
+        self.pending = [p for p in self.pending if not done(p)]
+        return [Reply(p.token, self._ack(p.first)) for p in ready]
 
     def _fail_if_below_min_isr(self) -> list[Output]:
-        if self._min_isr_met() or not self.pending:
+        failing = [p for p in self.pending if not p.local]
+        if self._min_isr_met() or not failing:
             return []
-        out = [Reply(p.token, {"error": E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "appended": True})
-               for p in self.pending]
-        self.pending = []
-        return out
+        self.pending = [p for p in self.pending if p.local]
+        return [Reply(p.token, ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True))
+                for p in failing]
 
     def _maybe_expand(self, replica: int, now: int) -> list[Output]:
         if replica in self.isr or self.alter_in_flight or self.state is None:
             return []
         leo = self.follower_leo[replica]
-        if leo >= self.hwm and leo >= self.epoch_start and leo >= self.log.end_offset:
+        if leo >= self.hwm and leo >= self.epoch_start and leo >= self.log.settled_end:
             return self._propose_isr((*self.isr, replica), now)
         return []
 
     def _propose_isr(self, isr: tuple[int, ...], now: int) -> list[Output]:
         assert self.state is not None
         self.alter_in_flight = True
-        out: list[Output] = [Send("controller", {
-            "type": "alter-partition", "broker": self.broker_id, "broker_epoch": self.broker_epoch,
-            "topic": self.topic, "partition": self.partition,
-            "leader_epoch": self.leader_epoch, "partition_epoch": self.state.partition_epoch,
-            "isr": sorted(isr)})]
-        if self.config.isr_update == "local-first":
-            # Seed 004's race: act on the proposed ISR before the controller commits it.
+        out: list[Output] = [Send("controller", AlterPartition(
+            self.broker_id, self.broker_epoch, self.topic, self.partition, self.leader_epoch,
+            self.state.partition_epoch, tuple(sorted(isr))))]
+        if self.config.isr_update == IsrUpdate.LOCAL_FIRST:
+            # The pre-AlterPartition race: act on the proposed ISR before the controller
+            # commits it.
             self.isr = tuple(sorted(isr))
             out += self._advance_hwm(now) + self._fail_if_below_min_isr()
         elif len(isr) > len(self.isr):
@@ -304,19 +350,25 @@ class Replica:
             self.isr = tuple(sorted(isr))
         return out
 
-    def on_alter_response(self, response: dict, now: int) -> list[Output]:
+    def on_alter_response(self, response: AlterPartitionReply | ErrorReply | dict, now: int) -> list[Output]:
+        """The controller's answer to our AlterPartition (dicts are decoded): it carries the
+        partition state it holds, committed or not changed, unless the request was rejected
+        before it looked at the partition."""
         self.alter_in_flight = False
-        state = response.get("state")
-        if self.role != "leader" or state is None:
+        match as_reply(AlterPartition, response):
+            case AlterPartitionReply(state=new) | ErrorReply(state=PartitionState() as new):
+                pass
+            case _:
+                return []
+        if self.role != Role.LEADER:
             return []
-        new = PartitionState.from_dict(state)
         if self.state is None or new.partition_epoch >= self.state.partition_epoch:
             return self.on_metadata(new, self.config, now)
         return []
 
     def on_alter_failed(self) -> None:
         self.alter_in_flight = False
-        if self.state is not None and self.role == "leader":
+        if self.state is not None and self.role == Role.LEADER:
             self.isr = self.state.isr
 
     def _maybe_shrink(self, now: int) -> list[Output]:
@@ -332,39 +384,42 @@ class Replica:
     # ---- follower ------------------------------------------------------------------------------
 
     def next_fetch(self, now: int) -> list[Output]:
-        if self.role != "follower" or self.fetch_in_flight or now < self.fetch_backoff_until:
+        if self.role != Role.FOLLOWER or self.fetch_in_flight or now < self.fetch_backoff_until:
             return []
+        if self.log.settled_end < self.log.end_offset:
+            return []  # the fetch offset would claim records whose sync has not completed
         assert self.state is not None and self.state.leader is not None
         self.fetch_in_flight = True
-        return [Send(self.state.leader, {
-            "type": "fetch", "topic": self.topic, "partition": self.partition,
-            "replica": self.broker_id, "offset": self.log.end_offset,
-            "last_fetched_epoch": self.log.latest_epoch(), "leader_epoch": self.leader_epoch})]
+        return [Send(self.state.leader, FetchRequest(
+            self.topic, self.partition, replica=self.broker_id, offset=self.log.end_offset,
+            last_fetched_epoch=self.log.latest_epoch(), leader_epoch=self.leader_epoch))]
 
-    def on_fetch_response(self, request: dict, response: dict, now: int) -> list[Output]:
+    def on_fetch_response(self, request: FetchRequest | dict, response: Message | dict,
+                          now: int) -> list[Output]:
+        """The leader's answer to our fetch (dicts are decoded)."""
         self.fetch_in_flight = False
-        if self.role != "follower" or request.get("leader_epoch") != self.leader_epoch:
+        request = as_request(request)
+        assert isinstance(request, FetchRequest), request
+        response = as_reply(request, response)
+        if self.role != Role.FOLLOWER or request.leader_epoch != self.leader_epoch:
             return []
         out: list[Output] = []
-        if "error" in response:
-            if response["error"] == E.OFFSET_OUT_OF_RANGE and "log_end_offset" in response:
-                out += self._truncate(response["log_end_offset"], "out-of-range")
-            else:
+        match response:
+            case ErrorReply(error=E.OFFSET_OUT_OF_RANGE, log_end_offset=int(leader_end)):
+                out += self._truncate(leader_end, "out-of-range")
+            case ErrorReply():
                 self.fetch_backoff_until = now + 50
-            return out
-        if "diverging" in response:
-            epoch, end = response["diverging"]["epoch"], response["diverging"]["end_offset"]
-            local_epoch, local_end = self.log.end_offset_for_epoch(epoch)
-            target = min(end, local_end) if local_epoch >= 0 else 0
-            if epoch < 0:
-                target = 0
-            out += self._truncate(target, "leader-epoch")
-            return out
-        records = decode_records(response.get("records", []))
-        if records and records[0].offset == self.log.end_offset:
-            self.log.append_records(records)
-            self.log.maybe_flush(now)
-        self.hwm = max(self.hwm, min(int(response.get("hwm", 0)), self.log.end_offset))
+            case DivergingReply(epoch=epoch, end_offset=end):
+                local_epoch, local_end = self.log.end_offset_for_epoch(epoch)
+                target = min(end, local_end) if local_epoch >= 0 else 0
+                if epoch < 0:
+                    target = 0
+                out += self._truncate(target, "leader-epoch")
+            case FetchReply(records=records, hwm=hwm):
+                if records and records[0].offset == self.log.end_offset:
+                    self.log.append_records(records)
+                    self.log.maybe_flush(now)
+                self.hwm = max(self.hwm, min(hwm, self.log.settled_end))
         return out
 
     def on_fetch_failed(self, now: int) -> None:
@@ -384,16 +439,34 @@ class Replica:
 
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []
-        if self.role == "leader":
+        if self.role == Role.LEADER:
             out += self._maybe_shrink(now)
             expired = [p for p in self.pending if now >= p.deadline]
             if expired:
                 self.pending = [p for p in self.pending if now < p.deadline]
-                out += [Reply(p.token, {"error": E.REQUEST_TIMED_OUT, "appended": True}) for p in expired]
+                out += [Reply(p.token, ErrorReply(E.REQUEST_TIMED_OUT, appended=True)) for p in expired]
             out += self._wake_parked(now)
         self.log.maybe_flush(now)
         return out
 
-    def log_info(self) -> dict:
-        return {"topic": self.topic, "partition": self.partition,
-                "epoch": self.log.latest_epoch(), "end_offset": self.log.end_offset}
+    # ---- storage -------------------------------------------------------------------------------
+
+    def sync_outputs(self) -> list[Output]:
+        """The log's next durability job for the runtime, if it has one (deferred syncs only)."""
+        job = self.log.take_sync_job()
+        return [Sync(self.topic, self.partition, job)] if job is not None else []
+
+    def on_synced(self, job: SyncJob, now: int) -> list[Output]:
+        """The runtime finished `job`: what waited for the log to settle may go on."""
+        self.log.sync_done(job)
+        out: list[Output] = []
+        if self.role == Role.LEADER:
+            out += self._complete_acks()
+            out += self._advance_hwm(now)
+            out += self._wake_parked(now)
+        out += self.next_fetch(now)
+        return out
+
+    def log_info(self) -> LogInfo:
+        return LogInfo(self.topic, self.partition, self.log.latest_epoch(), self.log.end_offset)
+

@@ -1,4 +1,30 @@
-"""The asyncio runtime that drives the sans-IO controller and broker over TCP and real files."""
+"""The asyncio runtime that drives the sans-IO controller and broker over TCP and real files.
+
+One event loop per node process runs everything that must stay responsive: the listener, the
+outgoing requests, the 20 ms tick (heartbeats, fetches, ISR lag, timeouts) and the state
+machine. Nothing slow may run on it.
+
+Storage port (brokers). The broker's logs are opened with `defer_sync=True` (log.py,
+"Storage port"): appends and truncations still happen on the loop (page-cache writes), but
+every fsync -- of segment files after a flush-policy flush or a roll, of the directory, of
+recovery on open, of the leader-epoch checkpoint -- comes out of the state machine as a
+`Sync` output. The runtime runs its job on the broker's storage threads (a small pool, like
+Kafka's I/O threads: partitions sync in parallel; a log hands out one job at a time, so each
+log's jobs run one after the other, in order, and its checkpoint's tmp file is never written
+twice at once) and when it is done calls `on_synced` on the loop. The
+state machine holds back everything that depends on that durability until then: acks=1
+replies, the leader's own LEO in the HWM (so acks=all), records served to followers, a
+follower's next fetch offset. So with `flush.messages=1` an acknowledgement still means
+"fsynced", as before, but a 200 ms fsync no longer stops heartbeats and fetches for 200 ms;
+meanwhile appends keep arriving and the next job syncs them all at once (group commit). The
+HWM checkpoint (every second, at most one write at a time) is written by the same pool, so it
+never holds up a log's sync. A job that fails (EIO from
+fsync) halts the broker, as Kafka halts on a failed log flush: the page cache may have
+dropped the data, so nothing may be acknowledged as durable any more.
+
+Still on the loop: a clean shutdown's final flush (after the storage thread has drained) and
+the controller's metadata log, which is fsynced before the reply that depends on it (the
+controller's `Persist`)."""
 
 from __future__ import annotations
 
@@ -8,17 +34,20 @@ import logging
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from replication.broker import Broker, started_event
 from replication.broker_store import BrokerStore, LogConfig
 from replication.config import NodeConfig
 from replication.controller import Controller
+from replication.messages import FetchRequest, Request
 from replication.net import ConnectionLost, Pool, Respond, serve
-from replication.outputs import Event, Output, Persist, Reply, Send
+from replication.outputs import Event, Output, Persist, Reply, Send, Sync
 
 log = logging.getLogger("replication")
 TICK_S = 0.02
+STORAGE_THREADS = 4  # a broker's fsyncs in parallel: logs, and the HWM checkpoint
 
 
 def now_ms() -> int:
@@ -68,28 +97,33 @@ class NodeRuntime:
                 self.persist(o.record)
             elif isinstance(o, Send):
                 self._spawn(self._send(o.dest, o.msg))
+            elif isinstance(o, Sync):
+                self.sync(o)
+
+    def sync(self, output: Sync) -> None:
+        raise NotImplementedError(f"this node has no deferred storage: {output}")
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, dest: str | int, msg: dict) -> None:
+    async def _send(self, dest: str | int, msg: Request) -> None:
         address = self.address_of(dest)
         try:
             if address is None:
                 raise ConnectionLost(f"no known address for {dest}")
             timeout = self.request_timeout_s
-            if msg.get("type") == "fetch":
+            if isinstance(msg, FetchRequest):
                 timeout += 1.0
             response = await self.pool.get(address).request(msg, timeout)
         except ConnectionLost as e:
-            log.debug("request %s to %s failed: %s", msg.get("type"), dest, e)
+            log.debug("request %s to %s failed: %s", msg.TYPE, dest, e)
             self.carry_out(self.machine.on_send_failed(dest, msg, now_ms()))
             return
         self.carry_out(self.machine.on_response(dest, msg, response, now_ms()))
 
-    def on_request(self, msg: dict, respond: Respond) -> None:
+    def on_request(self, msg: Request, respond: Respond) -> None:
         self.carry_out(self.machine.handle(respond, msg, now_ms()))
 
     async def tick_loop(self) -> None:
@@ -169,7 +203,12 @@ class BrokerRuntime(NodeRuntime):
         super().__init__(listen, EventLog(data_dir, broker_id), config.request_timeout_ms / 1000)
         self.controller_address = controller
         self.store = BrokerStore(data_dir, LogConfig(config.flush_messages, config.flush_ms,
-                                                     config.segment_bytes))
+                                                     config.segment_bytes), defer_sync=True)
+        # The storage port: every fsync of this broker runs here, off the loop.
+        self.storage = ThreadPoolExecutor(max_workers=STORAGE_THREADS,
+                                          thread_name_prefix=f"storage-{broker_id}")
+        self._storage_open = True
+        self._checkpoint_busy = False
         clean_epoch = self.store.read_and_delete_clean_marker()
         checkpoint = {f"{t}-{p}": h for (t, p), h in self.store.read_hwm_checkpoint().items()}
         self.machine = Broker(broker_id, listen, config, self._open_log, clean_epoch, checkpoint)
@@ -183,7 +222,7 @@ class BrokerRuntime(NodeRuntime):
         if info.truncated_bytes:
             self.events.write(Event("log-recovery", {
                 "topic": topic, "partition": partition, "truncated_bytes": info.truncated_bytes,
-                "log_end_offset": segment_log.end_offset}))
+                "log_end_offset": segment_log.end_offset, "reason": info.reason}))
         return segment_log
 
     def address_of(self, dest: str | int) -> str | None:
@@ -194,12 +233,39 @@ class BrokerRuntime(NodeRuntime):
     async def started(self) -> None:
         self.carry_out(self.machine.start(now_ms()))
 
+    def sync(self, output: Sync) -> None:
+        if not self._storage_open:
+            return  # shutting down: the final flush makes everything durable
+        future = asyncio.get_running_loop().run_in_executor(self.storage, output.job.run)
+        future.add_done_callback(lambda f: self._synced(output, f))
+
+    def _synced(self, output: Sync, future: asyncio.Future) -> None:
+        if future.cancelled():
+            return
+        if future.exception() is not None:
+            self._storage_failed(f"sync of {output.topic}-{output.partition}", future.exception())
+        self.carry_out(self.machine.on_synced(output.topic, output.partition, output.job, now_ms()))
+
+    def _storage_failed(self, what: str, exc: BaseException) -> None:
+        log.critical("%s failed: %r; halting (unsynced data may be lost)", what, exc)
+        logging.shutdown()
+        os._exit(1)
+
     def periodic(self) -> None:
         now = now_ms()
-        if now - self._last_checkpoint >= 1000 and self.machine.replicas:
+        if now - self._last_checkpoint >= 1000 and self.machine.replicas and self._storage_open \
+                and not self._checkpoint_busy:
             self._last_checkpoint = now
-            self.store.write_hwm_checkpoint({(r.topic, r.partition): r.hwm
-                                             for r in self.machine.replicas.values()})
+            hwms = {(r.topic, r.partition): r.hwm for r in self.machine.replicas.values()}
+            self._checkpoint_busy = True
+            future = asyncio.get_running_loop().run_in_executor(
+                self.storage, self.store.write_hwm_checkpoint, hwms)
+            future.add_done_callback(self._checkpoint_written)
+
+    def _checkpoint_written(self, future: asyncio.Future) -> None:
+        self._checkpoint_busy = False
+        if not future.cancelled() and future.exception() is not None:
+            self._storage_failed("HWM checkpoint", future.exception())
 
     async def shutdown(self) -> None:
         """Controlled shutdown: hand leadership away, then flush, then the marker."""
@@ -208,6 +274,9 @@ class BrokerRuntime(NodeRuntime):
         while not self.machine.shutdown_ok and time.monotonic() < deadline:
             self.carry_out(self.machine.tick(now_ms()))
             await asyncio.sleep(TICK_S)
+        # Let the storage thread finish what it has; the final flush below covers the rest.
+        self._storage_open = False
+        await asyncio.get_running_loop().run_in_executor(None, self.storage.shutdown, True)
         self.store.close(clean=True)
         if self.machine.broker_epoch is not None:
             self.store.write_clean_marker(self.machine.broker_epoch)

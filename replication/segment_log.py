@@ -5,6 +5,16 @@ FUSE mount); the page cache holds them until a flush. A segment is fsynced when 
 and on a clean close. Truncation is not fsynced either, as in Kafka: it becomes durable at the
 next flush. Opening a log recovers it: a torn or corrupt tail is cut off, segments after it
 are deleted, and the leader-epoch cache is checked against the epochs of the records.
+Recovery says why it cut (`RecoveryInfo.reason`): a torn tail (a crash mid-append), a corrupt
+record (its CRC or length is wrong, anywhere but an incomplete last record), or a record or
+segment that does not continue the log. A replica cut short re-fetches the rest from its leader.
+
+With `defer_sync=True` (log.py, "Storage port") every fsync -- of a flush, of a roll, of the
+recovery on open, of the leader-epoch checkpoint -- goes into a `SyncJob` instead: the job
+holds duplicates of the file descriptors to sync (so the log may close or roll its own), the
+paths of the directory and checkpoint to write, and runs on whatever thread the runtime
+chooses. Opening a log then asks for a sync from offset 0: nothing of a recovered log is
+revealed until whatever survived in the page cache is durable, as the inline open ensures.
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import zlib
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,6 +31,10 @@ from typing import Any
 
 from replication.log import EpochCache, Log, Record
 from replication.segment_format import (
+    HEADER,
+    HEADER_SIZE,
+    MAX_BODY,
+    MIN_BODY,
     base_offset_of,
     encode_records,
     encoded_size,
@@ -44,6 +59,9 @@ class RecoveryInfo:
     end_offset: int  # the log end offset after recovery
     deleted_segments: int  # segments after a corrupt point, removed
     epoch_cache_rebuilt: bool  # the checkpoint disagreed with the records' epochs
+    # Why the log was cut, at its first bad point (None when nothing was): "torn-tail",
+    # "corrupt" or "discontinuous" (see _break_reason).
+    reason: str | None = None
 
 
 def fsync_dir(path: Path, fsync: Fsync = os.fsync) -> None:
@@ -133,6 +151,7 @@ class SegmentLog(Log):
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         *,
         fsync: Fsync = os.fsync,
+        defer_sync: bool = False,
     ) -> None:
         if segment_bytes < 1:
             raise ValueError(f"segment.bytes must be >= 1, got {segment_bytes}")
@@ -141,8 +160,9 @@ class SegmentLog(Log):
         self._fsync = fsync
         self._data_dirty = False
         self._dir_dirty = False
+        self._retired_fds: list[int] = []  # deferred: rolled segments awaiting their fsync
         self.dir.mkdir(parents=True, exist_ok=True)
-        segments, epochs, self.recovery_info = self._recover()
+        segments, epochs, self.recovery_info, rewrite = self._recover()
         self._segments = segments
         self._bases = [s.base for s in segments]
         super().__init__(
@@ -150,11 +170,18 @@ class SegmentLog(Log):
             flush_ms=flush_ms,
             end_offset=segments[-1].next_offset,
             epochs=epochs,
+            defer_sync=defer_sync,
         )
         # After a kill the page cache may still hold writes never fsynced; make them
         # durable now so that unflushed_count() starts true at 0.
         self._data_dirty = self._dir_dirty = True
-        self._sync()
+        if defer_sync:
+            self._epochs_dirty = rewrite
+            self._request_sync(0)
+        else:
+            if rewrite:
+                self._epochs_changed()
+            self._sync()
 
     @property
     def _active(self) -> _Segment:
@@ -203,7 +230,13 @@ class SegmentLog(Log):
         self._data_dirty = True
 
     def _sync(self) -> None:
-        if self._data_dirty:
+        for fd in self._retired_fds:
+            try:
+                self._fsync(fd)
+            finally:
+                os.close(fd)
+        self._retired_fds = []
+        if self._data_dirty or self._job is not None:  # a job out may not have run yet
             self._fsync(self._active.open())
             self._data_dirty = False
         if self._dir_dirty:
@@ -213,28 +246,66 @@ class SegmentLog(Log):
     def _epochs_changed(self) -> None:
         atomic_write_json(self.dir / CHECKPOINT, self.epoch_entries(), self._fsync)
 
+    def _prepare_sync(self, data: bool, epochs: list[tuple[int, int]] | None) -> Callable[[], None]:
+        fds: list[int] = []
+        sync_dir = False
+        if data:
+            fds, self._retired_fds = self._retired_fds, []
+            if self._data_dirty:
+                fds.append(os.dup(self._active.open()))
+                self._data_dirty = False
+            sync_dir, self._dir_dirty = self._dir_dirty, False
+        directory, fsync = self.dir, self._fsync
+
+        def run() -> None:
+            try:
+                for fd in fds:
+                    fsync(fd)
+                if sync_dir:
+                    fsync_dir(directory, fsync)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            if epochs is not None:
+                atomic_write_json(directory / CHECKPOINT, epochs, fsync)
+
+        return run
+
     def close(self, clean: bool) -> None:
         if self._closed:
             return
         super().close(clean)
         for seg in self._segments:
             seg.close()
+        for fd in self._retired_fds:  # an unclean close: their fsync never happens
+            os.close(fd)
+        self._retired_fds = []
 
     # -- rolling and recovery ------------------------------------------------------------
 
     def _roll(self) -> None:
-        """Start a new segment at the LEO; the finished one is made durable first."""
-        self._sync()
+        """Start a new segment at the LEO; the finished one is made durable first (deferred:
+        a sync is asked for, and nothing from the new segment on is settled before it)."""
+        if self.defer_sync:
+            if self._data_dirty:
+                self._retired_fds.append(os.dup(self._active.open()))
+                self._data_dirty = False
+        else:
+            self._sync()
         self._active.close()
         base = self.end_offset
         seg = _Segment(self.dir / segment_name(base), base, [], 0)
         os.ftruncate(seg.open(), 0)  # a stale file of that name holds nothing of this log
         self._segments.append(seg)
         self._bases.append(base)
-        fsync_dir(self.dir, self._fsync)
-        self._mark_flushed()
+        if self.defer_sync:
+            self._dir_dirty = True
+            self._request_sync(base)
+        else:
+            fsync_dir(self.dir, self._fsync)
+            self._mark_flushed()
 
-    def _recover(self) -> tuple[list[_Segment], list[tuple[int, int]], RecoveryInfo]:
+    def _recover(self) -> tuple[list[_Segment], list[tuple[int, int]], RecoveryInfo, bool]:
         (self.dir / (CHECKPOINT + ".tmp")).unlink(missing_ok=True)
         files = sorted(
             (base, p) for p in self.dir.iterdir() if (base := base_offset_of(p)) is not None
@@ -243,14 +314,17 @@ class SegmentLog(Log):
         expected, min_epoch, truncated, deleted = 0, 0, 0, 0
         derived = EpochCache()
         broken = False
-        for base, path in files:
+        reason: str | None = None
+        for i, (base, path) in enumerate(files):
             if broken or base != expected:
                 truncated += path.stat().st_size
                 path.unlink()
                 deleted, broken = deleted + 1, True
+                reason = reason or "discontinuous"  # a segment missing or out of place
                 continue
             records, valid, size = scan_segment(path, min_epoch)
             if valid < size:
+                reason = _break_reason(path, valid, size, last=i == len(files) - 1)
                 os.truncate(path, valid)
                 truncated += size - valid
                 broken = True
@@ -261,27 +335,44 @@ class SegmentLog(Log):
                 expected, min_epoch = records[-1].offset + 1, records[-1].epoch
         if not segments:
             segments.append(_Segment(self.dir / segment_name(0), 0, [], 0))
-        rebuilt = self._reconcile_checkpoint(derived, segments[-1].next_offset)
-        info = RecoveryInfo(truncated, segments[-1].next_offset, deleted, rebuilt)
-        return segments, derived.entries(), info
+        rebuilt, rewrite = self._reconcile_checkpoint(derived, segments[-1].next_offset)
+        info = RecoveryInfo(truncated, segments[-1].next_offset, deleted, rebuilt, reason)
+        return segments, derived.entries(), info, rewrite
 
-    def _reconcile_checkpoint(self, derived: EpochCache, end_offset: int) -> bool:
-        """Trust the records' epochs; rewrite the checkpoint if it disagrees with them.
-
-        Returns whether it disagreed beyond dropping entries at or past the LEO (which
-        recovery always does, as Kafka does).
-        """
-        path = self.dir / CHECKPOINT
-        stored = _read_checkpoint(path)
+    def _reconcile_checkpoint(self, derived: EpochCache, end_offset: int) -> tuple[bool, bool]:
+        """Trust the records' epochs: the checkpoint is rewritten from them (by the caller)
+        if it disagrees. Returns (whether it disagreed beyond dropping entries at or past the
+        LEO, which recovery always does, as Kafka does; whether to rewrite it)."""
+        stored = _read_checkpoint(self.dir / CHECKPOINT)
         if stored is None:
-            if derived.entries():
-                atomic_write_json(path, derived.entries(), self._fsync)
-            return False
+            return False, bool(derived.entries())
         trimmed = EpochCache(stored)
         trimmed.truncate_from(end_offset)
-        if trimmed.entries() != stored or trimmed.entries() != derived.entries():
-            atomic_write_json(path, derived.entries(), self._fsync)
-        return trimmed.entries() != derived.entries()
+        rewrite = trimmed.entries() != stored or trimmed.entries() != derived.entries()
+        return trimmed.entries() != derived.entries(), rewrite
+
+
+def _break_reason(path: Path, valid: int, size: int, last: bool) -> str:
+    """Why a segment's records stop at byte `valid`: "torn-tail" when what follows is an
+    incomplete record (or only zeroes) at the end of the last segment, as a crash mid-append
+    leaves; "corrupt" when the bytes are wrong, not merely missing at the end: a complete
+    record failing its CRC, an impossible length, an incomplete record with more of the log
+    after it (bit rot, or a torn write that kept a later page of an append and lost an
+    earlier one); "discontinuous" when a record with a good CRC does not continue the log
+    (wrong offset, leader epoch going backwards: stale bytes of an undurable truncation)."""
+    with open(path, "rb") as f:
+        f.seek(valid)
+        rest = f.read(size - valid)
+    if len(rest) < HEADER_SIZE or not any(rest):
+        return "torn-tail" if last else "corrupt"
+    length, crc = HEADER.unpack_from(rest)
+    if length < MIN_BODY or length > MAX_BODY:
+        return "corrupt"
+    if HEADER_SIZE + length > len(rest):
+        return "torn-tail" if last else "corrupt"
+    if zlib.crc32(rest[HEADER_SIZE : HEADER_SIZE + length]) != crc:
+        return "corrupt"
+    return "discontinuous"
 
 
 def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:

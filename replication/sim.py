@@ -1,8 +1,15 @@
 """A deterministic in-process simulator for the sans-IO controller and brokers.
 
-Messages travel through one FIFO queue, time is a counter, logs are `MemoryLog`s that can lose
-their unflushed suffix (power loss). Same inputs, same run: the seed tests and the property
-tests use it, and a failing run can be replayed step by step."""
+Messages (the typed ones of `replication.messages`, passed as objects) travel through one FIFO
+queue, time is a counter, logs are `MemoryLog`s that can lose their unflushed suffix (power
+loss). Same inputs, same run: the scenario tests and the property tests use it, and a failing
+run can be replayed step by step.
+
+Storage: by default the logs sync inline, as before the storage port existed. With
+`sync_delay_ms` set, the logs defer their syncs (log.py, "Storage port") and the simulator
+plays the broker runtime's storage thread: a `Sync` output's job runs `sync_delay_ms` later
+(at the first step at or after that time), then the broker gets `on_synced`. A crash drops
+the jobs not yet run (their records were never made durable); a power loss then loses them."""
 
 from __future__ import annotations
 
@@ -10,20 +17,31 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 
+from replication import errors as E
 from replication.broker import Broker
 from replication.config import NodeConfig
 from replication.controller import Controller
 from replication.log import MemoryLog
-from replication.outputs import Event, Output, Persist, Reply, Send
+from replication.messages import (
+    ConsumerFetchReply,
+    ConsumerFetchRequest,
+    CreateTopicRequest,
+    ErrorReply,
+    Message,
+    ProduceRequest,
+    Request,
+)
+from replication.outputs import Event, Output, Persist, Reply, Send, Sync
 
 
 @dataclass
 class ClientCall:
-    """A client request in flight; `response` is set when the broker answers."""
+    """A client request in flight (typed, or its dict form); `response` is set when the
+    broker answers."""
 
     dest: int
-    msg: dict
-    response: dict | None = None
+    msg: Request | dict
+    response: Message | None = None
 
 
 @dataclass
@@ -31,6 +49,7 @@ class Sim:
     n_brokers: int = 3
     config: NodeConfig = field(default_factory=NodeConfig)
     step_ms: int = 10
+    sync_delay_ms: int | None = None  # None: logs sync inline; else how long a sync job takes
 
     def __post_init__(self) -> None:
         self.now = 0
@@ -44,6 +63,7 @@ class Sim:
         self.cut: set[frozenset] = set()  # blocked links, as {a, b} with "controller" allowed
         self.events: list[dict] = []
         self.queue: deque = deque()
+        self.syncing: list[tuple[int, int, Sync]] = []  # (due time, broker, output), in order
         self._ids = itertools.count()
         for b in self.broker_ids:
             self._boot(b)
@@ -59,13 +79,17 @@ class Sim:
             key = (broker_id, topic, partition)
             if key not in self.logs:
                 self.logs[key] = MemoryLog(flush_messages=self.config.flush_messages,
-                                           flush_ms=self.config.flush_ms)
+                                           flush_ms=self.config.flush_ms,
+                                           defer_sync=self.sync_delay_ms is not None)
             return self.logs[key]
         return open_log
 
     def _boot(self, b: int) -> None:
         clean_epoch = self.markers.get(b)
         self.markers[b] = None  # start-up deletes the marker
+        for (owner, _t, _p), log in self.logs.items():
+            if owner == b:
+                log.abandon_syncs()  # the jobs of the previous incarnation died with it
         broker = Broker(b, f"sim:{b}", self.config, self._open_log(b), clean_epoch)
         self.brokers[b] = broker
         self.down.discard(b)
@@ -75,6 +99,7 @@ class Sim:
         """SIGKILL (page cache survives) or, with lose_unflushed, power loss. Returns records lost."""
         self.down.add(b)
         self.brokers.pop(b, None)
+        self.syncing = [item for item in self.syncing if item[1] != b]
         lost = 0
         if lose_unflushed:
             for (owner, _t, _p), log in self.logs.items():
@@ -95,6 +120,7 @@ class Sim:
         self.markers[b] = broker.broker_epoch
         self.down.add(b)
         self.brokers.pop(b, None)
+        self.syncing = [item for item in self.syncing if item[1] != b]
 
     def restart_controller(self) -> None:
         """A new controller process replays the fsynced metadata log."""
@@ -134,6 +160,9 @@ class Sim:
                 self.queue.append(("request", name, o.dest, o.msg))
             elif isinstance(o, Reply):
                 self.queue.append(("reply", name, o.token, o.msg))
+            elif isinstance(o, Sync):
+                assert self.sync_delay_ms is not None, "a Sync from a log that syncs inline"
+                self.syncing.append((self.now + self.sync_delay_ms, name, o))
 
     def _deliver(self, item) -> None:
         kind, src, target, msg = item
@@ -163,8 +192,17 @@ class Sim:
         if src in self.brokers:
             self._carry_out(("broker", src), self.brokers[src].on_send_failed(dest, msg, self.now))
 
+    def _complete_syncs(self) -> None:
+        """The storage thread: due jobs run, in order, and their brokers hear of it."""
+        while self.syncing and self.syncing[0][0] <= self.now:
+            _due, b, o = self.syncing.pop(0)
+            o.job.run()
+            if b in self.brokers:
+                self._carry_out(("broker", b), self.brokers[b].on_synced(o.topic, o.partition, o.job, self.now))
+
     def step(self) -> None:
         self.now += self.step_ms
+        self._complete_syncs()
         if not self.controller_down:
             self._carry_out(("controller",), self.controller.tick(self.now))
         for b in sorted(self.brokers):
@@ -190,12 +228,12 @@ class Sim:
 
     # ---- clients ------------------------------------------------------------------------------------
 
-    def call(self, dest: int, msg: dict) -> ClientCall:
+    def call(self, dest: int, msg: Request | dict) -> ClientCall:
         call = ClientCall(dest, msg)
         if self._reachable("client", dest):
             self._carry_out(("broker", dest), self.brokers[dest].handle(call, msg, self.now))
         else:
-            call.response = {"error": "NETWORK_ERROR"}
+            call.response = ErrorReply(E.NETWORK_ERROR)
         self._drain()
         return call
 
@@ -204,20 +242,23 @@ class Sim:
 
     def create_topic(self, topic: str = "t", partitions: int = 1, rf: int = 3, **config) -> None:
         self.run_until(lambda: len(self.controller.unfenced()) == self.n_brokers - len(self.down))
-        reply = self.controller.handle(None, {"type": "create-topic", "topic": topic, "partitions": partitions,
-                                              "replication_factor": rf, "config": config}, self.now)
+        request = CreateTopicRequest(topic, partitions, rf, {k: str(v) for k, v in config.items()})
+        reply = self.controller.handle(None, request, self.now)
         self._carry_out(("controller",), [o for o in reply if not isinstance(o, Reply)])
         self.run(3 * self.config.broker_heartbeat_interval_ms)
 
     def produce(self, values: list[str], acks: str = "all", topic: str = "t", partition: int = 0,
-                wait_ms: int = 3000) -> dict:
+                wait_ms: int = 3000) -> Message:
+        """The leader's answer; NOT_LEADER_OR_FOLLOWER without a live leader, and
+        REQUEST_TIMED_OUT (an unknown outcome) without an answer within wait_ms."""
         leader = self.state(topic, partition).leader
         if leader is None or leader not in self.brokers:
-            return {"error": "NO_LEADER"}
-        call = self.call(leader, {"type": "produce", "topic": topic, "partition": partition,
-                                  "acks": acks, "values": values})
+            return ErrorReply(E.NOT_LEADER, message="no live leader")
+        call = self.call(leader, ProduceRequest(topic, partition, tuple(values), acks))
         self.run_until(lambda: call.response is not None, wait_ms)
-        return call.response or {"error": "TIMEOUT"}
+        if call.response is None:
+            return ErrorReply(E.REQUEST_TIMED_OUT, message=f"no answer within {wait_ms} ms")
+        return call.response
 
     def consume(self, topic: str = "t", partition: int = 0) -> list[tuple[int, str]]:
         leader = self.state(topic, partition).leader
@@ -225,9 +266,9 @@ class Sim:
             raise RuntimeError("no leader to consume from")
         out: list[tuple[int, str]] = []
         while True:
-            call = self.call(leader, {"type": "fetch", "topic": topic, "partition": partition,
-                                      "offset": len(out), "max_records": 1000})
-            records = call.response["records"]
-            if not records:
+            call = self.call(leader, ConsumerFetchRequest(topic, partition, len(out), max_records=1000))
+            if not isinstance(call.response, ConsumerFetchReply):
+                raise RuntimeError(f"consume from {leader}: {call.response}")
+            if not call.response.records:
                 return out
-            out += [(o, v) for o, v in records]
+            out += list(call.response.records)

@@ -34,6 +34,17 @@ class History:
         self.ops.append(op)
         return op
 
+    def operation(self, process, txn, sends) -> None:
+        """One operation of several sends [(partition, value, offset), ...] (ok), as a Jepsen
+        op becomes in our history: consecutive ops with one `txn`, which all share the
+        operation's invoke and completion times."""
+        start, end = (len(self.ops) + 1) * 1_000_000, (len(self.ops) + 2 * len(sends)) * 1_000_000
+        for partition, value, offset in sends:
+            self._op(process=process, type="invoke", f="send", partition=partition,
+                     value=value, txn=txn, time=start)
+            self._op(process=process, type="ok", f="send", partition=partition, value=value,
+                     offset=offset, node=1, epoch=1, txn=txn, time=end)
+
     def invoke_send(self, process, partition, value) -> None:
         self._op(process=process, type="invoke", f="send", partition=partition, value=value)
 
@@ -101,13 +112,15 @@ def counts(results: dict) -> dict[str, int]:
 
 PART_STRIDE = 100
 VALUE_STRIDE = 1_000_000
+TIME_STRIDE = 10**12
 
 
 def merge(histories: list[History]) -> History:
     zoo = History()
     for sid, h in enumerate(histories):
         for op in json.loads(json.dumps(h.ops)):
-            del op["index"], op["time"]
+            del op["index"]
+            op["time"] += sid * TIME_STRIDE  # each scenario keeps its own times
             if op["process"] != "nemesis":
                 op["process"] = f"s{sid}.{op['process']}"
             if "partition" in op:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from test_report import write_run_folder
 
+from harness import cli
 from harness.campaign import Campaign, CampaignBusy, classify, newest_unfinished, run_campaign
 from harness.campaign_spec import CampaignError, load_spec
 from harness.config import ConfigError
@@ -284,7 +285,7 @@ def test_report_rereads_outcomes_of_rechecked_runs(tmp_path: Path, campaign_file
     lossy = next(c for c in _state(folder)["cells"] if c["id"] == "acks1/kill/s1/t10")
     rechecked = (folder / lossy["run_dir"] / "results.json").read_text()
     (folder / cell["run_dir"] / "results.json").write_text(rechecked)
-    report_path(folder)
+    assert cli.main(["report", str(folder)]) == 0
     cell = next(c for c in _state(folder)["cells"] if c["id"] == "safe-claimed-lossy/kill/s1/t10")
     assert cell["outcome"] == "expected-loss" and cell["lost"] > 0
     assert "safe-claimed-lossy" not in (folder / "index.html").read_text().split("Matrix")[0]

@@ -152,9 +152,54 @@ def no_final_read() -> History:
     return h
 
 
+def offsets_from_reads() -> History:
+    """Sends whose completion names no offset (acks=0, or info) take it from reads: they
+    count for send order and for loss."""
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.send(2, 0, 11)  # acks=0: acknowledged without an offset; read at 2
+    h.ops[-1]["acks"] = "0"
+    h.send(2, 0, 12)  # acks=0, invoked after 11 was acknowledged, read at 1: below it
+    h.ops[-1]["acks"] = "0"
+    h.send(3, 0, 13, type="info")  # indeterminate, read at 3 (so committed), then lost
+    h.send(4, 0, 15)  # acks=0, never read although the final read completed: unseen
+    h.ops[-1]["acks"] = "0"
+    h.poll(7, 0, [(0, 10), (1, 12), (2, 11), (3, 13)], from_offset=0, hwm=4)
+    h.send(1, 0, 14, 4)
+    h.final(9, 0, [(0, 10), (1, 12), (2, 11), (4, 14)])  # skips the lost 13: no skip reported
+    return h
+
+
+def sends_of_one_operation() -> History:
+    """Two Jepsen-style operations of process 1, each of two sends (one `txn`)."""
+    h = History()
+    h.invoke_send(2, 0, 21)
+    h.operation(1, 7001, [(0, 20, 0), (0, 22, 2)])  # a skip over 21 (process 2's): int-send-skip
+    h.complete_send(2, 0, 21, 1)
+    h.operation(1, 7002, [(0, 24, 5), (0, 23, 4)])  # the second lands below the first
+    h.send(5, 0, 30, type="fail", error="NOT_LEADER")  # failed in partition 0 ...
+    h.send(6, 1, 30, 0)  # ... but sent to partition 1 too, and read there: not aborted
+    h.final(9, 0, [(0, 20), (1, 21), (2, 22), (4, 23), (5, 24)])
+    h.final(9, 1, [(0, 30)])
+    return h
+
+
+def realtime_order() -> History:
+    """Process 2's send is invoked after process 1's was acknowledged at offset 3, and lands
+    at offset 1."""
+    h = History()
+    h.send(1, 0, 10, 0)
+    h.send(1, 0, 13, 3)
+    h.send(2, 0, 11, 1)
+    h.send(3, 0, 12, 2)
+    h.final(9, 0, [(0, 10), (1, 11), (2, 12), (3, 13)])
+    return h
+
+
 SCENARIOS = [
     clean, loss, inconsistent_duplicate_regression, regression_within_poll,
     skip_send_aborted, stale, no_final_read, read_then_truncated, wide_skip, two_values_missed,
+    offsets_from_reads, sends_of_one_operation, realtime_order,
 ]  # fmt: skip
 
 
@@ -204,7 +249,8 @@ def test_every_join_strategy_agrees_with_the_reference(zoo, spark, monkeypatch, 
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     assert s.stats == r.stats  # info sends read
-    for name in ("poll-skip", "stale-read", "inconsistent-offsets", "duplicate", "aborted-read"):
+    for name in ("poll-skip", "int-poll-skip", "stale-read", "inconsistent-offsets", "duplicate",
+                 "aborted-read", "int-send-skip", "int-nonmonotonic-send", "realtime-send-order"):
         assert s.anomalies[name][0] > 0
 
 
@@ -223,6 +269,7 @@ def test_lost_write_before_a_later_read_vs_trailing_unseen(zoo, tmp_path):
     assert [r["value"] for r in v["lost-write"]] == [12]
     assert [r["value"] for r in v["unseen"]] == [14]
     assert "stale-read" not in v  # lost records are not also stale reads
+    assert "int-poll-skip" not in v  # nor skips of the final read that misses them
     res = verdict_of(loss, tmp_path)
     assert res["valid"] is False and exit_code(res) == 1
     assert res["lost"]["count"] == 2
@@ -247,10 +294,11 @@ def test_inconsistent_offsets_duplicate_nonmonotonic_poll(zoo):
 @pytest.mark.spark
 def test_nonmonotonic_poll_within_one_poll(zoo):
     v = view(zoo, regression_within_poll)
-    [nm] = v["nonmonotonic-poll"]
+    [nm] = v["int-nonmonotonic-poll"]  # inside one poll: Jepsen's int- variants
     assert (nm["offset"], nm["expected"]) == (1, 3)
-    [skip] = v["poll-skip"]  # 0 -> 2 jumps over the existing offset 1
+    [skip] = v["int-poll-skip"]  # 0 -> 2 jumps over the existing offset 1
     assert skip["skipped_offset"] == 1
+    assert "nonmonotonic-poll" not in v and "poll-skip" not in v
 
 
 @pytest.mark.spark
@@ -262,6 +310,8 @@ def test_poll_skip_nonmonotonic_send_aborted_read(zoo):
     )  # fmt: skip
     [ns] = v["nonmonotonic-send"]
     assert (ns["process"], ns["offset"], ns["prev_offset"]) == ("2", 3, 5)
+    [rt] = v["realtime-send-order"]  # 21 was invoked after 20 was acknowledged at 5
+    assert (rt["offset"], rt["earlier_offset"]) == (3, 5)
     [ab] = v["aborted-read"]
     assert (ab["partition"], ab["offset"], ab["value"]) == (1, 4, 22)
     assert "stale-read" not in v  # that skip is across polls, not inside one read
@@ -270,7 +320,7 @@ def test_poll_skip_nonmonotonic_send_aborted_read(zoo):
 @pytest.mark.spark
 def test_a_wide_skip_names_the_last_skipped_and_the_first_missed_record(zoo):
     v = view(zoo, wide_skip)
-    [skip] = v["poll-skip"]
+    [skip] = v["int-poll-skip"]
     assert (skip["expected"], skip["offset"], skip["skipped_offset"]) == (1, 5, 4)
     [stale] = v["stale-read"]
     assert (stale["kind"], stale["missed"]["offset"]) == ("skipped", 1)
@@ -301,11 +351,11 @@ def test_missing_final_read_makes_the_verdict_unknown(zoo, tmp_path):
 
 
 def test_allowed_anomalies_do_not_invalidate(tmp_path):
-    found = ["lost-write", "poll-skip", "unseen"]  # the final read skips the lost offset 2
+    found = ["lost-write", "unseen"]  # the final read skips the lost offset 2: no poll-skip
     res = verdict_of(loss, tmp_path, {"checker": {"allow": found}})
     assert sorted(res["anomalies"]) == found
     assert res["valid"] is True
-    partly = {"checker": {"allow": ["unseen", "poll-skip"]}}
+    partly = {"checker": {"allow": ["unseen", "int-poll-skip"]}}
     res = check_path(loss().write(tmp_path / "run2", partly), backend="reference")
     assert res["valid"] is False
 
@@ -317,3 +367,37 @@ def test_records_read_then_truncated_away_are_lost(zoo, tmp_path):
     assert v["inconsistent-offsets"], "offset 1 held 11 and then 30"
     res = verdict_of(read_then_truncated, tmp_path)
     assert res["valid"] is False and res["lost"]["count"] == 2
+
+
+@pytest.mark.spark
+def test_offsets_learned_from_reads(zoo):
+    v = view(zoo, offsets_from_reads)
+    [ns] = v["nonmonotonic-send"]  # acks=0 sends of process 2, placed by reads at 2 then 1
+    assert (ns["process"], ns["offset"], ns["prev_offset"]) == ("2", 1, 2)
+    [rt] = v["realtime-send-order"]
+    assert (rt["process"], rt["offset"], rt["earlier_offset"]) == ("2", 1, 2)
+    [lost] = v["lost-write"]  # the info send, read at 3 (so committed), then gone
+    assert (lost["value"], lost["offset"]) == (13, 3)
+    [unseen] = v["unseen"]  # acks=0, acknowledged, never read: offset unknown
+    assert (unseen["value"], unseen["offset"]) == (15, None)
+    assert "int-poll-skip" not in v  # the final read's jump over the lost 13 is not a skip
+
+
+@pytest.mark.spark
+def test_sends_inside_one_operation(zoo):
+    v = view(zoo, sends_of_one_operation)
+    [skip] = v["int-send-skip"]
+    assert (skip["prev_offset"], skip["offset"], skip["skipped_offset"]) == (0, 2, 1)
+    [nm] = v["int-nonmonotonic-send"]
+    assert (nm["prev_offset"], nm["offset"]) == (5, 4)
+    # both sends of an operation are invoked before either is acknowledged: no realtime order;
+    # and a value failed in partition 0 but sent to partition 1 is no aborted read there
+    assert set(v) == {"int-send-skip", "int-nonmonotonic-send"}
+
+
+@pytest.mark.spark
+def test_realtime_send_order_across_processes(zoo):
+    v = view(zoo, realtime_order)
+    got = {(e["process"], e["offset"], e["earlier_offset"]) for e in v["realtime-send-order"]}
+    assert got == {("2", 1, 3), ("3", 2, 3)}
+    assert set(v) == {"realtime-send-order"}

@@ -62,12 +62,12 @@ def test_corrupt_middle_line_is_reported_with_its_line_number(tmp_path):
     assert "history.jsonl:3: invalid JSON (" in e.value.errors[0]
     assert "history.jsonl:4: 'partition' must be an integer" in e.value.errors[1]
     res = check_path(run)  # fails before any Spark work
-    assert res["valid"] == "unknown" and exit_code(res) == 2
+    assert res["valid"] == "unknown" and exit_code(res) == 3  # an error, not a verdict
     assert json.loads((run / "results.json").read_text())["errors"] == e.value.errors
     cli = subprocess.run(
         [sys.executable, "-m", "checkers", str(run)], capture_output=True, text=True, timeout=120
     )
-    assert cli.returncode == 2
+    assert cli.returncode == 3
     assert "history.jsonl:3: invalid JSON" in cli.stderr
 
 

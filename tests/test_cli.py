@@ -1,20 +1,28 @@
-"""harness.cli: argument parsing, dispatch, error and interrupt handling."""
+"""harness.cli and harness.commands: argument parsing, dispatch, the exit-code contract
+(0 valid, 1 invalid, 2 unknown, 3 error, 130 interrupted)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import pytest
 
 from harness import cli
+from harness.commands import argtypes
+from harness.commands import campaign as campaign_cmd
+from harness.commands import check as check_cmd
+from harness.commands import report as report_cmd
+from harness.commands import reproduce as reproduce_cmd
+from harness.commands import run as run_cmd
+from harness.commands import serve as serve_cmd
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,16 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
     ("2.5", 2.5), (" 1d ", 86400), ("10M", 600),
 ])
 def test_parse_duration(text, seconds):
-    assert cli.parse_duration(text) == seconds
+    assert argtypes.parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "h", "2x", "-5m", "0", "0s", "2h 30m", "m30", "1e3"])
 def test_parse_duration_rejects(text):
     with pytest.raises(argparse.ArgumentTypeError, match="bad duration"):
-        cli.parse_duration(text)
+        argtypes.parse_duration(text)
 
 
-def test_parser_covers_the_design_command_lines():
+def test_parser_covers_the_documented_command_lines():
     p = cli.build_parser()
     a = p.parse_args(["run", "--config", "t.toml", "--nodes", "5", "--nemesis", "kill,pause",
                       "--time-limit", "60", "--seed", "3", "--set", "a.b=1", "--set", "c=2"])
@@ -47,97 +55,67 @@ def test_parser_covers_the_design_command_lines():
     assert (a.file, a.resume, a.time_budget) == (Path("c.toml"), True, 7200)
     assert p.parse_args(["campaign", "c.toml"]).time_budget is None
     assert p.parse_args(["reproduce", "results/latest"]).run_dir == Path("results/latest")
-    assert p.parse_args(["serve"]).port == cli.DEFAULT_PORT
+    assert p.parse_args(["serve"]).port == serve_cmd.DEFAULT_PORT
     assert p.parse_args(["serve", "--port", "9000"]).port == 9000
 
 
 @pytest.mark.parametrize("argv", [[], ["fly"], ["run", "--nodes", "five"],
                                   ["campaign", "c.toml", "--time-budget", "soon"],
                                   ["serve", "--port", "70000"], ["check"]])
-def test_usage_errors_exit_2(argv, capsys):
-    assert cli.main(argv) == 2
+def test_usage_errors_exit_3_never_a_verdict(argv, capsys):
+    assert cli.main(argv) == 3
     assert "usage: harness" in capsys.readouterr().err
 
 
-@pytest.fixture
-def fake_module(monkeypatch):
-    """Install a stand-in implementation module (the dispatch under test is pure logic)."""
-    def install(name: str, **attrs):
-        module = types.ModuleType(name)
-        for key, value in attrs.items():
-            setattr(module, key, value)
-        monkeypatch.setitem(sys.modules, name, module)
-        return module
-    return install
+def test_run_resolves_the_config_before_the_runner(monkeypatch, tmp_path, capsys):
+    seen = []
 
-
-def test_run_resolves_the_config_before_dispatching(fake_module, tmp_path):
-    seen = {}
-
-    def run_from_cli(args):
-        seen["args"] = args
-        return 1
-    fake_module("harness.runner", run_from_cli=run_from_cli)
+    def run_test(test):
+        seen.append(test)
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "results.json").write_text('{"valid": false}')
+        return run_dir
+    monkeypatch.setattr(run_cmd, "run_test", run_test)
     assert cli.main(["run", "--config", "fast", "--seed", "9", "--set", "topic.partitions=1"]) == 1
-    args = seen["args"]
-    assert args.resolved_config["seed"] == 9 and args.resolved_config["name"] == "fast"
-    assert args.resolved_config["topic"]["partitions"] == 1
-    assert args.argv == ["harness", "run", "--config", "fast", "--seed", "9", "--set",
-                         "topic.partitions=1"]
-    assert cli.main(["run", "--cleanup-only"]) == 1
-    assert seen["args"].resolved_config is None
+    test = seen[0]
+    assert test.config["seed"] == 9 and test.config["name"] == "fast"
+    assert test.settings.topic.partitions == 1 and test.plan.source == "seeded"
+    assert capsys.readouterr().out.strip() == str(tmp_path / "run" / "report.html")
 
 
-def test_run_with_bad_config_fails_before_the_runner(fake_module, tmp_path, capsys):
+def test_a_run_that_was_never_checked_exits_3(monkeypatch, tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setattr(run_cmd, "run_test", lambda test: run_dir)
+    assert cli.main(["run", "--config", "fast"]) == 3
+
+
+def test_run_with_bad_config_fails_before_the_runner(monkeypatch, tmp_path, capsys):
     called = []
-    fake_module("harness.runner", run_from_cli=called.append)
+    monkeypatch.setattr(run_cmd, "run_test", called.append)
     bad = tmp_path / "t.toml"
     bad.write_text("[workload]\nacks = 2\n")
-    assert cli.main(["run", "--config", str(bad)]) == 2
+    assert cli.main(["run", "--config", str(bad)]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad} line 2" in err and "workload.acks" in err
     assert called == []
-    assert cli.main(["run", "--set", "system.acks=1"]) == 2
+    assert cli.main(["run", "--set", "system.acks=1"]) == 3
     assert "did you mean 'workload.acks'" in capsys.readouterr().err
 
 
-def test_missing_implementation_is_not_available_yet(fake_module, capsys):
-    fake_module("harness.serve")  # present but without serve()
-    assert cli.main(["serve"]) == 2
-    assert "`harness serve` is not available yet (harness.serve.serve is missing)" in \
-        capsys.readouterr().err
-    with pytest.raises(cli.NotAvailable, match="not in this checkout"):
-        cli._implementation("harness.no_such_piece", "f", "x")
-
-
-def test_a_missing_dependency_is_not_hidden(tmp_path, monkeypatch):
-    (tmp_path / "broken_piece.py").write_text("import no_such_dependency_xyz\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ModuleNotFoundError, match="no_such_dependency_xyz"):
-        cli._implementation("broken_piece", "f", "x")
-
-
-def test_a_missing_project_module_inside_an_implementation_is_not_available(
-        tmp_path, monkeypatch):
-    (tmp_path / "half_done.py").write_text("import harness.piece_not_written_yet\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(cli.NotAvailable, match="harness.piece_not_written_yet is not in"):
-        cli._implementation("half_done", "f", "x")
-
-
-def test_dispatch_arguments_and_exit_codes(fake_module, tmp_path, capsys, monkeypatch):
+def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("HARNESS_RESULTS", raising=False)
     calls = []
     night = tmp_path / "night"
     night.mkdir()
     (night / "campaign.json").write_text('{"verdict": "regression"}')
-    fake_module("harness.campaign", run_campaign=lambda *a: calls.append(a) or night)
-    fake_module("harness.reproduce", reproduce=lambda d: calls.append(d))
-    fake_module("harness.serve", serve=lambda d, p: calls.append((d, p)))
-    fake_module("harness.report", report_path=lambda p: p / "report.html")
-    fake_module("checkers.check", check_path=lambda p, **kw: {"valid": False, "anomalies": {
-        "lost-write": {"count": 2, "examples": []}}},
-        exit_code=lambda r: {True: 0, False: 1}.get(r["valid"], 2))
+    monkeypatch.setattr(campaign_cmd, "run_campaign", lambda *a: calls.append(a) or night)
+    monkeypatch.setattr(reproduce_cmd, "reproduce", lambda d: calls.append(d) or 0)
+    monkeypatch.setattr(serve_cmd, "serve", lambda d, p: calls.append((d, p)))
+    monkeypatch.setattr(report_cmd, "report_path", lambda p: p / "report.html")
+    monkeypatch.setattr(check_cmd, "check_path", lambda p, **kw: {"valid": False, "anomalies": {
+        "lost-write": {"count": 2, "examples": []}}})
     assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 1
     (night / "campaign.json").write_text('{"verdict": "pass"}')
     assert cli.main(["campaign", "c.toml"]) == 0
@@ -151,33 +129,56 @@ def test_dispatch_arguments_and_exit_codes(fake_module, tmp_path, capsys, monkey
     assert '"lost-write": 2' in capsys.readouterr().out
 
 
-def test_user_errors_from_implementations_are_one_line(fake_module, capsys):
+@pytest.mark.parametrize(("valid", "code"), [(True, 0), (False, 1), ("unknown", 2), (None, 2)])
+def test_check_exit_codes_are_the_verdict(monkeypatch, tmp_path, valid, code):
+    monkeypatch.setattr(check_cmd, "check_path", lambda p, **kw: {"valid": valid, "anomalies": {}})
+    assert cli.main(["check", str(tmp_path)]) == code
+
+
+def test_user_errors_are_one_line_and_exit_3(monkeypatch, capsys):
     def report_path(path):
         raise ValueError(f"{path}: neither a run folder nor a campaign folder")
-    fake_module("harness.report", report_path=report_path)
-    assert cli.main(["report", "nowhere"]) == 2
+    monkeypatch.setattr(report_cmd, "report_path", report_path)
+    assert cli.main(["report", "nowhere"]) == 3
     assert capsys.readouterr().err == \
         "harness: error: nowhere: neither a run folder nor a campaign folder\n"
 
 
-def test_keyboard_interrupt_exits_130(fake_module, capsys):
+def test_a_crash_inside_the_checker_exits_3_with_a_short_traceback(monkeypatch, tmp_path, capsys):
+    def check_path(path, **kw):
+        return {}["valid"]  # a bug: KeyError
+    monkeypatch.setattr(check_cmd, "check_path", check_path)
+    assert cli.main(["check", str(tmp_path)]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("harness: internal error: KeyError") and "check_path" in err
+
+
+def test_harness_check_on_a_crash_inducing_history_exits_3(tmp_path, capsys):
+    # A value no Parquet column can hold: before, an OverflowError escaped and exited 1.
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps({"index": 0, "time": 0, "process": 0, "type": "invoke",
+                                   "f": "send", "partition": 0, "value": 2**70}) + "\n")
+    code = cli.main(["check", str(history), "--spark-master", "local[1]"])
+    assert code == 3, capsys.readouterr()
+
+
+def test_keyboard_interrupt_exits_130(monkeypatch, capsys):
     def reproduce(run_dir):
         raise KeyboardInterrupt
-    fake_module("harness.reproduce", reproduce=reproduce)
+    monkeypatch.setattr(reproduce_cmd, "reproduce", reproduce)
     assert cli.main(["reproduce", "r"]) == 130
     assert capsys.readouterr().err == "harness: interrupted\n"
 
 
 def test_real_sigint_gives_130_and_no_traceback(tmp_path):
     script = textwrap.dedent("""
-        import sys, time, types
+        import sys, time
         from harness import cli
-        module = types.ModuleType("harness.serve")
+        from harness.commands import serve as serve_cmd
         def serve(results, port):
             print("serving", flush=True)
             time.sleep(60)
-        module.serve = serve
-        sys.modules["harness.serve"] = module
+        serve_cmd.serve = serve
         sys.exit(cli.main(["serve"]))
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,

@@ -33,5 +33,5 @@ def test_stale_read_exits_1_with_the_failing_op(tmp_path, capsys):
 def test_edn_without_model_is_a_clear_error(tmp_path, capsys):
     path = tmp_path / "h.edn"
     path.write_text(WRITE_THEN_READ % 1)
-    assert main(["check", str(path)]) == 2
+    assert main(["check", str(path)]) == 3
     assert "--model" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import config as cfg
-from harness.config import ConfigError, load_config, parse_set, system_args, validate
+from harness.config import ConfigError, load_config, parse_set, validate
 
 
 def write(tmp_path: Path, text: str, name: str = "test.toml") -> Path:
@@ -222,26 +222,6 @@ def test_missing_file_that_is_not_a_profile(tmp_path):
     assert "nope.toml" in str(e) and "fast" in str(e)
 
 
-def test_system_args_are_config_pairs_with_kafka_booleans():
-    args = system_args(load_config(sets=["system.flush.messages=1"]))
-    assert args[0::2] == ["--config"] * (len(args) // 2)
-    pairs = dict(a.split("=", 1) for a in args[1::2])
-    assert pairs["min.insync.replicas"] == "2"
-    assert pairs["eligible.leader.replicas.enable"] == "true"
-    assert pairs["unclean.leader.election.enable"] == "false"
-    assert pairs["flush.messages"] == "1"
-
-
-def test_system_args_are_accepted_by_the_nodes_config_parser():
-    node_config = pytest.importorskip("replication.config",
-                                      reason="replication.config not in this checkout")
-    for profile in ("default", "fast"):
-        args = system_args(load_config(profile))
-        parsed = node_config.NodeConfig().with_overrides(
-            node_config.parse_config_args(args[1::2]))
-        assert parsed.as_kafka()["min.insync.replicas"] == "2"
-
-
 def test_schema_system_keys_are_known_to_the_nodes():
     node_config = pytest.importorskip("replication.config",
                                       reason="replication.config not in this checkout")
@@ -258,3 +238,17 @@ def test_from_args_maps_the_run_flags():
     assert c["nemesis"]["faults"] == ["kill", "pause"] and c["topic"]["partitions"] == 2
     args = build_parser().parse_args(["run", "--nemesis", "none"])
     assert cfg.from_args(args)["nemesis"]["faults"] == []
+
+
+def test_typed_config_sections_and_node_settings():
+    from harness.config import typed
+    t = typed(load_config(sets=["system.flush.messages=1", "nemesis.faults=['kill','slow-link']"]))
+    assert t.system.flush_messages == 1 and t.system.min_insync_replicas == 2
+    assert t.nemesis.faults == ("kill", "slow-link") and t.nemesis.link["link_delay_ms"] == 200
+    assert t.brokers == t.nodes - 1 and t.topic.replication_factor == 3
+
+
+def test_node_rules_apply_at_validation():
+    # flush.ms >= 1 and the like are the nodes' rules (replication.config), checked once
+    with pytest.raises(ConfigError):
+        load_config(sets=["system.unclean.recovery.strategy=sometimes"])

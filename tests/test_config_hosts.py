@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from control.inventory import InventoryError
+from control.provider import InventoryProvider, LocalNetnsProvider, make_provider
 from harness.config import ConfigError, load_config, validate
-from harness.hosts.inventory import InventoryError
-from harness.hosts.provider import InventoryProvider, LocalNetnsProvider, make_provider
 
 
 def _inventory(path: Path, hosts: int, defaults: str = 'python = "/opt/kch/.venv/bin/python"',

@@ -16,7 +16,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from harness.hosts import (
+from control import (
     CommandFailed,
     CommandTimeout,
     HostKeyMismatch,
@@ -27,7 +27,7 @@ from harness.hosts import (
     keys,
     slots,
 )
-from harness.hosts.ssh_provider import SshProvider
+from control.ssh_provider import SshProvider
 
 pytestmark = [
     pytest.mark.netns,
@@ -276,7 +276,7 @@ def test_unreachable_host_gives_a_clear_error(hosts):
 CRASHER = """
 import sys, time
 from pathlib import Path
-from harness.hosts import NetnsProvider
+from control import NetnsProvider
 p = NetnsProvider(Path(sys.argv[1]), 2)
 hosts = p.up()
 pid = hosts[0].remote.start_daemon("sleeper", ["sleep", "600"], hosts[0].log_dir / "s.log")
@@ -315,7 +315,7 @@ FUSE_FS = "import mfusepy, sys; mfusepy.FUSE(mfusepy.Operations(), sys.argv[1], 
 FUSE_CRASHER = """
 import subprocess, sys, time
 from pathlib import Path
-from harness.hosts import NetnsProvider
+from control import NetnsProvider
 fs, cluster_dir = sys.argv[1], Path(sys.argv[2])
 p = NetnsProvider(cluster_dir, 1)
 (h,) = p.up()

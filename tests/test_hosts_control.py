@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from harness.hosts.control import as_root, to_command
+from control.remote import as_root, to_command
 
 NASTY = ["a b", "", "'", '"', "$(id)", "`id`", ";", "*", "line1\nline2", "-x", "ünï"]
 

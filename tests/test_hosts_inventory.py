@@ -6,7 +6,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from harness.hosts.inventory import InventoryError, load_inventory
+from control.inventory import InventoryError, load_inventory
 
 
 def _write(tmp_path: Path, text: str) -> Path:

@@ -216,10 +216,15 @@ def test_kv_whole_map_search_agrees_with_partitions(bad_key):
 
 
 def hard_history(n: int) -> list[dict]:
-    """n concurrent writes of distinct values, then a read nobody wrote: every subset of the
-    writes is a reachable configuration before the search can give up."""
-    rows = [(p, "invoke", "write", p) for p in range(n)]
-    rows += [(n, "invoke", "read", None), (n, "ok", "read", -1)]
+    """n concurrent writes of distinct values and a write of "x"; a read of "x" returns, then
+    a read of "y", written and returned before any of them began. Every subset of the n
+    writes may precede "x", so each is a configuration the search must rule out (the read
+    of "y" fails after each) before it can give up."""
+    rows = [(n + 2, "invoke", "write", "y"), (n + 2, "ok", "write", "y")]
+    rows += [(p, "invoke", "write", p) for p in range(n)]
+    rows += [(n, "invoke", "write", "x"), (n + 1, "invoke", "read", None),
+             (n + 1, "ok", "read", "x"), (n + 3, "invoke", "read", None),
+             (n + 3, "ok", "read", "y"), (n, "ok", "write", "x")]
     rows += [(p, "ok", "write", p) for p in range(n)]
     return h(*rows)
 

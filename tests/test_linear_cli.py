@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from checkers.linear import KV, Budget, check, pair_events
+from checkers.linear.check import run_local, run_local_all
 from checkers.linear.parallel import spark_runner
 from checkers.linear.simulate import simulate
 
@@ -41,11 +42,16 @@ def test_exit_status_and_verdict(tmp_path, last_read, code, valid):
 
 
 def test_budget_exhausted_exits_2(tmp_path):
-    n = 16  # concurrent writes then an impossible read: 2**16 configurations to rule out
-    events = [{"process": p, "type": "invoke", "f": "write", "value": p} for p in range(n)]
-    events += [{"process": n, "type": t, "f": "read", "value": v}
-               for t, v in (("invoke", None), ("ok", -1))]
-    events += [{"process": p, "type": "ok", "f": "write", "value": p} for p in range(n)]
+    # 16 concurrent writes, any subset of which may precede the write of "x" that a read
+    # returns; a later read of the earlier "y" then fails: 2**16 configurations to rule out
+    n = 16
+    rows = [(n + 2, "invoke", "write", "y"), (n + 2, "ok", "write", "y")]
+    rows += [(p, "invoke", "write", p) for p in range(n)]
+    rows += [(n, "invoke", "write", "x"), (n + 1, "invoke", "read", None),
+             (n + 1, "ok", "read", "x"), (n + 3, "invoke", "read", None),
+             (n + 3, "ok", "read", "y"), (n, "ok", "write", "x")]
+    rows += [(p, "ok", "write", p) for p in range(n)]
+    events = [{"process": p, "type": t, "f": f, "value": v} for p, t, f, v in rows]
     path = write_jsonl(tmp_path / "h.jsonl", events)
     rc, out, _ = run_cli(path, "--model", "cas-register", "--max-states", "1000")
     assert rc == 2
@@ -84,8 +90,25 @@ def corrupted_kv(seed: int, bad_key: str) -> list[dict]:
 @pytest.mark.spark
 def test_kv_partitions_on_spark_match_in_process():
     events = corrupted_kv(11, "f")
-    local = check(pair_events(events), KV(), Budget.of(120))
-    on_spark = check(pair_events(events), KV(), Budget.of(120), spark_runner("local[2]"))
+    # every key searched to the end in this process, as each Spark task does
+    local = check(pair_events(events), KV(), Budget.of(120), run_local_all)
+    on_spark = check(pair_events(events), KV(), Budget.of(120), spark_runner("local[2]", 0))
     assert local["valid"] is False and local["invalid_keys"] == ["f"]
     for field in ("valid", "partitions", "explored", "failure", "invalid_keys", "ops"):
         assert on_spark[field] == local[field], field
+
+
+def test_in_process_search_stops_at_the_first_invalid_key():
+    events = corrupted_kv(11, "f")
+    first = check(pair_events(events), KV(), Budget.of(120), run_local)
+    every = check(pair_events(events), KV(), Budget.of(120), run_local_all)
+    assert first["valid"] is every["valid"] is False
+    assert first["invalid_keys"] == every["invalid_keys"] == ["f"]
+    assert first["failure"] == every["failure"]
+    assert first["explored"] <= every["explored"]
+
+
+def test_small_kv_histories_skip_spark(tmp_path):
+    events = simulate(random.Random(3), 100, 3, keys=["a", "b"])
+    verdict = check(pair_events(events), KV(), Budget.of(60), spark_runner("local[2]"))
+    assert verdict["valid"] is True and verdict["engine"] == "in-process"

@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from control import NetnsProvider
 from harness.config import load_config
-from harness.hosts import NetnsProvider
 from nemesis import link, linkdelay
+from nemesis.kinds import all_kinds, lookup
 from nemesis.schedule import ScheduleParams, plan
+
+LINK_FAULTS = tuple(k.name for k in all_kinds() if k.family == "link")
 
 # -- pure ----------------------------------------------------------------------------------
 
@@ -30,16 +33,16 @@ def test_settings_fill_in_defaults_and_each_kind_has_its_rule():
         "! --ports 2222 -m statistic --mode random --probability 0.025000 -j DROP")
     assert link.rule("reset-link", s, 22).endswith(
         "--probability 0.050000 -j REJECT --reject-with tcp-reset")
-    assert link.describe("slow-link", s) == {"link_delay_ms": 300, "link_jitter_ms": 0}
+    assert lookup("slow-link").describe(s) == {"link_delay_ms": 300, "link_jitter_ms": 0}
     with pytest.raises(ValueError):
         link.rule("slow-disk", s, 22)
 
 
 def test_link_faults_are_planned_against_hosts_and_configs_validate_their_settings():
-    params = ScheduleParams(seed=3, faults=link.LINK_FAULTS, time_limit=600, interval=5,
+    params = ScheduleParams(seed=3, faults=LINK_FAULTS, time_limit=600, interval=5,
                             duration=3, partitions=2, brokers=3)  # fmt: skip
     entries = plan(params)
-    assert {e["kind"] for e in entries} == set(link.LINK_FAULTS)
+    assert {e["kind"] for e in entries} == set(LINK_FAULTS)
     assert all("select" in e["target"] for e in entries)
     config = load_config("fast", ["nemesis.faults=['slow-link']", "nemesis.link_jitter_ms=0"])
     assert link.settings(config["nemesis"])["link_jitter_ms"] == 0
@@ -190,11 +193,12 @@ LINK_PLAN = [
 @needs_hosts
 def test_a_run_under_link_faults_records_them_heals_them_and_loses_nothing(tmp_path):
     from harness.runner import run_test
+    from harness.test import Plan, Test
 
     config = load_config("fast", ["nodes=4", "time_limit=22", "nemesis.faults=['slow-link', "
                                   "'lossy-link', 'reset-link']", "nemesis.link_delay_ms=300",
                                   "nemesis.reset_probability=0.2"])  # fmt: skip
-    run_dir = run_test(config, tmp_path, plan=LINK_PLAN)
+    run_dir = run_test(Test.of(config, tmp_path, plan=Plan.scripted(LINK_PLAN)))
     ops = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
     started = {o["f"]: o["value"] for o in ops if o["process"] == "nemesis"
                and o["f"].startswith("start-")}  # fmt: skip

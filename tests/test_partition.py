@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.hosts import NetnsProvider
+from control import NetnsProvider
 from nemesis import partition as P
 
 NODES = [f"n{i}" for i in range(1, 10)]

@@ -1,8 +1,8 @@
 """Page-cache loss in real runs (lazyfs under every host's data directory):
 
-- the last-replica-standing sequence of seeds 000/001 -- the followers stall until the ISR
-  has shrunk to the leader, then the leader loses power -- loses acknowledged records when
-  ELR is disabled, and loses none with ELR (KIP-966) or with flush.messages=1;
+- the last-replica-standing sequence (KIP-966; Jack Vanlightly's post on it) -- the followers
+  stall until the ISR has shrunk to the leader, then the leader loses power -- loses
+  acknowledged records when ELR is disabled, and loses none with ELR or with flush.messages=1;
 - power-cycling one broker at a time with the default asynchronous flush loses nothing."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from checkers.check import check_path
 from harness.config import load_config
 from harness.runner import run_test
+from harness.test import Plan, Test
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse]
 
@@ -32,7 +33,7 @@ LAST_REPLICA_STANDING = [
 
 def _run(tmp_path, sets: list[str], plan=None) -> tuple[dict, list[dict], Path]:
     config = load_config("fast", [*BASE, *sets])
-    run_dir = run_test(config, tmp_path, plan=plan)
+    run_dir = run_test(Test.of(config, tmp_path, plan=Plan.scripted(plan)))
     results = json.loads((run_dir / "results.json").read_text())
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     history = (run_dir / "history.jsonl").read_text()

@@ -1,6 +1,7 @@
 """The Controller state machine driven by its messages (register, heartbeat with log_info,
-create-topic, alter-partition) and clock ticks: seed 000 §5.3.3's balanced recovery step by
-step, and the request checks around AlterPartition."""
+create-topic, alter-partition) and clock ticks: the balanced recovery example (§5.3.3) of the
+KIP-966 protocol description in Jack Vanlightly's kafka-tlaplus repository, step by step, and
+the request checks around AlterPartition."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Seed 002's high-watermark timeline T1-T10, replayed on Replica objects step by step.
+"""A ten-step high-watermark timeline T1-T10, replayed on Replica objects step by step: the
+leader learns each follower's LEO from its fetch offset and moves the HWM to the least LEO of
+the ISR (a record is committed once every in-sync replica has it: Kafka's documentation,
+"Replication"), and with KIP-966 only while the ISR has at least MinISR members.
 
 The leader R1 and the followers R2, R3 are real `Replica`s over `MemoryLog`s; the fetch
 requests are built with exactly the offsets the timeline gives, and their replies are handed

@@ -1,6 +1,8 @@
-"""The controller's pure ISR / ELR / LastKnownELR rules (replication.metadata) against the seeds:
-seed 000 §5.2.1 cases A-G and §5.2.2, seed 001's KIP-966 walk-through (steps 1-8), and
-seed 002's striped placement. RF 3, MinISR 2 throughout, as in the seeds."""
+"""The controller's pure ISR / ELR / LastKnownELR rules (replication.metadata) against public
+accounts of them: the KIP-966 protocol description in Jack Vanlightly's kafka-tlaplus
+repository (§5.2.1 cases A-G, §5.2.2), the walk-through (steps 1-8) of his post "Kafka KIP-966
+- Fixing the Last Replica Standing issue", and Kafka's striped replica placement
+(StripedReplicaPlacer). RF 3, MinISR 2 throughout, as in those accounts."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def _view(s: PartitionState) -> tuple:
     return (s.leader, s.isr, s.elr, s.last_known_elr)
 
 
-# ---- seed 000 §5.2.1: cases A-G ---------------------------------------------------------------
+# ---- kafka-tlaplus KIP-966 description §5.2.1: cases A-G -----------------------------------------
 
 
 def test_case_a_fenced_in_sync_follower_moves_to_elr_below_min_isr() -> None:
@@ -74,7 +76,7 @@ def test_case_g_isr_reaching_min_isr_empties_elr_and_last_known_elr() -> None:
 
 def test_shrink_below_min_isr_moves_removed_follower_to_elr() -> None:
     """AlterPartition that drops the ISR below MinISR: the HWM freezes, so the follower stays
-    complete (seed 000 §5.2.2 step 2)."""
+    complete (kafka-tlaplus KIP-966 description §5.2.2 step 2)."""
     change = md.alter_isr(_state(1, isr=(1, 3)), [1], RULES)
     assert _view(change.state) == (1, (1,), (3,), ())
 
@@ -83,11 +85,11 @@ def test_unclean_registration_moves_elr_member_to_last_known_elr() -> None:
     change = md.unclean_registration(_state(None, elr=(2, 3)), 2, RULES)
     assert _view(change.state) == (None, (), (3,), (2,))
     assert change.reason == "unclean-registration"
-    # Not an ELR member: nothing to change (seed 000 §5.3.3 step 6).
+    # Not an ELR member: nothing to change (kafka-tlaplus KIP-966 description §5.3.3 step 6).
     assert md.unclean_registration(_state(None, elr=(2, 3)), 1, RULES) is None
 
 
-# ---- seed 000 §5.2.2: clean ELR-based recovery ----------------------------------------------------
+# ---- kafka-tlaplus KIP-966 description §5.2.2: clean ELR-based recovery --------------------------
 
 
 def test_seed_000_clean_elr_recovery_example() -> None:
@@ -113,7 +115,7 @@ def test_seed_000_clean_elr_recovery_example() -> None:
     assert md.leader_candidates_ok(s)
 
 
-# ---- seed 001: the KIP-966 walk-through -------------------------------------------------------------
+# ---- Vanlightly's KIP-966 post: the walk-through -------------------------------------------------
 
 
 def test_seed_001_kip_966_walkthrough_steps_1_to_8() -> None:
@@ -179,7 +181,7 @@ def test_elect_recovered_leads_alone() -> None:
     assert (s.leader_epoch, s.partition_epoch) == (5, 10)
 
 
-# ---- seed 002: striped placement ------------------------------------------------------------
+# ---- Kafka's striped placement (StripedReplicaPlacer) --------------------------------------------
 
 
 def test_striped_placement_three_brokers_three_partitions() -> None:

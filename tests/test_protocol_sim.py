@@ -1,8 +1,10 @@
 """Seed scenarios end to end in the deterministic simulator: controller, brokers and replicas
 exchanging their real messages, `MemoryLog`s losing their unflushed suffix on power loss.
 
-Covers seed 002's striped placement, the last-replica-standing loss without the ELR and its
-absence with the ELR (seed 001), seed 000 §5.3.3's balanced recovery, and the alternative
+Covers Kafka's striped replica placement, the last-replica-standing loss without the ELR and
+its absence with the ELR (Jack Vanlightly's post "Kafka KIP-966 - Fixing the Last Replica
+Standing issue"), the balanced recovery (§5.3.3) of the KIP-966 protocol description in his
+kafka-tlaplus repository, and the alternative
 behaviours a campaign compares (acks=1, unclean election, HWM truncation, no unclean-shutdown
 detection, local-first ISR updates, leader-epoch truncation)."""
 
@@ -52,7 +54,7 @@ def _cut_leader_from_followers(sim: Sim, leader: int = 1) -> None:
             sim.partition(leader, b)
 
 
-# ---- seed 002: striped placement --------------------------------------------------------------
+# ---- Kafka's striped placement (StripedReplicaPlacer) --------------------------------------------
 
 
 def test_striped_placement_through_the_controller() -> None:
@@ -66,7 +68,7 @@ def test_striped_placement_through_the_controller() -> None:
     assert leaders == {(0, 1), (1, 2), (2, 3)}
 
 
-# ---- seed 001: last replica standing --------------------------------------------------------------
+# ---- Vanlightly's KIP-966 post: last replica standing --------------------------------------------
 
 
 def _last_replica_standing(elr: bool) -> tuple[Sim, list[tuple[int, str]]]:
@@ -146,7 +148,7 @@ def test_last_replica_standing_with_elr_unclean_restart_leaves_elr() -> None:
     assert sim.consume() == acked
 
 
-# ---- seed 000 §5.3.3: balanced recovery with real logs --------------------------------------------
+# ---- kafka-tlaplus KIP-966 description §5.3.3: balanced recovery with real logs ------------------
 
 
 def test_balanced_recovery_after_correlated_power_loss() -> None:
@@ -299,8 +301,8 @@ def test_seed_001_kip_966_walkthrough_in_the_simulator() -> None:
 
 
 def _elr_member_loses_power(**overrides) -> tuple[Sim, list]:
-    """Seed 001 steps 1-5 with real brokers: "x" committed on 1 and 2, then 1 is the last
-    replica standing and loses power; 1 and 2 are in the ELR."""
+    """Steps 1-5 of Vanlightly's KIP-966 post with real brokers: "x" committed on 1 and 2,
+    then 1 is the last replica standing and loses power; 1 and 2 are in the ELR."""
     sim = _sim(**overrides)
     sim.isolate(3)
     sim.run(BASE.broker_session_timeout_ms + 500)
@@ -342,8 +344,9 @@ def test_unclean_shutdown_detection_on_keeps_replica_out_until_caught_up() -> No
 
 
 def _local_first_race(isr_update: str) -> tuple[Sim, list, dict]:
-    """Seed 004: leader 1 loses follower 3 and the controller; follower 2 then dies. The
-    leader's lag check drops 3 (and with local-first acts on that at once)."""
+    """The race KIP-497 rules out (only the controller commits an ISR change): leader 1 loses
+    follower 3 and the controller; follower 2 then dies. The leader's lag check drops 3 (and
+    with local-first acts on that at once)."""
     sim = _sim(isr_update=isr_update, min_insync_replicas=1, replica_lag_time_max_ms=1000)
     sim.partition(1, 3)
     sim.partition(1, "controller")

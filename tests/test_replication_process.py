@@ -158,3 +158,49 @@ def test_controller_restart_keeps_metadata_and_records(cluster):
     after = _describe(cluster)
     assert after[0]["Replicas:"] == before[0]["Replicas:"]
     _check(outcome, _final_read(cluster))
+
+
+def test_flush_messages_1_acknowledges_through_the_storage_thread_and_bad_frames_get_answers(tmp_path):
+    """flush.messages=1 on real files: every acknowledgement waits for its fsync, which runs
+    on the broker's storage thread; a malformed frame gets an INVALID_REQUEST answer and the
+    broker goes on serving."""
+    c = LocalCluster(tmp_path, brokers=3, config={"flush.messages": "1"})
+    c.start()
+    try:
+        c.run_cli("topics", "--bootstrap", c.controller_address, "--create", "--topic", TOPIC,
+                  "--partitions", "1", "--replication-factor", "3", "--config", "min.insync.replicas=2")
+        _wait_isr(c, 3)
+        leader = int(_describe(c)[0]["Leader:"])
+
+        async def scenario() -> tuple[dict, list, list[dict]]:
+            client = Client(c.address(leader), request_timeout_s=8)
+            outcome: dict = {"ok": {}, "fail": set(), "info": set()}
+            try:
+                await _produce(client, range(0, 300), "all", outcome)
+                await _produce(client, range(300, 400), "1", outcome)
+                for _ in range(50):  # acks=1 records are read once the followers have them
+                    records = await _read_all(client)
+                    if len(records) >= 400:
+                        break
+                    await asyncio.sleep(0.2)
+            finally:
+                await client.close()
+            host, port = c.address(leader).rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            answers = []
+            for body in (b"\x00garbage", json.dumps({"type": "produce", "id": 3}).encode(),
+                         json.dumps({"type": "metadata", "id": 4}).encode()):
+                writer.write(len(body).to_bytes(4, "big") + body)
+                length = int.from_bytes(await reader.readexactly(4), "big")
+                answers.append(json.loads(await reader.readexactly(length)))
+            writer.close()
+            return outcome, records, answers
+
+        outcome, records, answers = asyncio.run(scenario())
+        assert len(outcome["ok"]) == 400, outcome
+        _check(outcome, records)
+        assert answers[0]["error"] == "INVALID_REQUEST" and "not JSON" in answers[0]["message"]
+        assert answers[1]["error"] == "INVALID_REQUEST" and answers[1]["id"] == 3
+        assert "metadata" in answers[2] and answers[2]["id"] == 4
+    finally:
+        c.stop()

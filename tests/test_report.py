@@ -1,4 +1,4 @@
-"""Run reports rendered from run folders written in the real formats (DESIGN.md, formats.md).
+"""Run reports rendered from run folders written in the real formats (docs/architecture.md, formats.md).
 
 `write_run_folder` simulates a small run with a kill of broker 1: sends acknowledged by broker 1
 during the kill window are truncated away (lost-write, or unseen when nothing later was read),

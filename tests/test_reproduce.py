@@ -10,6 +10,7 @@ import pytest
 from harness.config import load_config
 from harness.reproduce import reproduce
 from harness.runner import run_test
+from harness.test import Test
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse]
 
@@ -18,7 +19,7 @@ def test_reproduce_replays_the_recorded_schedule(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path))
     config = load_config("fast", ["nodes=4", "time_limit=12", "seed=5", "nemesis.interval=2",
                                   "nemesis.duration=2", "nemesis.faults=['kill', 'partition']"])
-    original = run_test(config, tmp_path)
+    original = run_test(Test.of(config, tmp_path))
     recorded = json.loads((original / "schedule.json").read_text())
     started = [f for f in recorded["faults"] if f["started_s"] is not None]
     assert started, "the original run must have injected faults to replay"

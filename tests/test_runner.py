@@ -16,6 +16,7 @@ import pytest
 
 from harness.config import load_config
 from harness.runner import run_test
+from harness.test import Test
 from nemesis.schedule import params_from_config, plan
 from workloads.history import read_history
 
@@ -53,7 +54,7 @@ def _check_pairs(ops: list[dict]) -> None:
 
 def test_run_with_kills_and_partitions(tmp_path):
     config = load_config("fast", [*FAST, "nemesis.faults=['kill', 'partition', 'power-loss']", "seed=7"])
-    run_dir = run_test(config, tmp_path)
+    run_dir = run_test(Test.of(config, tmp_path))
     ops = read_history(run_dir / "history.jsonl")
     _check_pairs(ops)
     sends = [op for op in ops if op["f"] == "send" and op["type"] == "ok"]

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from control import NetnsProvider
 from harness.config import load_config
-from harness.hosts import NetnsProvider
 from harness.runner import run_test
+from harness.test import Test
 from nemesis import link
 from nemesis import partition as P
 from workloads.history import read_history
@@ -97,7 +98,7 @@ def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
     # (n2 losing every packet and n1 cut off would keep the cluster from ever coming up).
     link.degrade(hosts[1], "lossy-link", link.settings({"link_loss_percent": 100}), sys.executable)
     P.apply(hosts[:3], P.isolate_node([h.name for h in hosts[:3]], "n1"))
-    run_dir = run_test(config, tmp_path / "results", check=False)
+    run_dir = run_test(Test.of(config, tmp_path / "results", check=False))
     assert all(link.rules(h) == [] and P.rules(h) == [] for h in hosts[:3])
 
     test = json.loads((run_dir / "test.json").read_text())

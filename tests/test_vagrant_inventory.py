@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from harness.hosts.inventory import load_inventory
+from control.inventory import load_inventory
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH0w8c9sYw1xZbq4mGm4v7Q0jzVb0nq9pQ2v3mV8bJqX"

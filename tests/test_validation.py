@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign_detection import EVIDENCE, detection_times, format_table
 from harness.campaign_spec import CampaignError, load_spec
-from harness.index import render_campaign
-from nemesis.schedule import HOST_FAULTS, plan_from_config
+from harness.report.campaign_index import render_campaign
+from harness.report.detection import EVIDENCE, detection_times, format_table
+from nemesis.kinds import lookup
+from nemesis.schedule import plan_from_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TWO_MIXES = """
@@ -125,7 +126,7 @@ def test_safe_mix_never_takes_down_more_than_one_broker_lossily_at_once() -> Non
     multi = {"elr-members", "majority", "followers"}
     for cell in safe:
         for entry in plan_from_config(cell.resolved):
-            if entry["kind"] in HOST_FAULTS:
+            if lookup(entry["kind"]).family == "host":
                 assert entry["target"].get("select") not in multi, entry
 
 

@@ -105,7 +105,7 @@ def _toml_str(value: str | Path) -> str:
 
 def inventory_text(hosts: list[VmHost], *, user: str, python: str, work_dir: str,
                    known_hosts: str = "known_hosts") -> str:
-    """The inventory TOML (format: harness/hosts/inventory.py)."""
+    """The inventory TOML (format: control/inventory.py)."""
     lines = [
         "# Written by vagrant/inventory.py; rerun it after `vagrant up` or `vagrant destroy`.",
         "[defaults]",

@@ -1,4 +1,4 @@
-"""Writing history.jsonl (the DESIGN.md history contract) and reading it back.
+"""Writing history.jsonl (the history contract, docs/architecture.md) and reading it back.
 
 HistoryWriter assigns `index` (file order) and `time` (integer ns since the run started, from
 time.monotonic_ns) while holding a lock, so both increase along the file whatever thread
@@ -22,11 +22,11 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.store import fsync_dir
+from control.files import fsync_dir
 
 NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
@@ -65,11 +65,17 @@ class Pending:
 
 class HistoryWriter:
     def __init__(self, path: str | Path, start_ns: int | None = None,
-                 fsync_interval: float = 1.0) -> None:
+                 fsync_interval: float = 1.0, *, clock: Callable[[], int] | None = None,
+                 background_fsync: bool = True) -> None:
         """Create `path` (which must not exist yet) and start timing from `start_ns`
-        (a time.monotonic_ns() reading; default now)."""
+        (a time.monotonic_ns() reading; default now).
+
+        `clock`, if given, replaces the monotonic clock: it returns the ns since the run
+        started (a simulation passes its virtual clock). With `background_fsync=False` no
+        fsync thread is started and the file is fsynced only by close()."""
         self.path = Path(path)
         self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
+        self._clock = clock
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fsync_dir(self.path.parent)
         self._lock = threading.Lock()
@@ -80,9 +86,11 @@ class HistoryWriter:
         self._dirty = False
         self._closed = False
         self._stop = threading.Event()
-        self._syncer = threading.Thread(target=self._sync_loop, args=(fsync_interval,),
-                                        name=f"fsync {self.path.name}", daemon=True)
-        self._syncer.start()
+        self._syncer: threading.Thread | None = None
+        if background_fsync:
+            self._syncer = threading.Thread(target=self._sync_loop, args=(fsync_interval,),
+                                            name=f"fsync {self.path.name}", daemon=True)
+            self._syncer.start()
 
     def __enter__(self) -> HistoryWriter:
         return self
@@ -92,6 +100,8 @@ class HistoryWriter:
 
     def now_ns(self) -> int:
         """Nanoseconds since the run started, on the history's clock."""
+        if self._clock is not None:
+            return self._clock()
         return time.monotonic_ns() - self.start_ns
 
     @property
@@ -139,7 +149,8 @@ class HistoryWriter:
                 self._complete_locked(pending, "info", {"error": RUN_ENDED})
             self._closed = True  # from here on every write raises, so nothing is left open
         self._stop.set()
-        self._syncer.join()
+        if self._syncer is not None:
+            self._syncer.join()
         try:
             os.fsync(self._fd)
         finally:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from replication.client import Client, ClientError, ProduceError
+from replication.net import Pool
 from workloads.history import HistoryWriter, ProcessPool
 
 INDETERMINATE_READ = {"NETWORK_ERROR", "REQUEST_TIMED_OUT"}
@@ -30,10 +32,13 @@ class WorkloadParams:
 
 
 class KafkaWorkload:
-    def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter) -> None:
+    def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
+                 pool_factory: Callable[[], Pool] | None = None) -> None:
         self.p = params
         self.bootstrap = bootstrap
         self.history = history
+        # Connections for each client; a simulator passes one over its simulated network.
+        self.pool_factory = pool_factory
         self.pool = ProcessPool()
         self.values = itertools.count(1)
         self.rng = random.Random(params.seed)
@@ -41,7 +46,9 @@ class KafkaWorkload:
         self.final_errors: dict[int, str] = {}
 
     def _client(self) -> Client:
-        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=1)
+        pool = None if self.pool_factory is None else self.pool_factory()
+        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=1,
+                      pool=pool)
 
     async def run(self, duration_s: float) -> None:
         client = self._client()

@@ -1,5 +1,5 @@
 """General linearizability checker: Wing & Gong / Lowe search with memoisation and
-P-compositionality, for register, cas-register and kv histories.
+P-compositionality, for register, cas-register, append-register and kv histories.
 
     from checkers.linear import check_file
     verdict = check_file("history.jsonl", "cas-register", budget_s=60)
@@ -13,11 +13,19 @@ from typing import Any
 from checkers.linear.check import Runner, check, run_local
 from checkers.linear.history import UNKNOWN, HistoryError, Operation, pair, pair_events
 from checkers.linear.importers import read_events
-from checkers.linear.models import KV, CASRegister, Model, Partition, Register, make_model
+from checkers.linear.models import (
+    KV,
+    AppendRegister,
+    CASRegister,
+    Model,
+    Partition,
+    Register,
+    make_model,
+)
 from checkers.linear.search import Budget, SearchResult, search
 
 __all__ = [
-    "KV", "UNKNOWN", "Budget", "CASRegister", "HistoryError", "Model", "Operation", "Partition",
+    "KV", "UNKNOWN", "AppendRegister", "Budget", "CASRegister", "HistoryError", "Model", "Operation", "Partition",
     "Register", "Runner", "SearchResult", "check", "check_file", "make_model", "pair", "pair_events",
     "read_events", "run_local", "search",
 ]

@@ -1,6 +1,11 @@
 """``python -m checkers.linear HISTORY --model M``: print the verdict JSON.
 
-Exit status: 0 valid, 1 invalid, 2 unknown (budget exhausted), 3 bad input or usage.
+Exit status (checkers.exitcodes): 0 valid, 1 invalid, 2 unknown (budget exhausted), 3 error
+(bad input, bad usage, or a bug -- including a failed Spark job).
+
+The keys of a kv history are searched in parallel on Spark when the history has at least
+``--spark-min-ops`` ops (default checkers.linear.parallel.SPARK_MIN_OPS); smaller histories
+are searched in this process, which is faster than starting Spark.
 """
 
 from __future__ import annotations
@@ -9,32 +14,58 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any
 
+from checkers.exitcodes import Exit, Parser, UserError, guarded
+from checkers.linear import edn
 from checkers.linear.check import Runner, check, run_local
-from checkers.linear.history import HistoryError, pair
-from checkers.linear.importers import read_events
-from checkers.linear.models import MODELS, make_model
+from checkers.linear.history import freeze, pair
+from checkers.linear.importers import plain, read_events
+from checkers.linear.models import KV_REGISTERS, MODELS, NIL_READS, Model, make_model
 from checkers.linear.search import Budget
 
-EXIT = {True: 0, False: 1, "unknown": 2}
-EXIT_BAD_INPUT = 3
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The options shared by this CLI and `harness check --model`."""
+    p.add_argument("--kv-register", default="auto", choices=KV_REGISTERS,
+                   help="the model of each key of a kv history (default: %(default)s: "
+                        "append-register for get/put/append ops, else cas-register)")
+    p.add_argument("--initial", metavar="EDN", default=None,
+                   help="initial value of the register(s), as an EDN/JSON literal, e.g. 0, "
+                        "'\"\"' or nil (default: nil; \"\" for get/put/append, as Porcupine)")
+    p.add_argument("--nil-reads", default="value", choices=NIL_READS,
+                   help="an ok read of nil: 'value' (ours: the register holds nil) or "
+                        "'unknown' (Knossos: a read whose value is unknown) "
+                        "(default: %(default)s)")
+    p.add_argument("--spark-min-ops", type=int, default=None, metavar="N",
+                   help="search kv keys on Spark only for histories of at least N ops "
+                        "(default: checkers.linear.parallel.SPARK_MIN_OPS; 0: always)")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse would exit 2, which here means "unknown"
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+def model_from_args(args: argparse.Namespace) -> Model:
+    kwargs: dict[str, Any] = {"nil_reads": args.nil_reads}
+    if args.initial is not None:
+        try:
+            kwargs["initial"] = freeze(plain(edn.loads(args.initial)))
+        except edn.EdnError as e:
+            raise UserError(f"--initial {args.initial!r} is not an EDN value: {e.reason}") from None
+    return make_model(args.model, args.kv_register, **kwargs)
+
+
+def spark_runner_from_args(args: argparse.Namespace) -> Runner:
+    from checkers.linear.parallel import SPARK_MIN_OPS, spark_runner  # Spark only if used
+
+    min_ops = SPARK_MIN_OPS if args.spark_min_ops is None else args.spark_min_ops
+    return spark_runner(args.spark_master, min_ops)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m checkers.linear", description=__doc__,
+    p = Parser(prog="python -m checkers.linear", description=__doc__,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("history", help="history file: .jsonl (ours), .edn or .txt (Jepsen)")
+    p.add_argument("history", help="history file: .jsonl (ours), .edn or .txt (Jepsen, "
+                                   "Porcupine)")
     p.add_argument("--model", required=True, choices=sorted(MODELS))
-    p.add_argument("--kv-register", default="cas-register", choices=["register", "cas-register"],
-                   help="the model of each key of a kv history (default: %(default)s)")
+    add_model_options(p)
     p.add_argument("--budget-s", type=float, default=None,
                    help="wall-time limit in seconds; past it the verdict is unknown")
     p.add_argument("--max-states", type=int, default=None,
@@ -50,20 +81,19 @@ def parser() -> argparse.ArgumentParser:
 def _runner(args: argparse.Namespace, partitioned: bool) -> Runner:
     if args.in_process or not partitioned:
         return run_local
-    from checkers.linear.parallel import spark_runner  # Spark only when it is used
-    return spark_runner(args.spark_master)
+    return spark_runner_from_args(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        model = make_model(args.model, args.kv_register)
-        ops = pair(read_events(args.history))
-        verdict = check(ops, model, Budget.of(args.budget_s, args.max_states),
-                        _runner(args, args.model == "kv"))
-    except (HistoryError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    return guarded("python -m checkers.linear", lambda: _check(args))
+
+
+def _check(args: argparse.Namespace) -> int:
+    model = model_from_args(args)
+    ops = pair(read_events(args.history))
+    verdict = check(ops, model, Budget.of(args.budget_s, args.max_states),
+                    _runner(args, args.model == "kv"))
     json.dump(verdict, sys.stdout, indent=2, default=repr)
     print()
-    return EXIT[verdict["valid"]]
+    return Exit.of(verdict["valid"])

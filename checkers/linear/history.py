@@ -1,6 +1,6 @@
 """Operations: invocations paired with their completions, from Jepsen-style event histories.
 
-An event is a plain dict in the form of DESIGN.md's history (``process``, ``type`` =
+An event is a plain dict in the form of the history (docs/architecture.md; ``process``, ``type`` =
 invoke/ok/fail/info, ``f``, ``value``, optional ``index``, ``time``, ``key``). Pairing turns
 the events into ``Operation`` records the search works on: an ``ok`` op has a return
 position, an ``info`` op (or an invoke never completed) has none because it may take effect

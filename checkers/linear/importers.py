@@ -51,7 +51,14 @@ def read_edn(path: str | Path) -> Events:
 
 
 def read_text(path: str | Path) -> Events:
-    """Read a Jepsen history.txt: ``process<TAB>type<TAB>f<TAB>value[<TAB>error]``."""
+    """Read a Jepsen history.txt: ``process<TAB>type<TAB>f<TAB>value[<TAB>error]``.
+
+    A .txt file whose first op is an EDN map (``{:process 0, :type :invoke, ...}``, as in
+    Porcupine's test_data/kv corpus) is read as EDN instead."""
+    with open(path, encoding="utf-8") as fh:
+        first = next((line.lstrip() for line in fh if line.strip()), "")
+    if first.startswith(("{", "#", "[")):
+        return read_edn(path)
     events = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):

@@ -29,11 +29,11 @@ into an "unknown" verdict.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Generator, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkers.linear.history import Operation
+from checkers.linear.history import UNKNOWN, Operation
 from checkers.linear.models import Model
 
 _TAIL = 8  # linearized ops shown before the failing point
@@ -79,7 +79,25 @@ class SearchResult:
 def search(ops: Sequence[Operation], model: Model, budget: Budget = UNLIMITED,
            *, want_linearization: bool = False) -> SearchResult:
     """Decide whether ``ops`` is linearizable with respect to ``model``."""
-    return _Search(sorted(ops, key=lambda o: o.call), model, budget).run(want_linearization)
+    return drive(searching(ops, model, budget, want_linearization=want_linearization))
+
+
+def searching(ops: Sequence[Operation], model: Model, budget: Budget = UNLIMITED,
+              *, want_linearization: bool = False) -> Generator[None, None, SearchResult]:
+    """The search as a generator: it yields every ``_CHECK_EVERY`` steps, so several
+    searches can share one thread in turns (checkers.linear.check.run_local), and returns
+    the SearchResult. Nothing is prepared before the first ``next``."""
+    searcher = _Search(sorted(ops, key=lambda o: o.call), model, budget)
+    return (yield from searcher.run(want_linearization))
+
+
+def drive(gen: Generator[None, None, SearchResult]) -> SearchResult:
+    """Run a ``searching`` generator to its end."""
+    try:
+        while True:
+            next(gen)
+    except StopIteration as done:
+        return done.value
 
 
 class _Search:
@@ -88,11 +106,14 @@ class _Search:
         self.model = model
         self.budget = budget
         self._build_list()
-        self.inputs = [(op.f, op.value) for op in ops]
+        self.inputs = [model.input_of(op) for op in ops]
         self.outputs = [op.output for op in ops]
         self.read_only = [model.read_only(op) for op in ops]
+        # a read is accepted iff it returned the state: compared here, not through step()
+        self.reads_return_state = model.reads_return_state
         kinds: dict[tuple[Any, Any, Any], int] = {}
-        self.kind = [kinds.setdefault((op.f, op.value, op.output), len(kinds)) for op in ops]
+        self.kind = [kinds.setdefault((inp, op.output), len(kinds))
+                     for inp, op in zip(self.inputs, ops, strict=True)]
         never = 1 + max((op.ret or op.call for op in ops), default=0)  # after every return
         self.rank = [never + i if op.ret is None else op.ret for i, op in enumerate(ops)]
 
@@ -117,7 +138,7 @@ class _Search:
         self.nxt = [(e + 1) % (n + 1) for e in range(n + 1)]
         self.prv = [(e - 1) % (n + 1) for e in range(n + 1)]
 
-    def run(self, want_linearization: bool) -> SearchResult:
+    def run(self, want_linearization: bool) -> Generator[None, None, SearchResult]:
         nxt, prv, ret_entry = self.nxt, self.prv, self.ret_entry
         step = self.model.step
         deadline, max_states = self.budget.deadline, self.budget.max_states
@@ -136,6 +157,7 @@ class _Search:
                 reason = self._over_budget(deadline, max_states, len(seen))
                 if reason:
                     return SearchResult(None, len(seen), reason)
+                yield
             if fresh:
                 fresh = False
                 first_ret, cands = self._candidates(state)
@@ -195,15 +217,22 @@ class _Search:
         - of identical pending ops (same f, value and output) only the one that returns
           first needs trying: swapping it with an identical op placed before it keeps the
           states and every real-time constraint.
+        And one cut: when the op that returns first is a read the model does not accept
+        now, it must be linearized after some of the pending ops and before it returns, so
+        if the model says no sequence of the pending ops can lead to a state it accepts
+        (``Model.reachable``, e.g. no pending write of the value read), nothing is tried.
         """
         nxt, is_call, op_of, kind, rank = self.nxt, self.is_call, self.op_of, self.kind, self.rank
+        outputs, reads_state = self.outputs, self.reads_return_state
         first: dict[int, int] = {}
         read = 0
         e = nxt[0]
         while e and is_call[e]:  # the pending calls precede the first return entry
             i = op_of[e]
             if self.read_only[i]:
-                if not read and self.model.step(state, self.inputs[i], self.outputs[i])[0]:
+                if not read and (
+                        (outputs[i] is UNKNOWN or outputs[i] == state) if reads_state
+                        else self.model.step(state, self.inputs[i], outputs[i])[0]):
                     read = e
             else:
                 j = first.get(kind[i])
@@ -212,6 +241,11 @@ class _Search:
             e = nxt[e]
         if read:
             return e, [read]
+        if e and self.read_only[op_of[e]]:
+            r = op_of[e]
+            if not self.model.reachable(state, self.outputs[r],
+                                        [self.inputs[i] for i in first.values()]):
+                return e, []
         return e, [self.call_entry[i] for i in sorted(first.values(), key=rank.__getitem__)]
 
     @staticmethod
@@ -229,7 +263,7 @@ class _Search:
         while e != ret:
             if self.is_call[e]:
                 op = self.ops[self.op_of[e]]
-                ok, _ = self.model.step(state, (op.f, op.value), op.output)
+                ok, _ = self.model.step(state, self.model.input_of(op), op.output)
                 concurrent.append((op, ok))
             e = self.nxt[e]
         previous = [self.ops[self.op_of[s[0]]] for s in stack[-_TAIL:]]

@@ -7,7 +7,6 @@ report is most needed exactly when a run went wrong.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 import jinja2
 import pyarrow as pa
 
+from control.files import write_text_atomic
 from harness.report import plots
 from harness.report.events import EventSummary, scan_events
 from harness.report.loss import LossTable, read_loss
@@ -92,12 +92,6 @@ def _details(event: dict[str, Any]) -> str:
     """An event's own fields, without the ones every event has."""
     skip = ("time", "ts", "host", "node", "kind")
     return " ".join(f"{k}={_cell(v)}" for k, v in sorted(event.items()) if k not in skip)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -298,5 +292,5 @@ def render_run(run_dir: Path) -> Path:
         results_index="../../index.html" if (run_dir / "../../index.html").is_file() else None,
     )
     out = run_dir / "report.html"
-    write_atomically(out, html)
+    write_text_atomic(out, html)
     return out

@@ -12,7 +12,6 @@ from nemesis.lazyfs.mount import (
     MountOptions,
     is_mounted,
     pidfile_for,
-    registry_dir,
     registry_file,
     remove_file,
     write_json,
@@ -39,8 +38,7 @@ def run_foreground(opts: MountOptions) -> None:
 
     def on_ready() -> None:
         write_json(pidfile_for(opts.control), {"pid": os.getpid()})
-        os.makedirs(registry_dir(), exist_ok=True)
-        write_json(registry, entry)
+        write_json(registry, entry)  # registry_file() checked the private directory above
         server.start()
         if flusher is not None:
             flusher.start()

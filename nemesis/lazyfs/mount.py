@@ -3,6 +3,10 @@
 A daemon is a `python -m nemesis.lazyfs mount ... --foreground` child in its own
 session. It writes SOCK.pid next to its control socket and a registry entry
 keyed by the mountpoint, so `umount MOUNTPOINT` can find and wait for it.
+
+The registry is a private directory (0700, owned by us, checked with lstat before every use:
+see registry_dir); entries of daemons that died without removing theirs are pruned whenever a
+daemon is started or a mount is taken down.
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from control.files import private_dir, write_text_atomic
 from nemesis.lazyfs.control import LazyFSClient, LazyFSError
 
 READY_TIMEOUT_S = 20.0
 EXIT_TIMEOUT_S = 20.0
 LAZY_EXIT_TIMEOUT_S = 2.0
+STALE_TMP_S = 60.0  # a temporary registry file older than this was left by a killed writer
+ROOT_REGISTRY = "/run/lazyfs-mounts"  # root's: /run is root's own, unlike the shared /tmp
 
 
 @dataclass
@@ -36,7 +44,17 @@ class MountOptions:
 
 
 def registry_dir() -> str:
-    return os.environ.get("LAZYFS_RUN_DIR") or os.path.join(tempfile.gettempdir(), "lazyfs-mounts")
+    """$LAZYFS_RUN_DIR, else /run/lazyfs-mounts for root and <tmp>/lazyfs-mounts-<uid> for
+    others; created 0700 if missing, and refused (UnsafePathError) unless it is a real
+    directory owned by us that nobody else can use: an entry planted there would make us
+    signal its pid or talk to its socket."""
+    path = os.environ.get("LAZYFS_RUN_DIR")
+    if not path:
+        uid = os.geteuid()
+        path = ROOT_REGISTRY if uid == 0 else os.path.join(tempfile.gettempdir(),
+                                                          f"lazyfs-mounts-{uid}")
+    private_dir(Path(path))
+    return path
 
 
 def registry_file(mountpoint: str) -> str:
@@ -61,10 +79,8 @@ def is_mounted(mountpoint: str) -> bool:
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    """Atomically, through a fresh temporary file: never writes through a planted symlink."""
+    write_text_atomic(Path(path), json.dumps(data), mode=0o600)
 
 
 def remove_file(path: str) -> None:
@@ -74,8 +90,42 @@ def remove_file(path: str) -> None:
         pass
 
 
+def prune_registry() -> list[str]:
+    """Remove the registry entries of daemons that are gone (a SIGKILLed daemon never removes
+    its own) and temporary files killed writers left; the paths removed."""
+    directory = registry_dir()
+    removed = []
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if name.endswith(".tmp"):
+            try:
+                stale = time.time() - os.lstat(path).st_mtime > STALE_TMP_S
+            except FileNotFoundError:
+                continue
+        elif name.endswith(".json"):
+            entry = _read_entry(path)
+            pid = entry.get("pid") if entry else None
+            stale = not (isinstance(pid, int) and not isinstance(pid, bool)
+                         and _is_our_daemon(pid) and not _is_zombie(pid))
+        else:
+            continue
+        if stale:
+            remove_file(path)
+            removed.append(path)
+    return removed
+
+
+def _prune_quietly() -> None:
+    try:
+        prune_registry()
+    except OSError:
+        pass  # housekeeping must never fail a mount or an unmount
+
+
 def spawn_daemon(opts: MountOptions) -> int:
     """Start a daemon for opts and return its pid once the mount serves requests."""
+    registry_dir()  # an unsafe registry is refused here, before anything is started
+    _prune_quietly()
     log_path = opts.control + ".log"
     argv = [sys.executable, "-m", "nemesis.lazyfs", "mount", opts.backing, opts.mountpoint,
             "--control", opts.control, "--foreground",
@@ -128,6 +178,7 @@ def unmount(mountpoint: str, timeout: float = EXIT_TIMEOUT_S) -> dict[str, Any]:
     if isinstance(pid, int):
         result["daemon"] = _await_exit(pid, timeout)
     remove_file(registry_file(mountpoint))
+    _prune_quietly()
     return result
 
 
@@ -143,11 +194,17 @@ def _try_flush(entry: dict[str, Any] | None) -> bool:
 
 
 def _read_registry(mountpoint: str) -> dict[str, Any] | None:
+    return _read_entry(registry_file(mountpoint))
+
+
+def _read_entry(path: str) -> dict[str, Any] | None:
     try:
-        with open(registry_file(mountpoint)) as f:
-            return json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd) as f:
+            entry = json.load(f)
     except (OSError, ValueError):
         return None
+    return entry if isinstance(entry, dict) else None
 
 
 def _is_our_daemon(pid: int) -> bool:

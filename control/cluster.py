@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from harness.hosts.host import Host
+from control.host import Host
 
 PORT = 9092
 LAZYFS_SOCK = "lazyfs.sock"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.hosts import slots
+from control import slots
 
 NETNS_DIR = Path("/run/netns")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from harness.hosts.control import Remote
+from control.remote import Remote
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,11 @@ sshd) and `SshProvider` (real machines or VMs from an inventory file). Both hand
 whose `remote` is a paramiko-backed `Remote`.
 """
 
-from harness.hosts.cleanup import cleanup_stale
-from harness.hosts.control import (
+from control.cleanup import cleanup_stale
+from control.host import Host
+from control.inventory import InventoryError, load_inventory
+from control.netns_provider import NetnsProvider
+from control.remote import (
     CommandFailed,
     CommandTimeout,
     Endpoint,
@@ -16,10 +19,7 @@ from harness.hosts.control import (
     Result,
     Unreachable,
 )
-from harness.hosts.host import Host
-from harness.hosts.inventory import InventoryError, load_inventory
-from harness.hosts.netns_provider import NetnsProvider
-from harness.hosts.ssh_provider import SshProvider
+from control.ssh_provider import SshProvider
 
 __all__ = [
     "CommandFailed",

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.campaign_detection import EVIDENCE, detection_times
+from control.files import write_text_atomic
 from harness.report import plots
+from harness.report.detection import EVIDENCE, detection_times
 from harness.report.outcome import read_outcome
-from harness.report.render import environment, render_run, write_atomically
+from harness.report.render import environment, render_run
 
 TREND_NIGHTS = 30  # nights shown in the trend plots
 RECENT_RUNS = 50
@@ -86,7 +87,7 @@ def render_campaign(folder: Path) -> Path:
         plot=plot.name if plot else None,
     )
     out = folder / "index.html"
-    write_atomically(out, html)
+    write_text_atomic(out, html)
     return out
 
 
@@ -179,5 +180,5 @@ def write_results_index(root: Path) -> Path:
         title="Chaos test results", campaigns=rows, trends=_trend_plots(root, campaigns),
         runs=_recent_runs(root), recent_cap=RECENT_RUNS)
     out = root / "index.html"
-    write_atomically(out, html)
+    write_text_atomic(out, html)
     return out

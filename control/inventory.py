@@ -12,10 +12,16 @@
     [[hosts]]
     name = "n1"
     address = "192.168.56.11"
+
+Every value that ends up in a path or a command on a host is checked here, with an error
+naming the file and the key: a host name is one path component (`<work_dir>/<name>/data` is
+wiped with `rm -rf` on that host), the user a plain login name, work_dir an absolute,
+normalised path below the system directories, python one interpreter path or name.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -45,6 +51,46 @@ _TYPES: dict[str, type] = {
     "name": str, "address": str, "port": int, "user": str, "key_file": str,
     "known_hosts": str, "work_dir": str, "sudo": bool, "python": str,
 }
+
+
+# One path component, as hostnames and folder names go: no "/", no "." or "..", no blanks.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+# A DNS name, an IPv4 or an IPv6 address (optionally with a %zone).
+ADDRESS_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(%[A-Za-z0-9_.-]+)?")
+PYTHON_RE = re.compile(r"[A-Za-z0-9_./+-]+")
+# work_dir may not be one of these (nor "/"): <work_dir>/<name>/data would be a system folder.
+SYSTEM_DIRS = frozenset({
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+    "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+    "/usr/bin", "/usr/lib", "/usr/lib64", "/usr/local", "/usr/sbin", "/usr/share", "/var/lib",
+    "/var/log", "/var/cache", "/var/tmp", "/var/run", "/var/spool", "/var/mail", "/var/www",
+})  # fmt: skip
+
+
+def _check_values(path: Path, where: str, values: dict[str, Any]) -> None:
+    def bad(key: str, why: str) -> InventoryError:
+        return InventoryError(f"{path}: {where}.{key}: {values[key]!r} {why}")
+
+    if not NAME_RE.fullmatch(values["name"]) or values["name"] in (".", ".."):
+        raise bad("name", "is not a host name: use letters, digits, '.', '_' and '-' (at most "
+                          "63, starting with a letter or digit); it names a folder on the host")
+    if not USER_RE.fullmatch(values["user"]):
+        raise bad("user", "is not a login name (letters, digits, '_', '.', '-'; at most 32)")
+    if not ADDRESS_RE.fullmatch(values["address"]):
+        raise bad("address", "is not a host name or an IP address")
+    work_dir = values["work_dir"]
+    parts = work_dir.split("/")
+    if (not work_dir.startswith("/") or any(p in ("", ".", "..") for p in parts[1:])
+            or any(ord(c) < 32 or c == "\x7f" for c in work_dir)):
+        raise bad("work_dir", "must be an absolute, normalised path (no '.', '..', '//', "
+                              "trailing '/' or control characters)")
+    if work_dir == "/" or work_dir in SYSTEM_DIRS:
+        raise bad("work_dir", "is a system directory: the hosts' folders are created and wiped "
+                              "below it; use a folder of its own such as /var/lib/kch")
+    if not PYTHON_RE.fullmatch(values["python"]) or values["python"].startswith("-"):
+        raise bad("python", "must be one interpreter, a name on the PATH or an absolute path "
+                            "(no blanks or shell characters)")
 
 
 def _field(path: Path, where: str, merged: dict[str, Any], key: str) -> Any:
@@ -90,6 +136,7 @@ def load_inventory(path: Path) -> list[HostEntry]:
                 raise InventoryError(f"{path}: {where}: unknown key {key!r}")
         merged = {**_DEFAULTS, **defaults, **raw}
         values = {key: _field(path, where, merged, key) for key in _TYPES}
+        _check_values(path, where, values)
         if values["name"] in seen:
             raise InventoryError(f"{path}: {where}.name: duplicate host name {values['name']!r}")
         seen.add(values["name"])

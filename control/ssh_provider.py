@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import shlex
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness.hosts.control import Endpoint, Remote
-from harness.hosts.host import Host
-from harness.hosts.inventory import HostEntry, load_inventory
-from nemesis.partition import heal
+from control.host import Host
+from control.inventory import HostEntry, load_inventory
+from control.parallel import on_hosts
+from control.remote import Endpoint, Remote
 
 
 class SshProvider:
     """up() connects to every host, stops daemons a crashed run left there (by pidfile),
-    heals leftover partitions and gives each host fresh data and log directories."""
+    and gives each host fresh data and log directories."""
 
     def __init__(self, inventory: Path) -> None:
         self.inventory = Path(inventory)
@@ -30,8 +29,7 @@ class SshProvider:
     def up(self) -> list[Host]:
         hosts = [_host(e) for e in self.entries]
         try:
-            with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-                list(pool.map(_prepare, hosts))
+            on_hosts(hosts, _prepare)
         except BaseException:
             for h in hosts:
                 h.remote.close()
@@ -43,8 +41,7 @@ class SshProvider:
         """Stop every daemon started through the hosts and close the connections."""
         if not self.hosts:
             return
-        with ThreadPoolExecutor(max_workers=min(16, len(self.hosts))) as pool:
-            list(pool.map(lambda h: h.remote.stop_all(), self.hosts))
+        on_hosts(self.hosts, lambda h: h.remote.stop_all())
         for h in self.hosts:
             h.remote.close()
         self.hosts = []
@@ -61,7 +58,6 @@ def _host(entry: HostEntry) -> Host:
 def _prepare(host: Host) -> None:
     host.remote.connect()
     host.remote.stop_all()
-    heal([host])
     # A FUSE data directory whose daemon died with the crashed run is a dead mount.
     data = shlex.quote(str(host.data_dir))
     host.remote.run(f"if mountpoint -q {data}; then fusermount3 -uz {data}; fi", sudo=True)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import subprocess
 
-from harness.hosts import netns, slots
+from control import netns, slots
+from control.files import remove_private_dir
+
+CLUSTER_MARKER = ".kch-cluster"  # netns_provider.MARKER: only such directories are removed
 
 
 def _fuse_mounts_under(directory: str) -> list[str]:
@@ -23,8 +26,10 @@ def _fuse_mounts_under(directory: str) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def clean_slot(slot: int, cluster_dir: str | None) -> None:
-    """Kill the slot's processes, unmount FUSE under its cluster dir, remove its network.
+def clean_slot(slot: int, cluster_dir: str | None, remove_dir: bool = False) -> None:
+    """Kill the slot's processes, unmount FUSE under its cluster dir, remove its network, and
+    with `remove_dir` the cluster dir itself (a temporary one the provider made: only if it is
+    still a real directory of ours carrying the cluster marker).
 
     The caller must hold the slot's lock. Safe when nothing exists.
     """
@@ -33,6 +38,8 @@ def clean_slot(slot: int, cluster_dir: str | None) -> None:
         for point in _fuse_mounts_under(cluster_dir):
             subprocess.run(["fusermount3", "-uz", point], capture_output=True)
     netns.destroy_network(slot)
+    if cluster_dir and remove_dir:
+        remove_private_dir(cluster_dir, CLUSTER_MARKER)
 
 
 def cleanup_stale() -> list[int]:
@@ -48,7 +55,8 @@ def cleanup_stale() -> list[int]:
         if lease is None:
             continue
         try:
-            clean_slot(slot, slots.read_state(slot).get("cluster_dir"))
+            state = slots.read_state(slot)
+            clean_slot(slot, state.get("cluster_dir"), remove_dir=state.get("remove_dir") is True)
             cleaned.append(slot)
         finally:
             lease.release()

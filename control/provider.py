@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.hosts.host import Host
-from harness.hosts.inventory import HostEntry, InventoryError
-from harness.hosts.netns_provider import NetnsProvider
-from harness.hosts.ssh_provider import SshProvider
+from control.host import Host
+from control.inventory import HostEntry, InventoryError
+from control.netns_provider import NetnsProvider
+from control.ssh_provider import SshProvider
 
 
 class Provider(Protocol):
@@ -49,11 +49,14 @@ def shared_python(inventory: Path, entries: Sequence[HostEntry]) -> str:
     return found.pop()
 
 
-def make_provider(config: Mapping[str, Any], cluster_dir: Path) -> Provider:
-    """The provider of a validated config; `cluster_dir` is the netns cluster's local folder."""
+def make_provider(config: Mapping[str, Any], cluster_dir: Path | None = None, *,
+                  name: str = "cluster") -> Provider:
+    """The provider of a validated config. `cluster_dir` is the netns cluster's local folder;
+    None gives a fresh private one in the temp dir, named kch-<name>-<random>, that the
+    provider removes when it goes down."""
     hosts = config["hosts"]
     if hosts["provider"] == "netns":
-        return LocalNetnsProvider(cluster_dir, config["nodes"])
+        return LocalNetnsProvider(cluster_dir, config["nodes"], prefix=f"kch-{name}-")
     if hosts["provider"] == "ssh":
         return InventoryProvider(Path(hosts["inventory"]), config["nodes"])
     raise ValueError(f"hosts.provider: unknown provider {hosts['provider']!r}")

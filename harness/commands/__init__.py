@@ -1,0 +1,7 @@
+"""One module per `harness` subcommand: each has `NAME`, `HELP`, `add_arguments(parser)` and
+`main(args) -> int`. harness.cli builds the parser from them and maps errors onto the exit-code
+contract (checkers.exitcodes)."""
+
+from harness.commands import campaign, check, report, reproduce, run, serve, simulate
+
+COMMANDS = (run, simulate, check, report, campaign, reproduce, serve)

@@ -1,0 +1,27 @@
+"""`harness campaign FILE.toml`: a matrix of tests, resumable, with an index page."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from harness.campaign import run_campaign
+from harness.commands.argtypes import parse_duration
+
+NAME = "campaign"
+HELP = "run a matrix of tests from a TOML file"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, metavar="FILE.toml")
+    parser.add_argument("--resume", action="store_true", help="continue an interrupted night")
+    parser.add_argument("--time-budget", type=parse_duration, metavar="DURATION",
+                        help="stop starting new runs after this long (e.g. 2h, 30m)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Exit 1 on a regression night, so a cron job or CI can alert on it."""
+    folder = run_campaign(args.file, args.resume, args.time_budget)
+    state = json.loads((Path(folder) / "campaign.json").read_text())
+    return 1 if state.get("verdict") == "regression" else 0

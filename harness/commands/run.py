@@ -1,0 +1,35 @@
+"""`harness run`: one test on real hosts -- hosts, nodes, workload, nemesis, check, report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from checkers.exitcodes import Exit
+from control import cleanup
+from harness import store
+from harness.commands.argtypes import add_test_options
+from harness.config import from_args
+from harness.runner import run_test, say
+from harness.test import Test
+
+NAME = "run"
+HELP = "run one test: hosts, nodes, workload, nemesis, check"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_test_options(parser)
+    parser.add_argument("--cleanup-only", action="store_true",
+                        help="only tear down what crashed or interrupted runs left behind")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.cleanup_only:
+        cleaned = cleanup.cleanup_stale()
+        say(f"cleaned up {len(cleaned)} leftover cluster(s)")
+        return Exit.VALID
+    # Resolve the config first so a bad test file fails before any host is touched.
+    config = from_args(args)
+    run_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv))
+    print(run_dir / "report.html")
+    return store.verdict_exit(run_dir)

@@ -1,0 +1,99 @@
+"""`harness simulate`: the test in the deterministic simulated world instead of on real hosts.
+
+The same options, profiles and `--set` keys as `harness run`. One seed (`--seed N`, or the
+config's) writes a run folder like `harness run` does; `--seeds A-B` searches a range of seeds
+(on `--jobs` local processes, or on Spark with `--spark-master`), `--stop-after N` ends the
+search at the Nth failing seed, and `--check-determinism` runs each seed twice and fails on
+the first byte that differs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from checkers.exitcodes import Exit, UserError
+from harness import store
+from harness.campaign_spec import load_spec
+from harness.commands.argtypes import add_test_options
+from harness.config import from_args, validate
+from harness.simulate import as_simulated, check_determinism, run_search, simulate_test
+from harness.test import Test
+
+NAME = "simulate"
+HELP = "run the test in the deterministic simulator (one seed, or a search over seeds)"
+
+
+def seed_range(text: str) -> list[int]:
+    """"100-199" or "7" -> the seeds, inclusive."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad seed range {text!r}: expected A-B or N")
+    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+    if last < first:
+        raise argparse.ArgumentTypeError(f"bad seed range {text!r}: {last} < {first}")
+    return list(range(first, last + 1))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_test_options(parser)
+    parser.add_argument("--seeds", type=seed_range, metavar="A-B",
+                        help="search these seeds (inclusive) instead of running one")
+    parser.add_argument("--stop-after", type=int, metavar="N",
+                        help="with --seeds: stop once N seeds have failed")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="with --seeds: local processes (default: the cores)")
+    parser.add_argument("--spark-master", metavar="URL",
+                        help="with --seeds: simulate on this Spark cluster instead")
+    parser.add_argument("--campaign", type=Path, metavar="FILE.toml",
+                        help="take the test from a campaign file's cell (with --cell)")
+    parser.add_argument("--cell", metavar="CONFIG[/MIX]",
+                        help="with --campaign: the [[config]] (and nemesis mix) to simulate")
+    parser.add_argument("--check-determinism", action="store_true",
+                        help="run each seed twice (the second time in a fresh interpreter with "
+                             "another hash seed) and fail on the first divergence")
+
+
+def campaign_config(args: argparse.Namespace) -> dict:
+    """The resolved config of a campaign cell, with --seed and --time-limit laid over it."""
+    if not args.cell:
+        raise UserError("--campaign needs --cell CONFIG[/MIX]")
+    _, cells = load_spec(args.campaign)
+    wanted = args.cell.split("/")
+    for cell in cells:
+        if [cell.config, cell.nemesis][:len(wanted)] == wanted:
+            config = dict(cell.resolved)
+            for key, value in (("seed", args.seed), ("time_limit", args.time_limit)):
+                if value is not None:
+                    config[key] = value
+            return validate(config, source=f"{args.campaign} cell {cell.id}")
+    known = sorted({f"{c.config}/{c.nemesis}" for c in cells})
+    raise UserError(f"{args.campaign}: no cell {args.cell!r}; cells: {', '.join(known)}")
+
+
+def main(args: argparse.Namespace) -> int:
+    config = as_simulated(campaign_config(args) if args.campaign else from_args(args))
+    if args.check_determinism:
+        return _determinism(config, args.seeds or [config["seed"]])
+    test = Test.of(config, store.default_results_dir(), argv=sys.argv)
+    if args.seeds:
+        summary = run_search(test, args.seeds, jobs=max(1, args.jobs),
+                             spark_master=args.spark_master, stop_after=args.stop_after)
+        if summary.errors:
+            return Exit.ERROR
+        return Exit.INVALID if summary.failing else Exit.VALID
+    run_dir = simulate_test(test)
+    print(run_dir / "report.html")
+    return store.verdict_exit(run_dir)
+
+
+def _determinism(config: dict, seeds: list[int]) -> int:
+    for seed in seeds:
+        divergence = check_determinism(config, seed)
+        if divergence is not None:
+            print(f"seed {seed}: the two runs diverged at {divergence}")
+            return Exit.INVALID
+        print(f"seed {seed}: identical history.jsonl, events.jsonl and schedule.json")
+    return Exit.VALID

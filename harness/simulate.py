@@ -1,0 +1,354 @@
+"""Tests in the simulated world (simulation/): one seed into a run folder, many seeds as a
+search, and the determinism self-check.
+
+A simulated run writes the same run folder as a real one (test.json with "hosts": "sim",
+history.jsonl, schedule.json, events.jsonl, results.json, report.html), so `harness check`,
+`harness report` and campaign indexes read it unchanged. Its faults come from the same
+planner, are aimed by the same target resolution against live metadata and applied by the
+same `FaultKind`s, through the simulated world's verbs. Same seed, config and code: the same
+bytes in history.jsonl, events.jsonl and schedule.json.
+
+A search simulates each seed in a scratch folder, checks it with the single-process checker
+(checkers.reference: a small history costs less to check in-process than to ship to Spark),
+keeps one summary row per seed, and re-runs each failing seed into a real run folder, checked
+there by the configured checker (Spark), which must agree."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from checkers.check import check_path
+from checkers.exitcodes import UserError
+from checkers.spark import get_session
+from control.files import write_json_atomic
+from harness import store
+from harness.report import report_path
+from harness.test import Test
+from nemesis.faults import Nemesis, metadata_topology
+from nemesis.kinds import lookup
+from nemesis.schedule import ScheduleRecord
+from simulation.run import SimResult, run_simulation
+from simulation.world import Verbs, World
+from workloads.kafka import WorkloadParams
+
+SIM = "sim"
+DETERMINISM_FILES = ("history.jsonl", "events.jsonl", "schedule.json")
+
+
+def say(msg: str) -> None:
+    print(f"[harness] {msg}", file=sys.stderr, flush=True)
+
+
+def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with hosts.provider = "sim"; refuses fault kinds the simulator cannot apply."""
+    out = copy.deepcopy(dict(config))
+    out["hosts"] = {"provider": SIM}
+    unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
+    if unsupported:
+        raise UserError(f"the simulated world cannot apply {', '.join(unsupported)} "
+                        "(real hosts only); remove it from nemesis.faults or use `harness run`")
+    return out
+
+
+def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    out = copy.deepcopy(dict(config))
+    out["seed"] = seed
+    return out
+
+
+# ---- one simulated run ----------------------------------------------------------------------
+
+def simulate_into(test: Test, out_dir: Path) -> SimResult:
+    """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json."""
+    s = test.settings
+    params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
+                            acks=s.workload.acks, rate=s.workload.rate,
+                            producers=s.workload.producers, consumers=s.workload.consumers,
+                            request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
+    schedule_params = test.schedule_params
+    schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,
+                              test.plan.entries_for(schedule_params))
+
+    def faults(world: World, loop) -> Any:
+        started = loop.time()  # the workload starts now: the schedule's time axis
+        topology = metadata_topology(world.nodes, world.bootstrap(), s.topic.name,
+                                     pool_factory=world.pool)
+        nemesis = Nemesis(Verbs(world), topology, world.history, schedule,
+                          lambda: loop.time() - started, s.nemesis.link)
+        return nemesis.run()
+
+    try:
+        return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
+                              system=test.config["system"], n_nodes=s.nodes,
+                              replication_factor=s.topic.replication_factor,
+                              final_read_timeout=s.workload.final_read_timeout, faults=faults)
+    finally:
+        schedule.finish("time limit reached")
+
+
+def simulate_test(test: Test, *, backend: str = "spark") -> Path:
+    """One simulated run into a new run folder under the test's results root, checked (with
+    `backend`) and reported like a real run. Returns the folder."""
+    config = as_simulated(test.config)
+    test = Test.of(config, test.results_root, argv=test.argv, plan=test.plan, check=test.check)
+    run_dir = store.new_run(test.results_root, config, list(test.argv))
+    say(f"run folder {run_dir}")
+    result = simulate_into(test, run_dir)
+    say(f"simulated {result.virtual_s:.1f} s in {result.wall_s:.1f} s wall "
+        f"({result.speed:.1f}x); workload {result.stats}")
+    if test.check:
+        try:
+            spark = test.settings.checker.spark_master
+            results = check_path(run_dir, spark_master=spark, backend=backend)
+            say(f"checker verdict: valid={results['valid']}")
+        except Exception as e:  # the folder stays checkable with `harness check`
+            say(f"checker failed: {e}")
+        try:
+            report_path(run_dir)
+        except Exception as e:
+            say(f"report failed: {e}")
+    return run_dir
+
+
+# ---- many seeds -------------------------------------------------------------------------------
+
+@dataclass
+class SeedRow:
+    """What a search keeps of one seed."""
+
+    seed: int
+    valid: Any  # True | False | "unknown" | "error"
+    anomalies: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    acked: int = 0
+    virtual_s: float = 0.0
+    wall_s: float = 0.0
+    error: str | None = None
+
+
+def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = None) -> dict:
+    """Simulate and check one seed in a scratch folder that is removed afterwards; the summary
+    row as a dict (plain data, so it crosses process and Spark boundaries)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"sim-s{seed}-", dir=scratch))
+    try:
+        cfg = with_seed(config, seed)
+        store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
+        test = Test.of(cfg, folder, check=False)
+        started = time.perf_counter()
+        result = simulate_into(test, folder)
+        results = check_path(folder, backend="reference")
+        anomalies = {k: int(v.get("count", 0)) for k, v in results.get("anomalies", {}).items()}
+        row = SeedRow(seed, results.get("valid"), anomalies,
+                      int(results.get("lost", {}).get("count", 0) or 0),
+                      int(result.stats.get("send-ok", 0)), result.virtual_s,
+                      time.perf_counter() - started)
+    except Exception as e:  # one broken seed is a row of its own, never the end of a search
+        row = SeedRow(seed, "error", error=f"{type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return asdict(row)
+
+
+def _simulate_many(args: tuple[Mapping[str, Any], list[int], str | None]) -> list[dict]:
+    config, seeds, scratch = args
+    return [simulate_seed(config, s, scratch) for s in seeds]
+
+
+def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int) -> Iterator[dict]:
+    """Rows in seed order; at most 2 x jobs seeds in flight, so stopping early wastes little."""
+    if jobs <= 1:
+        for s in seeds:
+            yield simulate_seed(config, s)
+        return
+    pool = ProcessPoolExecutor(max_workers=jobs)
+    window: deque = deque()
+    pending = iter(seeds)
+    try:
+        for s in pending:
+            window.append(pool.submit(simulate_seed, config, s))
+            if len(window) >= 2 * jobs:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _rows_spark(config: Mapping[str, Any], seeds: list[int], master: str) -> Iterator[dict]:
+    """Seeds as an RDD: each task simulates and checks its seeds and returns one row each."""
+    spark = get_session(master)
+    sc = spark.sparkContext
+    slices = max(1, min(len(seeds), sc.defaultParallelism * 4))
+    chunks = [seeds[i::slices] for i in range(slices)]
+    rdd = sc.parallelize([(dict(config), c, None) for c in chunks], len(chunks))
+    yield from rdd.flatMap(_simulate_many).toLocalIterator()
+
+
+@dataclass
+class SearchSummary:
+    runs: int = 0
+    failing: list[int] = field(default_factory=list)
+    errors: list[int] = field(default_factory=list)
+    by_anomaly: Counter = field(default_factory=Counter)
+    wall_s: float = 0.0
+    virtual_s: float = 0.0
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def runs_per_s(self) -> float:
+        return self.runs / self.wall_s if self.wall_s else 0.0
+
+
+def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
+           spark_master: str | None = None, stop_after: int | None = None,
+           on_row: Callable[[dict], None] | None = None) -> SearchSummary:
+    """Simulate and check every seed (locally on `jobs` processes, or on Spark); stop once
+    `stop_after` seeds failed."""
+    config = as_simulated(config)
+    seeds = list(seeds)
+    summary = SearchSummary()
+    started = time.perf_counter()
+    rows = _rows_spark(config, seeds, spark_master) if spark_master else \
+        _rows_local(config, seeds, jobs)
+    for row in rows:
+        summary.runs += 1
+        summary.rows.append(row)
+        summary.virtual_s += row["virtual_s"]
+        if row["valid"] == "error":
+            summary.errors.append(row["seed"])
+        elif row["valid"] is not True:
+            summary.failing.append(row["seed"])
+            summary.by_anomaly.update(row["anomalies"].keys())
+        if on_row is not None:
+            on_row(row)
+        if stop_after is not None and len(summary.failing) >= stop_after:
+            break
+    if hasattr(rows, "close"):
+        rows.close()
+    summary.wall_s = time.perf_counter() - started
+    return summary
+
+
+def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | None,
+               stop_after: int | None, keep: int = 3) -> SearchSummary:
+    """`harness simulate --seeds`: the search with a progress bar, then the first `keep`
+    failing seeds re-run into run folders and re-checked by the Spark checker."""
+    bar = tqdm(total=len(seeds), unit="run", file=sys.stderr, disable=not sys.stderr.isatty(),
+               leave=False)
+    failures: Counter = Counter()
+
+    def progress(row: dict) -> None:
+        if row["valid"] not in (True, "error"):
+            failures.update(row["anomalies"].keys())
+        bar.update(1)
+        bar.set_postfix_str(f"failing runs by anomaly: {dict(failures) or '-'}")
+        if not bar.disable:
+            return
+        if row["valid"] is not True:
+            say(f"seed {row['seed']}: valid={row['valid']} {row['anomalies'] or row['error']}")
+
+    summary = search(test.config, seeds, jobs=jobs, spark_master=spark_master,
+                     stop_after=stop_after, on_row=progress)
+    bar.close()
+    print_summary(summary)
+    for seed in sorted(summary.failing)[:keep]:
+        row = next(r for r in summary.rows if r["seed"] == seed)
+        run_dir = simulate_test(Test.of(with_seed(test.config, seed), test.results_root,
+                                        argv=test.argv))
+        agreed = _agrees(row, run_dir)
+        print(f"seed {seed}: {run_dir / 'report.html'}  Spark checker "
+              f"{'agrees' if agreed else 'DISAGREES'} with the in-process check")
+    write_search(test, seeds, summary)
+    return summary
+
+
+def _agrees(row: Mapping[str, Any], run_dir: Path) -> bool:
+    try:
+        results = json.loads((run_dir / "results.json").read_text())
+    except (OSError, ValueError):
+        return False
+    spark = {k for k, v in results.get("anomalies", {}).items() if v.get("count")}
+    return results.get("valid") == row["valid"] and spark == set(row["anomalies"])
+
+
+def print_summary(summary: SearchSummary) -> None:
+    print(f"runs {summary.runs} in {summary.wall_s:.1f} s ({summary.runs_per_s:.2f} runs/s, "
+          f"{summary.virtual_s / 3600:.2f} simulated hours)")
+    print(f"failing {len(summary.failing)}, errors {len(summary.errors)}")
+    for name, count in summary.by_anomaly.most_common():
+        print(f"  {name}: {count} run(s)")
+    if summary.failing:
+        print(f"first failing seeds: {', '.join(map(str, sorted(summary.failing)[:10]))}")
+    if summary.errors:
+        print(f"seeds that crashed: {', '.join(map(str, summary.errors[:10]))}")
+
+
+def write_search(test: Test, seeds: list[int], summary: SearchSummary) -> Path:
+    """results/<name>/search-<stamp>-s<first>-<last>.json: every row, for later analysis."""
+    folder = test.results_root / test.config["name"]
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    path = folder / f"search-{stamp}-s{seeds[0]}-{seeds[-1]}.json"
+    write_json_atomic(path, {"config": as_simulated(test.config), "seeds": [seeds[0], seeds[-1]],
+                                   "runs": summary.runs, "wall_s": summary.wall_s,
+                                   "failing": summary.failing, "errors": summary.errors,
+                                   "by_anomaly": dict(summary.by_anomaly), "rows": summary.rows})
+    print(path)
+    return path
+
+
+# ---- determinism ------------------------------------------------------------------------------
+
+def digest_files(folder: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            for name in DETERMINISM_FILES if (folder / name).exists()}
+
+
+def first_divergence(a: Path, b: Path) -> str | None:
+    """Where two runs' files first differ ("history.jsonl line 812: ..."), or None."""
+    for name in DETERMINISM_FILES:
+        la = (a / name).read_text().splitlines() if (a / name).exists() else []
+        lb = (b / name).read_text().splitlines() if (b / name).exists() else []
+        for i, (x, y) in enumerate(zip(la, lb, strict=False), start=1):
+            if x != y:
+                return f"{name} line {i}:\n  first:  {x[:300]}\n  second: {y[:300]}"
+        if len(la) != len(lb):
+            return f"{name}: {len(la)} lines in the first run, {len(lb)} in the second"
+    return None
+
+
+def check_determinism(config: Mapping[str, Any], seed: int) -> str | None:
+    """Simulate `seed` twice -- here, and in a fresh interpreter with another hash seed (so a
+    set iterated in hash order shows) -- and return the first divergence, or None."""
+    config = as_simulated(with_seed(config, seed))
+    with tempfile.TemporaryDirectory(prefix=f"det-s{seed}-") as tmp:
+        first, second = Path(tmp) / "a", Path(tmp) / "b"
+        for folder in (first, second):
+            folder.mkdir()
+        simulate_into(Test.of(config, first, check=False), first)
+        env = {**os.environ, "PYTHONHASHSEED": str(1 + seed % 4_000_000)}
+        child = [sys.executable, "-c",
+                 "import json, sys; from pathlib import Path; from harness.simulate import "
+                 "simulate_into; from harness.test import Test; "
+                 "c = json.loads(sys.argv[1]); simulate_into(Test.of(c, Path(sys.argv[2]), "
+                 "check=False), Path(sys.argv[2]))", json.dumps(config), str(second)]
+        done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            return f"the second run failed: {done.stderr.strip()[-2000:]}"
+        return first_divergence(first, second)

@@ -1,0 +1,29 @@
+"""Every fault kind, one `FaultKind` object each (nemesis.kinds.base says what one is).
+
+A kind lives in one module of this package and registers itself with `@register`; every
+module here is imported below, so adding a kind is adding a module (plus its test and its
+line in docs/nemesis.md): the config, the planner, the nemesis, the runner's lossy-filesystem
+decision and the simulator all read this registry."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from nemesis.kinds.base import TARGET_MODES, FaultKind, Resolved, Topology, World
+from nemesis.kinds.registry import all_kinds, lookup
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _module not in ("base", "registry"):
+        importlib.import_module(f"{__name__}.{_module}")
+
+KNOWN_FAULTS: tuple[str, ...] = tuple(k.name for k in all_kinds())
+LOSSY_FS_FAULTS: tuple[str, ...] = tuple(k.name for k in all_kinds() if k.needs_lazyfs)
+
+__all__ = ["KNOWN_FAULTS", "LOSSY_FS_FAULTS", "TARGET_MODES", "FaultKind", "Resolved",
+           "Topology", "World", "all_kinds", "lookup", "needs_lazyfs"]
+
+
+def needs_lazyfs(faults: list[str] | tuple[str, ...]) -> bool:
+    """Whether a run with these faults needs the lossy filesystem under its data dirs."""
+    return any(lookup(f).needs_lazyfs for f in faults)

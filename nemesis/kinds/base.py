@@ -1,0 +1,165 @@
+"""What a fault kind is: its name and family, how it picks targets, applies and heals.
+
+A `FaultKind` knows everything about one kind of fault, in one place: the planner
+(nemesis.schedule) asks it for a symbolic target, the nemesis (nemesis.faults) asks it to
+resolve that target against live metadata when the fault starts, to apply it and to heal it.
+
+Kinds act on a `World`: the cluster as a set of named nodes with verbs (kill, pause,
+power_loss, partition, ...). Real hosts implement the verbs over SSH (nemesis.hosts_world);
+a simulated cluster implements the same verbs in simulated time. A kind written against the
+verbs runs in both worlds; a kind that needs something only real hosts have (files on a
+host's disk) says so with `simulated = False`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from nemesis import partition as grudges
+
+Grudge = grudges.Grudge
+# A resolved target: the node names hit, or for a partition the grudge applied.
+Resolved = list[str] | Grudge
+PICK_RANGE = 2**31
+TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
+# Selectors aimed at one partition's replicas (their target carries "partition").
+PER_PARTITION = frozenset({"leader", "last-isr-member", "elr-members", "followers",
+                           "isolate-leader"})
+
+
+class World(Protocol):
+    """The verbs fault kinds use. Node names are the hosts' (n1 controller, n2.. brokers).
+    Every verb may block for a while (SSH, a controlled shutdown): they are coroutines."""
+
+    async def kill(self, node: str) -> None: ...
+    async def start(self, node: str) -> None: ...
+    async def stop_clean(self, node: str) -> None: ...
+    async def pause(self, node: str) -> None: ...
+    async def resume(self, node: str) -> None: ...
+    async def power_loss(self, node: str, torn: bool, pick: int) -> dict[str, Any]: ...
+    async def page_cache_loss(self, node: str) -> dict[str, Any]: ...
+    async def partition(self, grudge: Grudge) -> None: ...
+    async def heal_partition(self) -> None: ...
+    async def degrade_link(self, node: str, kind: str, settings: Mapping[str, float],
+                           pick: int) -> None: ...
+    async def restore_link(self, node: str) -> None: ...
+    async def heal_network(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Who is where, and a way to ask the cluster's live metadata about a partition."""
+
+    nodes: tuple[str, ...]
+    controller: str
+    brokers: Mapping[int, str]  # broker id -> node name
+    partition_state: Callable[[int], Awaitable[dict | None]]
+
+    def nodes_of(self, broker_ids: Sequence[int]) -> list[str]:
+        return [self.brokers[b] for b in broker_ids if b in self.brokers]
+
+
+@dataclass(frozen=True)
+class PlanParams:
+    """What target planning needs to know of the run (a view of ScheduleParams)."""
+
+    partitions: int
+    brokers: int
+    targets: str
+
+
+class FaultKind:
+    """One kind of fault. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]
+    family: ClassVar[str]  # process | host | partition | link | outage | disk
+    # Selectors drawn from in the "auto" targets mode, with weights (leaders matter most),
+    # and what each other targets mode means for this kind.
+    auto_targets: ClassVar[Mapping[str, float]]
+    mode_targets: ClassVar[Mapping[str, str]]
+    needs_lazyfs: ClassVar[bool] = False  # the data directory must be the lossy filesystem
+    simulated: ClassVar[bool] = True  # the simulated world can apply it
+    settings_keys: ClassVar[tuple[str, ...]] = ()  # [nemesis] settings it applies
+
+    def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
+        """A symbolic target, resolved against live metadata when the fault starts."""
+        if params.targets == "auto":
+            names = list(self.auto_targets)
+            selector = rng.choices(names, weights=[self.auto_targets[n] for n in names])[0]
+        else:
+            selector = self.mode_targets[params.targets]
+        target: dict[str, Any] = {self.target_key: selector}
+        if selector in PER_PARTITION:
+            target["partition"] = rng.randrange(params.partitions)
+        target["pick"] = rng.randrange(PICK_RANGE)
+        return target
+
+    @property
+    def target_key(self) -> str:
+        return "select"
+
+    async def resolve(self, topology: Topology, target: Mapping[str, Any]) -> Resolved:
+        """The nodes (or grudge) a target means now. [] when nothing matches."""
+        if "fixed" in target:  # a replayed run hits exactly what the original hit
+            fixed = target["fixed"]
+            if "grudge" in fixed:
+                return {k: frozenset(v) for k, v in fixed["grudge"].items()}
+            return list(fixed["nodes"])
+        return await resolve_selector(topology, target)
+
+    async def apply(self, world: World, resolved: Resolved, pick: int,
+                    settings: Mapping[str, float]) -> dict[str, Any]:
+        """Inflict the fault; returns details for the history (e.g. what was lost)."""
+        raise NotImplementedError
+
+    async def heal(self, world: World, resolved: Resolved) -> None:
+        """Undo the fault (a node killed is started again, a link restored, ...)."""
+
+    def describe(self, settings: Mapping[str, float]) -> dict[str, float]:
+        """The settings a fault of this kind applies, for the history and schedule.json."""
+        return {k: settings[k] for k in self.settings_keys}
+
+
+async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> list[str]:
+    """Nodes named by a process/host/link selector: fixed roles need no metadata, roles in a
+    partition's replica set are read from the live metadata."""
+    rng = random.Random(target.get("pick", 0))
+    brokers = sorted(topology.brokers)
+    select = target.get("select")
+    if select == "controller":
+        return [topology.controller]
+    if select == "random-broker":
+        return topology.nodes_of([rng.choice(brokers)])
+    if select == "majority":
+        return topology.nodes_of(rng.sample(brokers, len(brokers) // 2 + 1))
+    if select not in PER_PARTITION:
+        raise ValueError(f"unknown target {dict(target)}")
+    state = await topology.partition_state(target.get("partition", 0))
+    if state is None:
+        return []
+    leader, isr = state["leader"], state["isr"]
+    if select == "leader":
+        return topology.nodes_of([leader] if leader is not None else [])
+    if select == "last-isr-member":
+        return topology.nodes_of(isr[:1] if len(isr) == 1 else ([leader] if leader is not None else []))
+    if select == "elr-members":
+        return topology.nodes_of(state["elr"])
+    if select == "followers":
+        if leader is None:
+            return []
+        return topology.nodes_of([r for r in state["replicas"] if r != leader])
+    raise ValueError(f"unknown target {dict(target)}")
+
+
+async def each(nodes: Resolved, action: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
+    """Run `action` on every node of a node list, one after the other; the non-empty results
+    by node name."""
+    out: dict[str, Any] = {}
+    for node in nodes:
+        result = await action(node)
+        if result:
+            out[node] = result
+    return out

@@ -1,0 +1,81 @@
+"""Host faults: a host loses power (its page cache with it) or only its page cache.
+
+On real hosts the node's data directory is the lossy filesystem (nemesis.lazyfs), which
+keeps unsynced writes in memory and drops them on command, as a power failure would."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from nemesis.kinds.base import PICK_RANGE, FaultKind, PlanParams, Resolved, Topology, World, each
+from nemesis.kinds.registry import register
+
+HOST_AUTO = {"leader": 4, "random-broker": 2, "controller": 1, "last-isr-member": 1,
+             "elr-members": 1}
+HOST_MODES = {"leader": "leader", "controller": "controller", "random": "random-broker",
+              "majority": "random-broker"}
+
+
+class HostFault(FaultKind):
+    family = "host"
+    auto_targets = HOST_AUTO
+    mode_targets = HOST_MODES
+    needs_lazyfs = True
+
+
+class _PowerLoss(HostFault):
+    torn: bool
+
+    async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
+        return await each(resolved, lambda node: world.power_loss(node, self.torn, pick))
+
+    async def heal(self, world: World, resolved: Resolved) -> None:
+        await each(resolved, world.start)
+
+
+@register
+class PowerLoss(_PowerLoss):
+    """The node dies and every write it had not fsynced is gone."""
+
+    name = "power-loss"
+    torn = False
+
+
+@register
+class PageCacheLoss(HostFault):
+    """Unsynced writes are dropped under a running node (the kernel evicting dirty pages it
+    failed to write back); the process lives on."""
+
+    name = "page-cache-loss"
+
+    async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
+        return await each(resolved, world.page_cache_loss)
+
+
+@register
+class TornPowerLoss(_PowerLoss):
+    """Power loss where the last unsynced writes are torn: a seeded prefix of them survives."""
+
+    name = "torn-power-loss"
+    torn = True
+
+
+@register
+class Outage(_PowerLoss):
+    """A correlated outage: several broker hosts lose power together (a rack, a zone)."""
+
+    name = "outage"
+    family = "outage"
+    torn = False
+
+    def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
+        return {"count": rng.randint(min(2, params.brokers), params.brokers),
+                "pick": rng.randrange(PICK_RANGE)}
+
+    async def resolve(self, topology: Topology, target) -> Resolved:
+        if "fixed" in target:
+            return await super().resolve(topology, target)
+        rng = random.Random(target.get("pick", 0))
+        brokers = sorted(topology.brokers)
+        return topology.nodes_of(rng.sample(brokers, min(target["count"], len(brokers))))

@@ -1,0 +1,32 @@
+"""The simulated world: the real protocol, client, workload and history in simulated time.
+
+One process, one thread, one seed. The unmodified sans-IO `Controller`/`Broker` (over
+`MemoryLog`s), the asyncio `Client` and `KafkaWorkload`, and `HistoryWriter` run on a
+deterministic virtual-time event loop; timers fire at their own times and nothing waits for
+the wall clock. Same seed + configuration + code: byte-identical history.jsonl and
+events.jsonl (in any process, whatever PYTHONHASHSEED). In the spirit of FoundationDB's
+simulation, TigerBeetle's VOPR and madsim.
+
+Modules (bottom up):
+
+- `loop`: `SimLoop`, an asyncio event loop with a virtual clock that jumps to the next timer
+  instead of waiting; refuses real I/O; raises `SimulationDeadlock` when nothing can happen.
+- `network`: TCP as the harness's hosts see it -- FIFO streams with seeded latency, process
+  death (FIN/reset), pause, partitions as grudges (a stall, then TCP retransmission), link
+  faults on what a host receives -- and `Pool`/`Connection` with replication/net.py's
+  interface, passing message objects.
+- `disk`: per-node disks with the lossy filesystem's durability model (power loss, torn
+  writes, page-cache loss with EIO, clean-shutdown marker, HWM checkpoint, metadata log).
+- `node`: node processes driving the state machines as replication/runtime.py does (ticks,
+  outputs, request timeouts, the storage port's fsync queue), on each host's own clock.
+- `world`: `World`, the cluster and its operations by node name (start, kill, stop_clean,
+  pause, resume, power_loss, page_cache_loss, partition, heal_partition, degrade_link,
+  restore_link, clock_jump, clock_drift, clock_reset, is_running, events), and `Verbs`, the
+  same as coroutines for nemesis.kinds' fault kinds.
+- `run`: `run_simulation`, one whole test (start, topic, workload with a faults callback,
+  heal, final read) writing history.jsonl and events.jsonl.
+- `scenarios`: scripted fault callbacks (`shrink_then`, `tour`) and `acknowledged_loss`.
+
+The package imports replication and workloads only (never nemesis, control, harness or
+checkers).
+"""

@@ -1,0 +1,318 @@
+"""A deterministic virtual-time asyncio event loop.
+
+`SimLoop` is an ordinary asyncio event loop (a `BaseEventLoop` subclass) with two changes:
+
+- `time()` is a virtual clock that starts at 0.0 and only moves when the loop would wait;
+- one loop iteration (`_run_once`) never waits for I/O: when nothing is ready it jumps the
+  virtual clock to the next scheduled timer (exactly to that timer's time). There is no
+  selector and there are no I/O events.
+
+So unmodified asyncio code -- `asyncio.sleep`, `wait_for`, `call_later`, `loop.time()` --
+runs in simulated time as fast as the CPU allows, and callbacks run in an order that depends
+only on the program: the ready queue is FIFO and timers fire in (time, scheduling order).
+Timers live in a heap of (when, sequence, handle) tuples, compared in C, rather than asyncio's
+heap of TimerHandles (whose Python `__lt__` was the loop's largest cost); `at(when, fn, *args)`
+schedules a bare callback without a handle for the simulation's own, never-cancelled events
+(message arrivals, node timers). Exceptions in those propagate out of the loop: they are bugs
+of the simulation, not of the code under test, whose callbacks still go through asyncio's
+handles and exception handler.
+
+Nothing real may happen inside: sockets, pipes, subprocesses, DNS and signal handlers raise
+`RealIOError`; `run_in_executor` runs the function inline in virtual time zero (or refuses,
+with `executor="refuse"`) because a thread would make the order of events depend on the OS.
+When nothing is ready and no timer is scheduled, every task waits for something that can
+never happen: the loop raises `SimulationDeadlock` instead of blocking forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import re
+from asyncio import events
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+log = logging.getLogger("simulation")
+T = TypeVar("T")
+
+
+class SimulationDeadlock(RuntimeError):
+    """Nothing is ready and no timer is scheduled: the simulation can never make progress."""
+
+
+class SimulationLivelock(RuntimeError):
+    """The loop spun too many times without the virtual clock moving."""
+
+
+class RealIOError(RuntimeError):
+    """Real I/O (sockets, pipes, processes, threads) was attempted inside a simulation."""
+
+
+class SimLoop(asyncio.BaseEventLoop):
+    """asyncio in virtual time; see the module docstring."""
+
+    def __init__(self, *, executor: str = "inline", max_spins: int = 5_000_000) -> None:
+        if executor not in ("inline", "refuse"):
+            raise ValueError(f"executor must be 'inline' or 'refuse', got {executor!r}")
+        super().__init__()
+        self._now = 0.0
+        self._spins = 0
+        self.max_spins = max_spins
+        self.executor = executor
+        self._heap: list[tuple] = []  # (when, seq, TimerHandle) or (when, seq, fn, args)
+        self._seq = itertools.count()
+        self._clock_resolution = 1e-9
+        # Exceptions nobody retrieved (a task that died, a callback that raised), in order.
+        self.errors: list[dict[str, Any]] = []
+        self.set_exception_handler(_record_error)
+
+    # ---- the virtual clock ---------------------------------------------------------------------
+
+    def time(self) -> float:
+        return self._now
+
+    def time_ns(self) -> int:
+        """Virtual nanoseconds since the loop was made (the history's clock)."""
+        return round(self._now * 1e9)
+
+    def deadlock_report(self) -> str:
+        tasks = sorted(asyncio.all_tasks(self), key=_creation_order)
+        waiting = "; ".join(_describe(t) for t in tasks[:8])
+        more = f" (+{len(tasks) - 8} more)" if len(tasks) > 8 else ""
+        return (f"deadlock at virtual time {self._now:.6f} s: nothing is ready and no timer is "
+                f"scheduled, so nothing can ever happen again. {len(tasks)} task(s) wait: "
+                f"{waiting or '-'}{more}")
+
+    # ---- timers and one iteration ----------------------------------------------------------------
+
+    def call_at(self, when, callback, *args, context=None):  # noqa: ANN001
+        self._check_closed()
+        timer = events.TimerHandle(when, callback, args, self, context)
+        heapq.heappush(self._heap, (when, next(self._seq), timer))
+        timer._scheduled = True
+        return timer
+
+    def at(self, when: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Run fn(*args) at virtual time `when` (not cancellable, no handle, no context)."""
+        heapq.heappush(self._heap, (when, next(self._seq), fn, args))
+
+    def _timer_handle_cancelled(self, handle: events.TimerHandle) -> None:
+        self._timer_cancelled_count += 1
+        heap = self._heap
+        if self._timer_cancelled_count > 512 and self._timer_cancelled_count * 2 > len(heap):
+            self._heap = [e for e in heap if len(e) == 4 or not e[2]._cancelled]
+            heapq.heapify(self._heap)
+            self._timer_cancelled_count = 0
+
+    def _run_once(self) -> None:
+        """One iteration: if nothing is ready, jump to the next timer; move the timers that
+        are due to the ready queue; run what was ready when the iteration began."""
+        ready = self._ready
+        heap = self._heap
+        if not ready and not self._stopping:
+            while heap and len(heap[0]) == 3 and heap[0][2]._cancelled:
+                heapq.heappop(heap)
+                self._timer_cancelled_count -= 1
+            if not heap:
+                raise SimulationDeadlock(self.deadlock_report())
+            when = heap[0][0]
+            if when > self._now:
+                self._now = when
+                self._spins = 0
+        self._spins += 1
+        if self._spins > self.max_spins:
+            raise SimulationLivelock(
+                f"{self._spins} loop iterations at virtual time {self._now:.6f} s without the "
+                "clock moving (a callback that always reschedules itself at once?)")
+        end = self._now + 1e-9
+        pop = heapq.heappop
+        while heap and heap[0][0] < end:
+            entry = pop(heap)
+            if len(entry) == 3:
+                handle = entry[2]
+                if handle._cancelled:
+                    self._timer_cancelled_count -= 1
+                    continue
+                handle._scheduled = False
+                ready.append(handle)
+            else:
+                ready.append(entry)
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if handle.__class__ is tuple:
+                handle[2](*handle[3])
+            elif not handle._cancelled:
+                handle._run()
+
+    # ---- what BaseEventLoop leaves to subclasses -----------------------------------------------
+
+    def _process_events(self, event_list: list) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass  # one thread: nothing to wake up
+
+    # ---- no threads, no real I/O ---------------------------------------------------------------
+
+    def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Run `func(*args)` inline, now, in virtual time zero (executor="refuse": raise)."""
+        if self.executor == "refuse":
+            raise RealIOError(f"run_in_executor({getattr(func, '__name__', func)!r}): no threads in "
+                              "a simulation")
+        fut = self.create_future()
+        try:
+            fut.set_result(func(*args))
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as e:
+            fut.set_exception(e)
+        return fut
+
+    def set_default_executor(self, executor: Any) -> None:
+        raise RealIOError("no executors in a simulation")
+
+    def call_soon_threadsafe(self, callback, *args, context=None):  # noqa: ANN001
+        raise RealIOError("call_soon_threadsafe: no other threads in a simulation")
+
+    def _refuse(self, what: str) -> RealIOError:
+        return RealIOError(f"{what}: real I/O inside a simulation (use simulation.network)")
+
+    async def create_connection(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("create_connection")
+
+    async def create_server(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("create_server")
+
+    async def create_unix_connection(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("create_unix_connection")
+
+    async def create_unix_server(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("create_unix_server")
+
+    async def create_datagram_endpoint(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("create_datagram_endpoint")
+
+    async def connect_accepted_socket(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("connect_accepted_socket")
+
+    async def getaddrinfo(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("getaddrinfo")
+
+    async def getnameinfo(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("getnameinfo")
+
+    async def sock_connect(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("sock_connect")
+
+    async def sock_accept(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("sock_accept")
+
+    async def sock_recv(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("sock_recv")
+
+    async def sock_sendall(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("sock_sendall")
+
+    async def connect_read_pipe(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("connect_read_pipe")
+
+    async def connect_write_pipe(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("connect_write_pipe")
+
+    async def subprocess_exec(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("subprocess_exec")
+
+    async def subprocess_shell(self, *a: Any, **k: Any) -> Any:
+        raise self._refuse("subprocess_shell")
+
+    def add_reader(self, *a: Any, **k: Any) -> None:
+        raise self._refuse("add_reader")
+
+    def add_writer(self, *a: Any, **k: Any) -> None:
+        raise self._refuse("add_writer")
+
+    def remove_reader(self, *a: Any, **k: Any) -> bool:
+        return False
+
+    def remove_writer(self, *a: Any, **k: Any) -> bool:
+        return False
+
+    def add_signal_handler(self, *a: Any, **k: Any) -> None:
+        raise self._refuse("add_signal_handler")
+
+    def remove_signal_handler(self, *a: Any, **k: Any) -> bool:
+        return False
+
+    # ---- running -----------------------------------------------------------------------------
+
+    def run(self, main: Awaitable[T]) -> T:
+        """run_until_complete, then leave no task behind (see `cancel_all`)."""
+        try:
+            return self.run_until_complete(main)
+        finally:
+            self.cancel_all()
+
+    def run_for(self, seconds: float) -> None:
+        """Let the simulation run for `seconds` of virtual time."""
+        self.run_until_complete(asyncio.sleep(seconds))
+
+    def cancel_all(self) -> None:
+        """Cancel every task still pending, in the order they were created (not the order of
+        a set, which varies between processes), and let them finish."""
+        tasks = sorted((t for t in asyncio.all_tasks(self) if not t.done()), key=_creation_order)
+        if not tasks:
+            return
+        for t in tasks:
+            t.cancel()
+        self.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+    def next_timer(self) -> float | None:
+        """The virtual time of the next live timer, or None."""
+        live = [e[0] for e in self._heap if len(e) == 4 or not e[2]._cancelled]
+        return min(live) if live else None
+
+    def close(self) -> None:
+        super().close()
+        self._heap.clear()
+
+
+def _record_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    exc = context.get("exception")
+    entry = {"time": loop.time(), "message": context.get("message", ""),
+             "exception": repr(exc) if exc is not None else None}
+    if isinstance(loop, SimLoop):
+        loop.errors.append(entry)
+    log.error("simulation: %s %s", entry["message"], entry["exception"] or "",
+              exc_info=exc if isinstance(exc, BaseException) else None)
+
+
+_TASK_NUMBER = re.compile(r"^Task-(\d+)$")
+
+
+def _creation_order(task: asyncio.Task) -> tuple[int, str]:
+    """Tasks named by asyncio ("Task-N", from a process-wide counter) sort by N."""
+    m = _TASK_NUMBER.match(task.get_name())
+    return (int(m.group(1)), "") if m else (1 << 62, task.get_name())
+
+
+def _describe(task: asyncio.Task) -> str:
+    coro = task.get_coro()
+    name = getattr(coro, "__qualname__", repr(coro))
+    frame = getattr(coro, "cr_frame", None)
+    where = f" at line {frame.f_lineno}" if frame is not None else ""
+    return f"{task.get_name()} {name}{where}"
+
+
+def run(main: Awaitable[T], loop: SimLoop | None = None) -> T:
+    """Run a coroutine on a (new) SimLoop and close it: asyncio.run for simulated time."""
+    own = loop is None
+    loop = loop or SimLoop()
+    try:
+        return loop.run(main)
+    finally:
+        if own:
+            loop.close()

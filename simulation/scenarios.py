@@ -1,0 +1,172 @@
+"""Scripted fault callbacks for `run_simulation` and the analysis tests need.
+
+These are small hand-written schedules (the randomised nemesis schedule is the lead's to plug
+in); each writes `start-<kind>` / `stop-<kind>` nemesis operations into the history as the
+real nemesis does, so the history checkers see the faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replication.client import Client, ClientError
+from simulation.loop import SimLoop
+from simulation.world import World
+from workloads.history import read_history
+
+Faults = Callable[[World, SimLoop], Awaitable[Any] | None]
+
+
+async def partition_state(world: World, topic: str, partition: int = 0) -> dict | None:
+    """The partition's live state from the cluster's metadata, as the nemesis resolves it."""
+    client = Client(world.bootstrap(), request_timeout_s=2, pool=world.pool())
+    try:
+        md = await client.metadata(refresh=True)
+    except ClientError:
+        return None
+    finally:
+        await client.close()
+    for p in md["partitions"]:
+        if p["topic"] == topic and p["partition"] == partition:
+            return p
+    return None
+
+
+def _note(world: World, f: str, value: Any) -> None:
+    if world.history is not None:
+        world.history.nemesis(f, value)
+
+
+def shrink_then(hit: str, topic: str, partition: int = 0, *, at: float = 2.0,
+                shrink_wait: float = 16.0, down: float = 1.0, pick: int = 0) -> Faults:
+    """nemesis.schedule's shrink-first episode: at `at` s pause the partition's followers until
+    the leader's ISR is the leader alone (at most `shrink_wait` s), then `hit` ("kill",
+    "power-loss" or "torn-power-loss") the last ISR member, resume the followers `down` s
+    later, and start the node again `down` s after that."""
+    if hit not in ("kill", "power-loss", "torn-power-loss"):
+        raise ValueError(f"unknown hit {hit!r}")
+
+    async def faults(world: World, loop: SimLoop) -> None:
+        await asyncio.sleep(at)
+        state = await partition_state(world, topic, partition)
+        if state is None or state["leader"] is None:
+            return
+        leader = world.brokers[state["leader"]]
+        followers = [world.brokers[r] for r in state["replicas"] if r != state["leader"]]
+        for node in followers:
+            world.pause(node)
+        _note(world, "start-pause", {"nodes": followers})
+        deadline = loop.time() + shrink_wait
+        while loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            state = await partition_state(world, topic, partition)
+            if state is not None and list(state["isr"]) == [state["leader"]]:
+                break
+        if hit == "kill":
+            world.kill(leader)
+            value: dict[str, Any] = {"nodes": [leader]}
+        else:
+            lost = world.power_loss(leader, torn=hit == "torn-power-loss", pick=pick)
+            value = {"nodes": [leader], "lost": {leader: lost}}
+        _note(world, f"start-{hit}", value)
+        await asyncio.sleep(down)
+        for node in followers:
+            world.resume(node)
+        _note(world, "stop-pause", {"nodes": followers})
+        await asyncio.sleep(down)
+        world.start(leader)
+        _note(world, f"stop-{hit}", {"nodes": [leader]})
+
+    return faults
+
+
+def tour(topic: str, partition: int = 0, *, start: float = 1.0, step: float = 1.5) -> Faults:
+    """One fault of (almost) every kind in turn, each healed before the next, aimed at the
+    partition's leader where that means something: partition, slow link, pause, kill, lossy
+    link, torn power loss, reset link, clock jump, controlled restart, page-cache loss of a
+    follower (healed by restarting it: after the loss its process fails with EIO), clock
+    drift. For determinism tests and the benchmark's fault mode."""
+    settings = {"link_delay_ms": 200.0, "link_jitter_ms": 50.0, "link_loss_percent": 20.0,
+                "reset_probability": 0.05}
+
+    async def faults(world: World, loop: SimLoop) -> None:
+        async def leader() -> str | None:
+            state = await partition_state(world, topic, partition)
+            if state is None or state["leader"] is None:
+                return None
+            return world.brokers[state["leader"]]
+
+        async def episode(kind: str, apply: Callable[[str], Any], heal: Callable[[str], Any],
+                          node: str | None = None) -> None:
+            await asyncio.sleep(start if kind == "partition" else step / 2)
+            target = node or await leader()
+            if target is None:
+                return
+            result = apply(target)
+            if asyncio.iscoroutine(result):
+                result = await result
+            _note(world, f"start-{kind}", {"nodes": [target], **({"lost": {target: result}}
+                                                                  if isinstance(result, dict) else {})})
+            await asyncio.sleep(step / 2)
+            done = heal(target)
+            if asyncio.iscoroutine(done):
+                await done
+            _note(world, f"stop-{kind}", {"nodes": [target]})
+
+        def isolate(node: str) -> None:
+            others = frozenset(n for n in world.nodes if n != node)
+            world.partition({node: others, **{n: frozenset({node}) for n in others}})
+
+        await episode("partition", isolate, lambda n: world.heal_partition())
+        await episode("slow-link", lambda n: world.degrade_link(n, "slow-link", settings, 1),
+                      world.restore_link)
+        await episode("pause", world.pause, world.resume)
+        await episode("kill", world.kill, world.start)
+        await episode("lossy-link", lambda n: world.degrade_link(n, "lossy-link", settings, 2),
+                      world.restore_link)
+        await episode("torn-power-loss", lambda n: world.power_loss(n, True, 3), world.start)
+        await episode("reset-link", lambda n: world.degrade_link(n, "reset-link", settings, 4),
+                      world.restore_link)
+        await episode("clock-jump", lambda n: world.clock_jump(n, 5000), world.clock_reset)
+        await episode("restart", world.stop_clean, world.start)
+        follower = sorted(set(world.brokers.values()) - {await leader() or ""})[0]
+
+        def restart(node: str) -> None:  # the broken process (EIO) is replaced, as an operator would
+            world.kill(node)
+            world.start(node)
+
+        await episode("page-cache-loss", world.page_cache_loss, restart, follower)
+        await episode("clock-drift", lambda n: world.clock_drift(n, 1.5), world.clock_reset)
+
+    return faults
+
+
+@dataclass
+class Loss:
+    """Acknowledged sends against the last complete final read."""
+
+    acked: set[int] = field(default_factory=set)
+    read: set[int] = field(default_factory=set)
+    final_complete: bool = False
+
+    @property
+    def lost(self) -> list[int]:
+        return sorted(self.acked - self.read)
+
+
+def acknowledged_loss(history: str | Path, partition: int = 0) -> Loss:
+    """Which acknowledged values of a partition its last successful final read lacks."""
+    ops = read_history(history)
+    out = Loss()
+    out.acked = {o["value"] for o in ops
+                 if o["f"] == "send" and o["type"] == "ok" and o.get("partition") == partition}
+    finals = [o for o in ops if o["f"] == "final-poll" and o["type"] == "ok"
+              and o.get("partition") == partition]
+    if finals:
+        out.read = {v for _, v in finals[-1]["records"]}
+        out.final_complete = bool(finals[-1].get("complete"))
+    return out

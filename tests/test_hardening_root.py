@@ -1,0 +1,320 @@
+"""Hardening (issue 20) as root: the /tmp attacks re-tried by an unprivileged local user after
+the fix (both fail), a full disk under the checker, and two simultaneous `harness run`s with the
+same seed (both complete, valid).
+
+The attacker is a real user (created with useradd if missing) acting through `runuser`. The
+shared /tmp is played by a fresh root-owned 1777 directory passed as TMPDIR, so the attacks do
+not disturb other users of the machine's /tmp."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_hardening import run_folder
+
+from checkers import __main__ as checkers_main
+from checkers import check as check_mod
+from checkers.check import check_path
+from control.files import UnsafePathError
+from control.netns_provider import NetnsProvider
+from harness import cli
+from harness.commands import check as check_cmd
+from nemesis.lazyfs import mount as lazymount
+
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (useradd, runuser, mounts, netns)"),
+]
+
+ATTACKER = "kch-attacker"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def attacker() -> Iterator[pwd.struct_passwd]:
+    created = False
+    try:
+        pw = pwd.getpwnam(ATTACKER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        ATTACKER], check=True, capture_output=True)
+        created = True
+        pw = pwd.getpwnam(ATTACKER)
+    assert pw.pw_uid != 0
+    yield pw
+    if created:
+        subprocess.run(["userdel", ATTACKER], capture_output=True)
+
+
+def as_attacker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["runuser", "-u", ATTACKER, "--", *argv], capture_output=True,
+                          text=True, timeout=60, cwd="/")
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A stand-in for /tmp: root's, world-writable, sticky, reachable by everyone."""
+    d = Path(tempfile.mkdtemp(prefix="kch-hardening-tmp-", dir="/tmp"))
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Path:
+    """A file of root's the attacker would like root to overwrite."""
+    c = tmp_path / "canary"
+    c.write_text("root's own file\n")
+    return c
+
+
+def root_env(shared_tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "LAZYFS_RUN_DIR"}
+    return {**env, "TMPDIR": str(shared_tmp), "PYTHONPATH": str(ROOT), **extra}
+
+
+# -- attack 1: the checker's log4j2 configuration at a fixed name in /tmp --------------------
+
+OLD_LOG4J = "harness-checker-log4j2-0.properties"
+
+
+def test_a_planted_log4j_symlink_is_not_written_through(attacker, shared_tmp, canary):
+    as_attacker("ln", "-s", str(canary), str(shared_tmp / OLD_LOG4J))
+    done = subprocess.run(
+        [sys.executable, "-c", "from checkers.spark import _log4j_file; print(_log4j_file())"],
+        env=root_env(shared_tmp), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    used = Path(done.stdout.strip())
+    assert used.parent.parent == shared_tmp and used.name != OLD_LOG4J
+    assert canary.read_text() == "root's own file\n"
+    assert os.readlink(shared_tmp / OLD_LOG4J) == str(canary)  # left as the attacker made it
+    assert sorted(os.listdir(shared_tmp)) == [OLD_LOG4J]  # the private dir went away at exit
+
+
+@pytest.mark.spark
+def test_a_planted_log4j_config_is_not_loaded_by_roots_checker(attacker, shared_tmp, tmp_path):
+    """The attacker's configuration would have root's JVM create a file of their choosing."""
+    pwned = shared_tmp / "pwned-by-log4j"
+    evil = (f"appender.f.type = File\nappender.f.name = f\nappender.f.fileName = {pwned}\n"
+            "appender.f.layout.type = PatternLayout\nrootLogger.level = all\n"
+            "rootLogger.appenderRef.f.ref = f\n")
+    as_attacker("sh", "-c", f"printf '%s' '{evil}' > {shared_tmp / OLD_LOG4J}")
+    run = run_folder(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "checkers", str(run)], env=root_env(shared_tmp),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr  # valid
+    assert not pwned.exists()
+    # Nothing of the checker's (log4j file, Spark's scratch, native libraries) is left in /tmp.
+    assert sorted(os.listdir(shared_tmp)) == [OLD_LOG4J]
+
+
+# -- attack 2: /tmp/kch and /tmp/lazyfs-mounts -----------------------------------------------
+
+
+def _registry_key(mountpoint: Path) -> str:
+    return hashlib.sha1(os.path.realpath(mountpoint).encode()).hexdigest()[:16]
+
+
+def _lazyfs(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nemesis.lazyfs", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.fuse
+def test_a_planted_lazyfs_registry_is_neither_used_nor_written_through(attacker, shared_tmp,
+                                                                      tmp_path, canary):
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mnt.mkdir()
+    sock = str(tmp_path / "lazyfs.sock")
+    planted = shared_tmp / "lazyfs-mounts"
+    key = _registry_key(mnt)
+    # The attacker owns the old fixed registry: a symlink where root wrote its entry (through
+    # `<key>.json.tmp`), and an entry of their own that umount would have trusted.
+    bait = subprocess.Popen(["runuser", "-u", ATTACKER, "--", "sleep", "120"],
+                            start_new_session=True)  # runuser forks: kill its whole group
+    try:
+        as_attacker("mkdir", "-m", "777", str(planted))
+        as_attacker("ln", "-s", str(canary), str(planted / f"{key}.json.tmp"))
+        as_attacker("sh", "-c", f"echo '{{\"pid\": {bait.pid}, \"control\": \"{planted}/evil.sock\"}}'"
+                                f" > {planted / (key + '.json')}")
+        before = sorted(os.listdir(planted))
+        env = root_env(shared_tmp)
+        out = _lazyfs(env, "mount", str(backing), str(mnt), "--control", sock)
+        assert out.returncode == 0, out.stderr
+        assert lazymount.is_mounted(str(mnt))
+        (mnt / "f").write_bytes(b"x")
+        out = _lazyfs(env, "umount", str(mnt))
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["daemon"] == "exited"
+        assert canary.read_text() == "root's own file\n"
+        assert sorted(os.listdir(planted)) == before and bait.poll() is None
+        # Pointed at the attacker's directory explicitly, root refuses it in one line.
+        env["LAZYFS_RUN_DIR"] = str(planted)
+        out = _lazyfs(env, "mount", str(backing), str(mnt), "--control", sock)
+        assert out.returncode == 1
+        assert f"is owned by uid {attacker.pw_uid}" in out.stderr and out.stderr.count("\n") == 1
+        assert not lazymount.is_mounted(str(mnt)) and canary.read_text() == "root's own file\n"
+    finally:
+        os.killpg(bait.pid, signal.SIGKILL)
+        bait.wait()
+        if lazymount.is_mounted(str(mnt)):
+            lazymount.unmount(str(mnt))
+
+
+@pytest.mark.fuse
+def test_a_crashed_daemons_registry_entry_is_removed(tmp_path, monkeypatch):
+    reg = tmp_path / "registry"
+    monkeypatch.setenv("LAZYFS_RUN_DIR", str(reg))
+    lazymount.registry_dir()
+    (reg / "0123456789abcdef.json").write_text('{"pid": 999999999}')  # left by a crashed run
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mnt.mkdir()
+    sock = str(tmp_path / "c.sock")
+    try:
+        pid = lazymount.spawn_daemon(lazymount.MountOptions(str(backing), str(mnt), sock))
+        assert os.listdir(reg) == [f"{_registry_key(mnt)}.json"]  # the stale entry is gone
+        os.kill(pid, signal.SIGKILL)  # this daemon never removes its own entry
+        deadline = time.monotonic() + 10
+        while lazymount._is_our_daemon(pid) and not lazymount._is_zombie(pid):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert lazymount.unmount(str(mnt))["unmounted"] is True
+        assert os.listdir(reg) == []
+    finally:
+        if lazymount.is_mounted(str(mnt)):
+            lazymount.unmount(str(mnt))
+
+
+def test_a_planted_kch_directory_is_neither_used_nor_trusted(attacker, shared_tmp, monkeypatch,
+                                                            canary):
+    kch = shared_tmp / "kch"
+    as_attacker("mkdir", "-m", "777", str(kch))
+    as_attacker("mkdir", str(kch / "20261122T063015-s7"))
+    as_attacker("ln", "-s", str(canary.parent), str(shared_tmp / "kch-link"))
+    # The old layout, /tmp/kch/<run>: refused, since the attacker can swap what is below.
+    with pytest.raises(UnsafePathError, match=f"{kch} is owned by uid {attacker.pw_uid}"):
+        NetnsProvider(kch / "20261122T063016-s7", 1).up()
+    with pytest.raises(FileExistsError, match="not a directory"):
+        NetnsProvider(shared_tmp / "kch-link", 1).up()
+    # Now the runner's way: a fresh private directory.
+    monkeypatch.setattr(tempfile, "tempdir", str(shared_tmp))
+    provider = NetnsProvider(None, 2, prefix="kch-20261122T063015-s7-")
+    hosts = provider.up()
+    try:
+        d = provider.cluster_dir
+        assert d.parent == shared_tmp and d.name.startswith("kch-20261122T063015-s7-")
+        st = os.lstat(d)
+        assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o700
+        assert hosts[1].remote.run(["true"]).ok
+        assert as_attacker("ls", str(d), check=False).returncode != 0
+        assert as_attacker("touch", str(d / "n1" / "sshd" / "sshd_config"),
+                           check=False).returncode != 0
+        assert as_attacker("cat", str(d / "ssh" / "id_ed25519"), check=False).returncode != 0
+    finally:
+        provider.down()
+    assert not os.path.lexists(d)  # removed by down()
+    assert sorted(os.listdir(kch)) == ["20261122T063015-s7"] and sorted(
+        os.listdir(shared_tmp)) == ["kch", "kch-link"]
+    assert canary.read_text() == "root's own file\n"
+
+
+# -- a full disk -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> None:
+    with open(disk / "filler", "ab", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC
+
+
+def test_a_full_disk_is_one_line_exit_3_and_leaves_nothing_half_written(small_disk, capsys,
+                                                                        monkeypatch):
+    run = run_folder(small_disk)
+    assert check_path(run, backend="reference")["valid"] is True
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    # Full before the check starts: the tables cannot be written.
+    fill(small_disk)
+    assert checkers_main.main([str(run)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    # Full just when the results are written: the old results stay, no temporary is left.
+    (small_disk / "filler").unlink()
+    real = check_mod._loss_summary
+
+    def fill_then_summarise(loss):  # the loss table is written, the results are next
+        fill(small_disk)
+        return real(loss)
+    monkeypatch.setattr(check_mod, "_loss_summary", fill_then_summarise)
+    monkeypatch.setattr(check_cmd, "check_path",
+                        lambda p, **kw: check_path(p, backend="reference"))
+    assert cli.main(["check", str(run)]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("harness: error: ") and "No space" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before  # neither file replaced
+
+
+# -- two simultaneous runs with the same seed -----------------------------------------------
+
+
+@pytest.mark.fuse
+def test_two_simultaneous_runs_with_the_same_seed_both_complete_valid(tmp_path, shared_tmp):
+    results = tmp_path / "results"
+    env = {**root_env(shared_tmp), "HARNESS_RESULTS": str(results)}
+    cmd = [sys.executable, "-m", "harness.cli", "run", "--config", "fast", "--nodes", "4",
+           "--time-limit", "6", "--nemesis", "kill", "--seed", "11",
+           "--set", "workload.final_read_timeout=40"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=540)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outs.append(p.communicate()[0])
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0, out[-3000:]
+    runs = sorted(p for p in (results / "fast").iterdir())
+    assert len(runs) == 2 and runs[0].name != runs[1].name
+    for run in runs:
+        assert run.name.endswith("-s11")
+        verdict = json.loads((run / "results.json").read_text())
+        assert verdict["valid"] is True and not verdict.get("errors")
+        assert (run / "history.jsonl").stat().st_size > 0
+    assert (results / "latest").resolve() in runs
+    assert not [n for n in os.listdir(shared_tmp) if n.startswith("kch-")]  # clusters removed

@@ -1,0 +1,106 @@
+"""The virtual-time event loop: asyncio's own primitives in simulated time, no real I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from simulation.loop import RealIOError, SimLoop, SimulationDeadlock, SimulationLivelock
+
+
+def test_sleep_wait_for_and_call_later_run_in_virtual_time():
+    loop = SimLoop()
+    fired: list[tuple[str, float]] = []
+
+    async def main():
+        loop.call_later(7.5, lambda: fired.append(("later", loop.time())))
+        await asyncio.sleep(5)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(3600), 2)
+        assert loop.time() == 7.0
+        await asyncio.sleep(1)
+        return loop.time()
+
+    wall = time.perf_counter()
+    assert loop.run(main()) == 8.0
+    assert fired == [("later", 7.5)]  # at exactly its time, not later
+    assert time.perf_counter() - wall < 1.0
+
+
+def test_timers_due_together_fire_in_the_order_they_were_scheduled():
+    loop = SimLoop()
+    order: list[int] = []
+
+    async def main():
+        for i in range(20):
+            loop.call_at(1.0, order.append, i)
+        loop.call_at(0.5, order.append, -1)
+        await asyncio.sleep(2)
+
+    loop.run(main())
+    assert order == [-1, *range(20)]
+
+
+def test_a_loop_with_nothing_left_to_do_raises_deadlock_instead_of_hanging():
+    loop = SimLoop()
+
+    async def waits_forever():
+        await asyncio.sleep(1.5)
+        await loop.create_future()  # nobody will ever set it
+
+    with pytest.raises(SimulationDeadlock, match=r"virtual time 1\.500000 s.*waits_forever"):
+        loop.run(waits_forever())
+
+
+def test_a_callback_that_reschedules_itself_at_once_is_a_livelock():
+    loop = SimLoop(max_spins=10_000)
+
+    def again():
+        loop.call_soon(again)
+
+    async def main():
+        again()
+        await asyncio.sleep(1)
+
+    with pytest.raises(SimulationLivelock):
+        loop.run(main())
+
+
+def test_real_io_is_refused_and_executors_run_inline():
+    loop = SimLoop()
+
+    async def main():
+        with pytest.raises(RealIOError):
+            await asyncio.open_connection("127.0.0.1", 9)
+        with pytest.raises(RealIOError):
+            await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        t = loop.time()
+        assert await loop.run_in_executor(None, sum, [1, 2, 3]) == 6
+        assert loop.time() == t  # inline, in no virtual time
+
+    loop.run(main())
+    strict = SimLoop(executor="refuse")
+
+    async def refused():
+        with pytest.raises(RealIOError):
+            await strict.run_in_executor(None, sum, [1])
+
+    strict.run(refused())
+
+
+def test_unretrieved_task_exceptions_are_recorded():
+    loop = SimLoop()
+
+    async def boom():
+        raise ValueError("lost")
+
+    async def main():
+        loop.create_task(boom())
+        await asyncio.sleep(1)
+
+    loop.run(main())
+    import gc
+    gc.collect()
+    assert any("lost" in (e["exception"] or "") for e in loop.errors)

@@ -1,0 +1,327 @@
+"""The simulated world end to end: the real protocol, client, workload and history writer in
+virtual time. Determinism first, then what each fault does to acknowledged data."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import replication
+from replication.client import Client, ClientError
+from replication.config import NodeConfig
+from simulation.run import run_simulation
+from simulation.scenarios import acknowledged_loss, partition_state, shrink_then, tour
+from simulation.world import World
+from workloads.history import read_history
+from workloads.kafka import WorkloadParams
+
+ROOT = Path(replication.__file__).resolve().parent.parent
+# harness/profiles/fast.toml's timeouts, as campaigns/validation.toml runs them
+FAST = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
+        "replica.lag.time.max.ms": 2000, "unclean.recovery.timeout.ms": 500}
+SAFE = {**FAST, "min.insync.replicas": 2}
+
+
+def params(seed: int, **kw) -> WorkloadParams:
+    base = dict(topic="chaos", partitions=1, acks="all", rate=300.0, producers=16, consumers=2,
+                request_timeout_s=3.0, seed=seed)
+    return WorkloadParams(**{**base, **kw})
+
+
+def run(tmp: Path, seed: int, *, time_limit: float = 6.0, system=None, faults=None, **kw):
+    return run_simulation(tmp, seed=seed, params=params(seed), time_limit=time_limit,
+                          system=SAFE if system is None else system, faults=faults,
+                          final_read_timeout=30, **kw)
+
+
+# ---- determinism ---------------------------------------------------------------------------------
+
+def _files(result) -> tuple[bytes, bytes]:
+    return result.history.read_bytes(), result.events.read_bytes()
+
+
+def test_same_seed_same_bytes_even_under_every_kind_of_fault(tmp_path):
+    a = run(tmp_path / "a", 5, time_limit=12.0, faults=tour("chaos", step=1.0))
+    b = run(tmp_path / "b", 5, time_limit=12.0, faults=tour("chaos", step=1.0))
+    assert _files(a) == _files(b)
+    kinds = {o["f"] for o in read_history(a.history) if o["process"] == "nemesis"}
+    assert {"start-partition", "start-kill", "start-torn-power-loss", "start-reset-link",
+            "start-restart", "start-page-cache-loss", "start-clock-drift"} <= kinds
+    assert a.stats["send-ok"] > 2000
+
+
+def test_same_seed_same_bytes_in_another_process_with_another_hash_seed(tmp_path):
+    here = run(tmp_path / "here", 9, time_limit=5.0, faults=tour("chaos", step=1.0))
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from tests.test_simulation_world import run\n"
+        "from simulation.scenarios import tour\n"
+        "run(Path(sys.argv[1]), 9, time_limit=5.0, faults=tour('chaos', step=1.0))\n")
+    for hash_seed in ("0", "4242"):
+        there = tmp_path / f"there-{hash_seed}"
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed,
+               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        subprocess.run([sys.executable, "-c", script, str(there)], cwd=ROOT, env=env, check=True,
+                       timeout=120)
+        assert (there / "history.jsonl").read_bytes() == here.history.read_bytes()
+        assert (there / "events.jsonl").read_bytes() == here.events.read_bytes()
+
+
+def test_different_seeds_give_different_runs(tmp_path):
+    a = run(tmp_path / "a", 1, time_limit=3.0)
+    b = run(tmp_path / "b", 2, time_limit=3.0)
+    assert a.history.read_bytes() != b.history.read_bytes()
+    assert a.events.read_bytes() != b.events.read_bytes()
+
+
+def test_events_and_history_share_the_virtual_clock(tmp_path):
+    r = run(tmp_path, 3, time_limit=3.0)
+    ops = read_history(r.history)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    assert [o["time"] for o in ops] == sorted(o["time"] for o in ops)
+    assert [e["time"] for e in events] == sorted(e["time"] for e in events)
+    # the workload starts once the controller has created the topic
+    created = next(e for e in events if e["kind"] == "partition-change")
+    assert created["reason"] == "create" and created["node"] == "controller"
+    assert created["time"] < ops[0]["time"] < r.virtual_s * 1e9
+    became_leader = next(e for e in events if e["kind"] == "become-leader")
+    assert {"ts", "node", "kind", "host", "time"} <= set(became_leader)
+    assert became_leader["host"] == "n2" and became_leader["node"] == 1
+    assert became_leader["ts"] == pytest.approx(1_767_225_600 + became_leader["time"] / 1e9)
+
+
+# ---- no faults: nothing acknowledged is lost -------------------------------------------------------
+
+def test_without_faults_every_acknowledged_record_is_read_back(tmp_path):
+    r = run(tmp_path, 11, time_limit=8.0)
+    loss = acknowledged_loss(r.history)
+    assert r.stats["send-ok"] >= 2000 and r.stats["send-info"] == 0 and r.stats["send-fail"] == 0
+    assert r.final_read == {0: True} and loss.final_complete
+    assert loss.lost == []
+    assert r.node_errors == [] and r.loop_errors == []
+    # and the acknowledged offsets are the ones the final read holds them at
+    ops = read_history(r.history)
+    at = {o["value"]: o["offset"] for o in ops if o["f"] == "send" and o["type"] == "ok"}
+    final = [o for o in ops if o["f"] == "final-poll" and o["type"] == "ok"][-1]["records"]
+    assert all(at[v] == off for off, v in final if v in at)
+
+
+# ---- power loss, flush, kill ------------------------------------------------------------------------
+
+NO_ELR = {**FAST, "eligible.leader.replicas.enable": False}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_power_loss_of_the_last_isr_member_without_elr_loses_acknowledged_records(tmp_path, seed):
+    """campaigns/validation.toml's no-elr weakness: the last ISR member loses power with its
+    unflushed tail, stays in the ISR while down (pre-KIP-966) and is elected again on return;
+    its followers truncate to its log. With flush.messages=1 there is no unflushed tail; a
+    kill keeps the page cache. Neither loses anything, for the same seeds."""
+    lossy = run(tmp_path / "lossy", seed, time_limit=8.0, system=NO_ELR,
+                faults=shrink_then("power-loss", "chaos"))
+    lost = acknowledged_loss(lossy.history)
+    assert len(lost.lost) > 100, lost.lost
+    start = next(o for o in read_history(lossy.history) if o["f"] == "start-power-loss")
+    (report,) = start["value"]["lost"].values()
+    assert report["lost_records"] > 0 and report["files"]["chaos-0"]["lost_records"] > 0
+
+    flushed = run(tmp_path / "flushed", seed, time_limit=8.0,
+                  system={**NO_ELR, "flush.messages": 1}, faults=shrink_then("power-loss", "chaos"))
+    killed = run(tmp_path / "killed", seed, time_limit=8.0, system=NO_ELR,
+                 faults=shrink_then("kill", "chaos"))
+    for r in (flushed, killed):
+        loss = acknowledged_loss(r.history)
+        assert loss.final_complete and loss.lost == [] and len(loss.acked) > 1000
+
+
+def test_kill_keeps_the_page_cache_and_power_loss_does_not():
+    world = World(seed=4, n_nodes=4, node_config=NodeConfig())
+    world.start_all()
+
+    async def main():
+        client = Client(world.bootstrap(), request_timeout_s=3, pool=world.pool())
+        while True:
+            await asyncio.sleep(0.2)
+            try:
+                md = await client.metadata(refresh=True)
+            except ClientError:  # not listening yet
+                continue
+            if len(md["brokers"]) == 3 and not any(b["fenced"] for b in md["brokers"].values()):
+                break
+        await client.create_topic("t", 1, 3)
+        await asyncio.sleep(2)
+        for i in range(50):
+            await client.produce("t", 0, str(i))
+        await asyncio.sleep(1)
+        await client.close()
+
+    world.loop.run(main())
+    logs = {n: world.disks[n].logs[("t", 0)] for n in ("n2", "n3", "n4")}
+    assert all(log.end_offset == 50 for log in logs.values())
+    world.kill("n3")
+    world.start("n3")
+    world.run_for(2)
+    assert logs["n3"].end_offset == 50  # SIGKILL: the page cache survived
+    report = world.power_loss("n4")
+    assert report["lost_records"] == 50 and report["files"]["t-0"]["lost_records"] == 50
+    assert logs["n4"].end_offset == 0  # nothing was ever fsynced
+    world.start("n4")
+    world.run_for(3)
+    assert logs["n4"].end_offset == 50  # fetched back from the leader
+    torn = world.power_loss("n2", torn=True, pick=7)
+    assert torn["seed"] == 7 and 0 <= torn["lost_records"] <= 50
+    assert logs["n2"].end_offset == 50 - torn["lost_records"]
+    assert torn["files"]["t-0"]["unsynced_records"] == 50
+
+
+# ---- partitions ---------------------------------------------------------------------------------------
+
+def test_a_partition_cuts_a_broker_off_and_healing_brings_it_back(tmp_path):
+    async def faults(world: World, loop):
+        await asyncio.sleep(1.0)
+        world.partition({"n3": frozenset(set(world.nodes) - {"n3"}),
+                         **{n: frozenset({"n3"}) for n in world.nodes if n != "n3"}})
+        world.history.nemesis("start-partition", {"nodes": ["n3"]})
+        await asyncio.sleep(4.0)
+        world.heal_partition()
+        world.history.nemesis("stop-partition", {"nodes": ["n3"]})
+
+    r = run(tmp_path, 6, time_limit=9.0, faults=faults)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    start = next(o for o in read_history(r.history) if o["f"] == "start-partition")["time"]
+    stop = next(o for o in read_history(r.history) if o["f"] == "stop-partition")["time"]
+    fenced = [e for e in events if e["kind"] == "broker-fenced" and e["broker"] == 2]
+    assert fenced and start < fenced[0]["time"] < stop  # its heartbeats stopped arriving
+    assert fenced[0]["reason"] == "session-timeout"
+    back = [e for e in events if e["kind"] == "broker-unfenced" and e["broker"] == 2
+            and e["time"] > stop]
+    assert back  # after the heal its heartbeats get through again
+    isr = [e["isr"] for e in events if e["kind"] == "partition-change" and e["time"] > stop]
+    assert isr and isr[-1] == [1, 2, 3]
+    assert acknowledged_loss(r.history).lost == []
+
+
+def test_a_stopped_broker_restarts_clean_and_a_killed_one_does_not(tmp_path):
+    async def faults(world: World, loop):
+        await asyncio.sleep(1.0)
+        await world.stop_clean("n3")
+        assert not world.is_running("n3")
+        world.start("n3")
+        await asyncio.sleep(3.0)
+        world.kill("n4")
+        world.start("n4")
+
+    r = run(tmp_path, 8, time_limit=7.0, faults=faults)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    starts = [(e["host"], e["clean_shutdown"]) for e in events if e["kind"] == "broker-start"]
+    assert ("n3", True) in starts and ("n4", True) not in starts
+    stop = next(e for e in events if e["kind"] == "broker-stop")
+    assert stop["host"] == "n3" and stop["clean"] is True
+    assert acknowledged_loss(r.history).lost == []
+
+
+# ---- other faults --------------------------------------------------------------------------------------
+
+def test_a_page_cache_loss_breaks_the_running_broker_like_lazyfs_eio(tmp_path):
+    """Its files fail with EIO from then on (lazyfs fails every descriptor open across the
+    loss); what needs no I/O goes on: it keeps heartbeating, but can append nothing, so it
+    drops out of the ISR without being fenced."""
+    broken: list[int] = []
+
+    async def faults(world: World, loop):
+        await asyncio.sleep(2.0)
+        state = await partition_state(world, "chaos")
+        broken.append([r for r in state["replicas"] if r != state["leader"]][0])
+        report = world.page_cache_loss(world.brokers[broken[0]])
+        assert report["lost_records"] > 0
+        world.history.nemesis("start-page-cache-loss", {"nodes": [world.brokers[broken[0]]]})
+
+    r = run(tmp_path, 12, time_limit=6.0, faults=faults)
+    assert r.node_errors and all("Input/output error" in e["error"] for e in r.node_errors)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    start = next(o for o in read_history(r.history) if o["f"] == "start-page-cache-loss")["time"]
+    later = [e for e in events if e["time"] > start]
+    assert not [e for e in later if e["kind"] == "broker-fenced"]
+    assert any(e["kind"] == "partition-change" and broken[0] not in e["isr"] for e in later)
+    assert acknowledged_loss(r.history).lost == []  # MinISR 2 of 3: one broken follower is fine
+
+
+def test_a_forward_clock_jump_on_the_leader_looks_like_lagging_followers(tmp_path):
+    async def faults(world: World, loop):
+        await asyncio.sleep(2.0)
+        state = await partition_state(world, "chaos")
+        world.clock_jump(world.brokers[state["leader"]], 10_000)
+        world.history.nemesis("start-clock-jump", {"leader": state["leader"]})
+
+    r = run(tmp_path, 13, time_limit=5.0, faults=faults)
+    jump = next(o for o in read_history(r.history) if o["f"] == "start-clock-jump")
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    shrinks = [e for e in events if e["kind"] == "partition-change" and e["reason"] == "alter-partition"
+               and e["time"] >= jump["time"] and len(e["isr"]) == 1]
+    assert shrinks  # 10 s passed on its clock without a follower catching up: lag > 2 s
+    assert acknowledged_loss(r.history).lost == []
+
+
+def test_messages_passed_as_objects_behave_as_the_wire_would(tmp_path):
+    """No code depends on sharing objects between sender and receiver: the same run with every
+    message copied through JSON (what the wire does) writes the same bytes."""
+    from simulation.network import NetConfig
+    a = run(tmp_path / "a", 14, time_limit=6.0, faults=tour("chaos", step=1.0))
+    b = run(tmp_path / "b", 14, time_limit=6.0, faults=tour("chaos", step=1.0),
+            net=NetConfig(copy_messages=True))
+    assert _files(a) == _files(b)
+
+
+def test_acks_0_goes_through_ensure_and_send_nowait(tmp_path):
+    r = run_simulation(tmp_path, seed=15, params=params(15, acks="0"), time_limit=3.0,
+                       system=SAFE, final_read_timeout=30)
+    ops = read_history(r.history)
+    sent = [o for o in ops if o["f"] == "send" and o["type"] == "ok"]
+    assert len(sent) > 500 and all("offset" not in o for o in sent)  # fire and forget
+    # Only what reached the leader before it knew it led is gone (refused, never answered).
+    loss = acknowledged_loss(r.history)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    led = next(e["time"] for e in events if e["kind"] == "become-leader")
+    before = {o["value"] for o in sent if o["time"] < led + 5_000_000}
+    assert loss.final_complete and set(loss.lost) <= before
+
+
+def test_verbs_are_the_fault_kinds_world():
+    """World's operations as coroutines cover every verb nemesis.kinds.base.World declares."""
+    base = pytest.importorskip("nemesis.kinds.base")
+    from simulation.world import Verbs
+    declared = [n for n, v in vars(base.World).items() if callable(v) and not n.startswith("_")]
+    assert declared
+    for name in declared:
+        assert asyncio.iscoroutinefunction(getattr(Verbs, name, None)), name
+
+
+def test_fsync_latency_delays_acks_only_under_a_flush_policy(tmp_path):
+    """The storage port: with flush.messages=1 an acks=all record is acknowledged once the
+    leader and a follower have fsynced it, so a 20 ms disk shows; without a flush policy
+    nothing waits for the disk."""
+    from simulation.disk import DiskConfig
+    from simulation.network import Latency
+
+    def median_ack_ms(system, disk) -> float:
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}"
+        run_simulation(out, seed=1, params=params(1), time_limit=4.0, system=system, disk=disk,
+                       final_read_timeout=30)
+        invoked, took = {}, []
+        for o in read_history(out / "history.jsonl"):
+            if o["f"] == "send" and o["type"] == "invoke":
+                invoked[o["value"]] = o["time"]
+            elif o["f"] == "send" and o["type"] == "ok":
+                took.append((o["time"] - invoked[o["value"]]) / 1e6)
+        return sorted(took)[len(took) // 2]
+
+    slow = DiskConfig(fsync=Latency(median_ms=20.0, sigma=0.1, tail_probability=0.0))
+    assert median_ack_ms(SAFE, slow) < 10
+    assert median_ack_ms({**SAFE, "flush.messages": 1}, DiskConfig(fsync=None)) < 10
+    assert median_ack_ms({**SAFE, "flush.messages": 1}, slow) > 40
