@@ -1,7 +1,7 @@
 """How fast the simulated world runs the validation campaign's configuration.
 
     .venv/bin/python benchmarks/sim_speed.py [--config safe] [--runs 3] [--faults none|tour]
-                                             [--time-limit S] [--profile N]
+                                             [--time-limit S] [--profile N] [--invariants on|off]
 
 The configuration is read from campaigns/validation.toml and the profiles it builds on
 (harness/profiles/default.toml, then its `base`, then its [set], then the named [[config]]'s
@@ -16,8 +16,10 @@ fault of each kind in turn (simulation.scenarios.tour) in place of the campaign'
 nemesis schedule. `--profile N` profiles one more run with cProfile and prints the N
 functions with the most own time, then the own time per source file. `--pingpong N`
 first times N request/answer round trips through the simulated network alone (an echo
-process, the callback form the nodes use): the simulator's own cost per message. No
-assertions.
+process, the callback form the nodes use): the simulator's own cost per message.
+`--invariants off` runs without the protocol invariants checked after every step
+(simulation/invariants.py; on by default, as run_simulation has it): the two side by side
+measure the checking's cost. No assertions.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def validation_config(name: str = "safe") -> dict[str, Any]:
     return settings
 
 
-def one_run(settings: dict[str, Any], seed: int, faults: str, time_limit: float | None) -> Any:
+def one_run(settings: dict[str, Any], seed: int, faults: str, time_limit: float | None,
+            invariants: bool = True) -> Any:
     system = {k[len("system."):]: v for k, v in settings.items() if k.startswith("system.")}
     params = WorkloadParams(
         topic=settings["topic.name"], partitions=int(settings["topic.partitions"]),
@@ -98,7 +101,8 @@ def one_run(settings: dict[str, Any], seed: int, faults: str, time_limit: float 
             time_limit=float(time_limit or settings["time_limit"]), system=system,
             n_nodes=int(settings["nodes"]), replication_factor=int(settings["topic.replication_factor"]),
             final_read_timeout=float(settings["workload.final_read_timeout"]),
-            faults=tour(settings["topic.name"]) if faults == "tour" else None)
+            faults=tour(settings["topic.name"]) if faults == "tour" else None,
+            invariants=invariants)
         result.cpu_s = time.process_time() - cpu
     return result
 
@@ -150,6 +154,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=None, help="override the campaign's")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--pingpong", type=int, default=0, metavar="N")
+    ap.add_argument("--invariants", choices=("on", "off"), default="on",
+                    help="check the protocol invariants after every step (default on)")
     args = ap.parse_args()
     if args.pingpong:
         print(f"simulated network alone: {pingpong(args.pingpong):.2f} us CPU per request/answer "
@@ -163,7 +169,7 @@ def main() -> None:
     best = None
     for i in range(args.runs):
         seed = settings["seeds"][i % len(settings["seeds"])]
-        r = one_run(settings, seed, args.faults, args.time_limit)
+        r = one_run(settings, seed, args.faults, args.time_limit, args.invariants == "on")
         print(f"run {i + 1} (seed {seed}): {r.virtual_s:6.1f} simulated s in {r.wall_s:6.2f} s wall "
               f"({r.virtual_s / r.wall_s:5.1f}x), {r.cpu_s:6.2f} s CPU ({r.virtual_s / r.cpu_s:5.1f}x); "
               f"{r.stats['send-ok']} acked sends, {r.net['messages']} messages; "
@@ -177,7 +183,7 @@ def main() -> None:
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
-        one_run(settings, settings["seeds"][0], args.faults, args.time_limit)
+        one_run(settings, settings["seeds"][0], args.faults, args.time_limit, args.invariants == "on")
         prof.disable()
         stats = pstats.Stats(prof)
         stats.sort_stats("tottime").print_stats(args.profile)

@@ -29,7 +29,8 @@ from checkers.exitcodes import Exit, UserError
 from checkers.forensics import forensics
 from checkers.ingest import ACKS, HistoryError, ingest
 from checkers.spark import get_session
-from checkers.verdict import CheckOutput, classify_unread, records, results_dict
+from checkers.trace import findings as invariant_findings
+from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import atomic_outputs, make_private_tempdir, write_json_atomic
 
 RUN_HISTORY = "history.jsonl"
@@ -158,6 +159,8 @@ def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes:
     allow = list(config.get("checker", {}).get("allow", []))
     unread = classify_unread(out)
     results = {"history": history.name, **results_dict(out, unread, allow, notes)}
+    if history.name == RUN_HISTORY:  # a run folder: its protocol invariants (checkers/trace.py)
+        add_invariants(results, *invariant_findings(run_dir, config, EXAMPLES), allow)
     lost = unread[unread["kind"].isin(["lost-write", "unseen"])]
     topic = config.get("topic", {}).get("name")
     loss = forensics(lost, ops_path, run_dir, topic, results["notes"])

@@ -144,11 +144,9 @@ class SparkChecks:
         # (committed, with an offset) only once some read returned its value.
         done = sends.filter(F.col("type").isin("ok", "info"))
         self.done = done
-        other = self._small(
-            done.filter((F.col("type") != "ok") | F.col("offset").isNull()).select(
-                "index", P, "value", "type", "offset", "process", "time", "invoke_time",
-                "node", "epoch", F.coalesce(F.col("acks"), F.lit(acks)).alias("acks"),
-            )
+        other = done.filter((F.col("type") != "ok") | F.col("offset").isNull()).select(
+            "index", P, "value", "type", "offset", "process", "time", "invoke_time",
+            "node", "epoch", F.coalesce(F.col("acks"), F.lit(acks)).alias("acks"),
         )  # fmt: skip
         read_min = (
             self.cells.filter("read")
@@ -163,6 +161,7 @@ class SparkChecks:
             .withColumn("resolved", F.when(committed, F.coalesce("offset", "read_offset")))
         )
         self._unread: DataFrame | None = None
+        self._time_range: tuple[int, int] | None = None
 
     def _keep(self, df: DataFrame) -> DataFrame:
         self._cached.append(df.cache())
@@ -300,8 +299,16 @@ class SparkChecks:
                                              F.col("resolved").alias("pr"),
                                              F.lit(True).alias("p_other")))
         own = F.when(F.col("type") == "ok", F.col("offset"))  # info: only once committed
+        internal = F.col("txn").isNotNull() & (F.col("txn") == F.col("prev_send_txn"))
+        # An ok send above its predecessor's own offset, in another operation, is in order
+        # whatever is learned from reads (the predecessor's offset is its own or unknown):
+        # only the rest (normally few) need the joins.
+        maybe = (
+            own.isNull() | F.col("prev_send_offset").isNull()
+            | (F.col("offset") <= F.col("prev_send_offset")) | internal
+        )  # fmt: skip
         steps = (
-            self.done.filter(F.col("prev_send_op").isNotNull())
+            self.done.filter(F.col("prev_send_op").isNotNull() & maybe)
             .select("index", "process", P, "type", "offset", "txn", "prev_send_op",
                     "prev_send_offset", "prev_send_txn")
             .join(other, "index", "left")
@@ -311,11 +318,12 @@ class SparkChecks:
                 F.coalesce(own, F.col("r")).alias("resolved"),
                 F.when(F.col("p_other"), F.col("pr")).otherwise(F.col("prev_send_offset"))
                 .alias("prev_offset"),
-                (F.col("txn").isNotNull() & (F.col("txn") == F.col("prev_send_txn")))
-                .alias("internal"),
+                internal.alias("internal"),
             )
         )
-        return steps.filter(F.col("resolved").isNotNull() & F.col("prev_offset").isNotNull())
+        return self._small(
+            steps.filter(F.col("resolved").isNotNull() & F.col("prev_offset").isNotNull())
+        )
 
     def nonmonotonic_send(self, steps: DataFrame, internal: bool) -> DataFrame:
         return steps.filter(
@@ -379,9 +387,7 @@ class SparkChecks:
         """Probes (partition, t, ...) with `latest`: the highest `off` of the events
         (partition, t, off) at a time strictly before the probe's. Computed per (partition,
         time bucket) in parallel, each bucket seeded with the maximum of those before it."""
-        lo, hi = probes.agg(F.min("t"), F.max("t")).first()
-        width = max(1, ((hi or 0) - (lo or 0)) // TIME_BUCKETS + 1)
-        bucket = F.floor((F.col("t") - F.lit(lo or 0)) / F.lit(width)).alias("b")
+        bucket = self._bucket()
         ev = events.select(P, "t", "off", bucket, F.lit(1).alias("kind_order"))
         pr = probes.select("*", bucket, F.lit(0).alias("kind_order"))
         per_bucket = ev.groupBy(P, "b").agg(F.max("off").alias("off"), F.lit(1).alias("k"))
@@ -455,15 +461,24 @@ class SparkChecks:
             )
         return self.polls
 
+    def _bucket(self) -> Column:
+        """The time bucket `b` of a row's time `t`: TIME_BUCKETS equal spans of the
+        history's time range (looked up once). Any split is correct: buckets only let the
+        running maxima be computed in parallel."""
+        if self._time_range is None:
+            lo, hi = self.ops.agg(F.min("time"), F.max("time")).first()
+            self._time_range = (lo or 0, hi or 0)
+        lo, hi = self._time_range
+        width = max(1, (hi - lo) // TIME_BUCKETS + 1)
+        return F.floor((F.col("t") - F.lit(lo)) / F.lit(width)).alias("b")
+
     def _stale_hwm(self, visible: DataFrame) -> DataFrame:
         """Polls whose reported HWM is at or below an acked record visible before they began.
 
         For each poll, the highest offset of a visible record acked before the poll's invoke
         time is a running maximum over time. Computed per (partition, time bucket) so the scan
         runs in parallel, with each bucket seeded by the maximum of the buckets before it."""
-        lo, hi = self._polls().agg(F.min("invoke_time"), F.max("invoke_time")).first()
-        width = max(1, ((hi or 0) - (lo or 0)) // TIME_BUCKETS + 1)
-        bucket = F.floor((F.col("t") - F.lit(lo or 0)) / F.lit(width)).alias("b")
+        bucket = self._bucket()
         sends = visible.select(P, F.col("ack_time").alias("t"), F.col("offset").alias("off"))
         sends = sends.select("*", bucket, F.lit(1).alias("kind_order"))
         polls = (

@@ -84,6 +84,22 @@ def verdict(found: dict[str, tuple[int, list]], allow: list[str], reasons: list[
     return "unknown" if reasons else True
 
 
+def add_invariants(results: dict, found: dict[str, tuple[int, list]], notes: list[str],
+                   stats: dict, allow: list[str]) -> None:
+    """Merge the protocol-invariant violations of a run (checkers.trace.findings) into its
+    results: each invariant violated is an anomaly `invariant:<Name>` with its count and
+    examples, and one that `allow` does not list makes the run invalid, whatever the history
+    shows (a run stopped at its first violation has no final read, hence no loss verdict)."""
+    for name, (count, examples) in sorted(found.items()):
+        if count:
+            results["anomalies"][name] = {"count": count, "examples": examples}
+    if any(count and name not in allow for name, (count, _) in found.items()):
+        results["valid"] = False
+    results["notes"] = list(results.get("notes", [])) + list(notes)
+    if stats:
+        results.setdefault("stats", {})["invariants"] = stats
+
+
 def results_dict(
     out: CheckOutput, unread: pd.DataFrame, allow: list[str], notes: list[str]
 ) -> dict:

@@ -22,6 +22,7 @@ from harness.campaign_spec import Cell, load_spec
 from harness.config import validate
 from harness.report.campaign_index import render_campaign, write_results_index
 from harness.report.detection import EVIDENCE, FINISHED_CELLS, detection_times, format_table
+from harness.report.nightly import compare_nights, format_summary
 from harness.report.outcome import read_outcome
 from harness.report.render import render_run
 from harness.runner import run_test
@@ -294,6 +295,9 @@ def _print_summary(campaign: Campaign) -> None:
         if cell["outcome"] in ("regression", "not-detected", "error"):
             print(f"  {cell['outcome']}: {cell['id']} {cell.get('error') or ''}".rstrip(),
                   flush=True)
+    diff = compare_nights(campaign.folder)
+    if diff is not None:
+        print(format_summary(diff), flush=True)
     detections = detection_times(cells)
     if detections:
         print("time to detection (campaign time until a run lost acknowledged records, "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.definitions import ANOMALIES
+from checkers.invariants import INVARIANTS
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES
 from nemesis.kinds.links import LINK_DEFAULTS
 from replication.config import ConfigError as NodeConfigError
@@ -31,7 +32,9 @@ from replication.config import NodeConfig
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
 
-KNOWN_ANOMALIES = ANOMALIES  # the checker's names, for checker.allow
+# the checker's names, for checker.allow: the history's anomalies and the protocol
+# invariants' (checkers/invariants.py)
+KNOWN_ANOMALIES = ANOMALIES + tuple(i.anomaly for i in INVARIANTS)
 HOST_PROVIDERS = ("netns", "ssh", "sim")  # sim: the deterministic simulator (harness simulate)
 # Names under results/ that are not tests: the newest-run link and the campaigns folder.
 RESERVED_NAMES = ("latest", "campaigns")

@@ -39,3 +39,27 @@ def reproduce(run_dir: Path) -> int:
     print("same anomalies occurred" if same else "the anomalies differ")
     print(new_dir / "report.html")
     return 0 if same else 1
+
+
+def reproduce_schedule(path: Path, times: int = 1) -> int:
+    """`harness reproduce --schedule minimal.json --times N`: run a minimal reproduction (from
+    `harness shrink`) on real hosts N times -- its config and seed, its schedule at its times
+    against its nodes -- and say how often the same anomaly class occurred."""
+    from harness.shrink import load_minimal  # the simulator is only needed for this
+    config, entries, doc = load_minimal(Path(path))
+    config = dict(config)
+    config["hosts"] = dict(doc.get("real_hosts") or {"provider": "netns"})
+    config = validate(config, source=str(path))
+    wanted = doc.get("anomaly")
+    hits, runs = 0, []
+    for i in range(max(1, times)):
+        new_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv,
+                                   plan=Plan.scripted(entries)))
+        found = _anomalies(new_dir)
+        hit = bool(found.get(wanted))
+        hits += hit
+        runs.append(new_dir)
+        print(f"run {i + 1}/{times}: {new_dir}  {wanted} {found.get(wanted, 0)}  "
+              f"anomalies {found or 'none'}", flush=True)
+    print(f"{wanted} occurred in {hits}/{len(runs)} real run(s) of {path}")
+    return 0 if hits else 1

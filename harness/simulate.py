@@ -74,8 +74,10 @@ def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 # ---- one simulated run ----------------------------------------------------------------------
 
-def simulate_into(test: Test, out_dir: Path) -> SimResult:
-    """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json."""
+def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False) -> SimResult:
+    """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json.
+    `keep_going`: an invariant violation is recorded and the run goes on to its final read
+    (`harness shrink` needs the checker's anomaly, which only the final read shows)."""
     s = test.settings
     params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
                             acks=s.workload.acks, rate=s.workload.rate,
@@ -97,19 +99,20 @@ def simulate_into(test: Test, out_dir: Path) -> SimResult:
         return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
                               system=test.config["system"], n_nodes=s.nodes,
                               replication_factor=s.topic.replication_factor,
-                              final_read_timeout=s.workload.final_read_timeout, faults=faults)
+                              final_read_timeout=s.workload.final_read_timeout, faults=faults,
+                              keep_going=keep_going)
     finally:
         schedule.finish("time limit reached")
 
 
-def simulate_test(test: Test, *, backend: str = "spark") -> Path:
+def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = False) -> Path:
     """One simulated run into a new run folder under the test's results root, checked (with
     `backend`) and reported like a real run. Returns the folder."""
     config = as_simulated(test.config)
     test = Test.of(config, test.results_root, argv=test.argv, plan=test.plan, check=test.check)
     run_dir = store.new_run(test.results_root, config, list(test.argv))
     say(f"run folder {run_dir}")
-    result = simulate_into(test, run_dir)
+    result = simulate_into(test, run_dir, keep_going=keep_going)
     say(f"simulated {result.virtual_s:.1f} s in {result.wall_s:.1f} s wall "
         f"({result.speed:.1f}x); workload {result.stats}")
     if test.check:
@@ -151,7 +154,7 @@ def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = No
         store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
         test = Test.of(cfg, folder, check=False)
         started = time.perf_counter()
-        result = simulate_into(test, folder)
+        result = simulate_into(test, folder, keep_going=True)  # the row has the loss too
         results = check_path(folder, backend="reference")
         anomalies = {k: int(v.get("count", 0)) for k, v in results.get("anomalies", {}).items()}
         row = SeedRow(seed, results.get("valid"), anomalies,

@@ -183,6 +183,10 @@ class Broker:
                 hwm = self.hwm_checkpoint.get(f"{state.topic}-{state.partition}", 0)
                 replica = self.replicas[state.key] = Replica(self.broker_id, state.topic,
                                                              state.partition, log, hwm)
+                out.append(Event("log-open", {
+                    "topic": state.topic, "partition": state.partition,
+                    "log_end_offset": log.end_offset, "hwm": replica.hwm,
+                    "epochs": [list(e) for e in log.epoch_entries()]}))
             replica.broker_epoch = self.broker_epoch
             out += replica.on_metadata(state, self.topic_config(state.topic), now)
             out += replica.next_fetch(now)
@@ -210,7 +214,12 @@ class Broker:
         if replica is None:
             return [Reply(token, ErrorReply(E.UNKNOWN_TOPIC))]
         if isinstance(request, ProduceRequest):
+            latest = replica.log.latest_epoch()
+            end = replica.log.end_offset
             out = replica.produce(token, request.value_bytes(), request.acks, now)
+            if replica.log.latest_epoch() != latest:  # the leader's first record of its epoch
+                out.append(Event("epoch-start", {"topic": replica.topic, "partition": replica.partition,
+                                                 "epoch": replica.log.latest_epoch(), "start_offset": end}))
         else:
             out = replica.fetch(token, request, now)
         return out + replica.sync_outputs()

@@ -205,6 +205,12 @@ class Client:
         """Records below the HWM from `offset`: {"records": [[offset, value]], "hwm",
         "log_end_offset", "node", "leader_epoch"}. Retries errors that a metadata refresh can
         cure (moved leader, fenced epoch, lagging new leader) until the request timeout."""
+        return (await self.fetch_reply(topic, partition, offset, max_records, refresh)).to_wire()
+
+    async def fetch_reply(self, topic: str, partition: int, offset: int, max_records: int = 1000,
+                          refresh: bool = False) -> ConsumerFetchReply:
+        """`fetch`, answering the typed reply (its records are (offset, value) tuples): no
+        dict to build for callers that read the attributes."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
         while True:
@@ -218,7 +224,7 @@ class Client:
             except (ConnectionLost, MalformedMessage) as e:
                 raise ClientError(E.NETWORK_ERROR, str(e)) from e
             if isinstance(reply, ConsumerFetchReply):
-                return reply.to_wire()
+                return reply
             assert isinstance(reply, ErrorReply), reply
             if reply.error not in E.RETRIABLE_FETCH or loop.time() + self.retry_backoff_s >= deadline:
                 raise ClientError(reply.error, "" if reply.hwm is None else str(reply.hwm))

@@ -247,6 +247,11 @@ class Log(ABC):
             return []
         return self._load(offset, max_records)
 
+    def read_values(self, offset: int, max_records: int) -> list[tuple[int, str]]:
+        """`read`'s records as (offset, value as latin-1 text) pairs: what a consumer's fetch
+        serves (ConsumerFetchReply)."""
+        return [(r.offset, r.value.decode("latin-1")) for r in self.read(offset, max_records)]
+
     def truncate_to(self, offset: int) -> int:
         """Remove records at offsets >= offset and their epochs; returns how many went."""
         self._check_open()
@@ -309,9 +314,12 @@ class Log(ABC):
     def settled_end(self) -> int:
         """Records below this offset need no sync that has not completed yet."""
         end = self._end_offset
-        for start in (self._wanted_from, self._inflight_from):
-            if start is not None and start < end:
-                end = start
+        start = self._wanted_from
+        if start is not None and start < end:
+            end = start
+        start = self._inflight_from
+        if start is not None and start < end:
+            end = start
         return end
 
     def take_sync_job(self) -> SyncJob | None:
@@ -370,8 +378,12 @@ class Log(ABC):
         self._end_offset = records[-1].offset + 1
         self._unflushed += len(records)
         changed = False
+        assign = self._epochs.assign
         for r in records:
-            changed |= self._epochs.assign(r.epoch, r.offset)
+            # assign() of the latest epoch changes nothing: call it only where the epoch moves
+            if r.epoch != latest:
+                changed |= assign(r.epoch, r.offset)
+                latest = r.epoch
         if changed:
             self._note_epochs_changed()
         if self._flush_messages is not None and self._unflushed >= self._flush_messages:
@@ -409,6 +421,9 @@ class MemoryLog(Log):
         super().__init__(flush_messages=flush_messages, flush_ms=flush_ms, defer_sync=defer_sync)
         self._records: list[Record] = []
         self._durable: list[Record] = []
+        # read_values' pairs for _records[:len(_values)], made once per record (consumers
+        # read the same records again and again); cut with the records, reset on recovery.
+        self._values: list[tuple[int, str]] = []
 
     def _store(self, records: Sequence[Record]) -> None:
         self._records.extend(records)
@@ -416,8 +431,19 @@ class MemoryLog(Log):
     def _load(self, offset: int, max_records: int) -> list[Record]:
         return self._records[offset : offset + max_records]
 
+    def read_values(self, offset: int, max_records: int) -> list[tuple[int, str]]:
+        n = len(self.read(offset, max_records))  # the checks, and whatever _load does
+        if not n:
+            return []
+        end = offset + n
+        values = self._values
+        if len(values) < end:
+            values += [(r.offset, r.value.decode("latin-1")) for r in self._records[len(values):end]]
+        return values[offset:end]
+
     def _drop_from(self, offset: int) -> None:
         del self._records[offset:]
+        del self._values[offset:]
 
     def _sync(self) -> None:
         self._durable = list(self._records)
@@ -449,6 +475,7 @@ class MemoryLog(Log):
         return max(0, before - self._end_offset)
 
     def _recovered(self) -> None:
+        self._values = []
         self._end_offset = len(self._records)
         self._epochs = EpochCache.from_records(self._records)
         self._mark_flushed()

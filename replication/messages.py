@@ -30,7 +30,7 @@ written against the former plain dicts (`reply["error"]`, `"error" in reply`, `d
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -47,8 +47,16 @@ class MalformedMessage(ValueError):
 # ---- the base ----------------------------------------------------------------------------------
 
 
-class Message(Mapping):
-    """A wire message; a read-only Mapping over `to_wire()` for dict-era callers."""
+class Message:
+    """A wire message; a read-only Mapping over `to_wire()` for dict-era callers.
+
+    Registered as a virtual subclass of `Mapping` (isinstance(msg, Mapping) holds) and given
+    Mapping's mixin methods, but not derived from it: the state machines match on these
+    classes for every message, and isinstance against an ABCMeta class goes through
+    `ABCMeta.__instancecheck__`, which costs several times a plain class's check."""
+
+    __hash__ = None  # as Mapping's: equality is the wire form's  # type: ignore[assignment]
+    __reversed__ = None  # type: ignore[assignment]
 
     def to_wire(self) -> dict:
         raise NotImplementedError
@@ -65,6 +73,31 @@ class Message(Mapping):
 
     def __len__(self) -> int:
         return len(self._wire)
+
+    # Mapping's mixin methods (collections.abc.Mapping), over the cached wire form.
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._wire.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._wire
+
+    def keys(self) -> KeysView:
+        return KeysView(self)
+
+    def items(self) -> ItemsView:
+        return ItemsView(self)
+
+    def values(self) -> ValuesView:
+        return ValuesView(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return dict(self.items()) == dict(other.items())
+
+
+Mapping.register(Message)
 
 
 class Request(Message):

@@ -43,6 +43,10 @@ from replication.messages import AlterPartitionRequest as AlterPartition
 from replication.metadata import PartitionState
 from replication.outputs import Event, Output, Reply, Send, Sync
 
+# At most one log-progress event per replica this often (ms), when its log end or HWM moved:
+# the appends summarised, for the trace checker (checkers/trace.py).
+PROGRESS_MS = 200
+
 
 class Role(StrEnum):
     LEADER = "leader"
@@ -92,6 +96,9 @@ class Replica:
         # follower
         self.fetch_in_flight = False
         self.fetch_backoff_until = 0
+        # the last log-progress event: when, and the (log end, HWM) it reported
+        self._progress_at: int | None = None
+        self._progress_mark = (log.end_offset, self.hwm)
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -109,9 +116,13 @@ class Replica:
         candidates. Only `isr.update=local-first` acts on the uncommitted view: the race that
         AlterPartition (KIP-497) closed, where a leader acknowledges on an ISR the controller
         never committed."""
-        if self.config.isr_update == IsrUpdate.LOCAL_FIRST or self.state is None:
-            return self.isr
-        return tuple(r for r in self.isr if r in self.state.isr)
+        isr, state = self.isr, self.state
+        if state is None or self.config.isr_update == IsrUpdate.LOCAL_FIRST:
+            return isr
+        committed = state.isr
+        if isr == committed:  # the usual case: nothing proposed, nothing to filter
+            return isr
+        return tuple(r for r in isr if r in committed)
 
     def _min_isr_met(self) -> bool:
         return len(self._quorum()) >= self.config.min_insync_replicas
@@ -151,7 +162,8 @@ class Replica:
         self.alter_in_flight = False
         self.follower_leo = {r: 0 for r in state.replicas if r != self.broker_id}
         self.last_caught_up = {r: now for r in state.replicas if r != self.broker_id}
-        out.append(self._ev("become-leader", leader_epoch=state.leader_epoch, leader=self.broker_id))
+        out.append(self._ev("become-leader", leader_epoch=state.leader_epoch, leader=self.broker_id,
+                            log_end_offset=self.log.end_offset, hwm=self.hwm))
         out += self._advance_hwm(now)
         return out
 
@@ -160,7 +172,8 @@ class Replica:
         self.role, self.leader_epoch = Role.FOLLOWER, state.leader_epoch
         self.fetch_in_flight = False
         self.fetch_backoff_until = 0
-        out.append(self._ev("become-follower", leader_epoch=state.leader_epoch, leader=state.leader))
+        out.append(self._ev("become-follower", leader_epoch=state.leader_epoch, leader=state.leader,
+                            log_end_offset=self.log.end_offset, hwm=self.hwm))
         if self.config.replica_truncation == ReplicaTruncation.HIGH_WATERMARK:
             # Pre-KIP-101: trust the (possibly stale) local high watermark.
             out += self._truncate(self.hwm, "high-watermark")
@@ -266,8 +279,7 @@ class Replica:
             return ErrorReply(E.OFFSET_OUT_OF_RANGE, hwm=self.hwm)
         max_records = 1000 if msg.max_records is None else msg.max_records
         limit = min(max_records, self.hwm - offset)
-        records = self.log.read(offset, limit)
-        return ConsumerFetchReply(tuple((r.offset, r.value.decode("latin-1")) for r in records), self.hwm,
+        return ConsumerFetchReply(tuple(self.log.read_values(offset, limit)), self.hwm,
                                   self.log.end_offset, self.leader_epoch, self.broker_id)
 
     def _follower_progress(self, replica: int, offset: int, now: int) -> list[Output]:
@@ -301,8 +313,11 @@ class Replica:
             return []
         if self.config.eligible_leader_replicas_enable and not self._min_isr_met():
             return []  # KIP-966: the HWM is frozen below MinISR
-        members = self.isr if self.broker_id in self.isr else (*self.isr, self.broker_id)
-        candidate = min(self._leo_of(r) for r in members)
+        me, isr = self.broker_id, self.isr
+        members = isr if me in isr else (*isr, me)
+        # min over _leo_of(r), the settled end computed once
+        settled, leo = self.log.settled_end, self.follower_leo
+        candidate = min([settled if r == me else leo.get(r, 0) for r in members])
         if candidate <= self.hwm:
             return []
         self.hwm = candidate
@@ -417,8 +432,12 @@ class Replica:
                 out += self._truncate(target, "leader-epoch")
             case FetchReply(records=records, hwm=hwm):
                 if records and records[0].offset == self.log.end_offset:
+                    latest = self.log.latest_epoch()
                     self.log.append_records(records)
                     self.log.maybe_flush(now)
+                    if records[-1].epoch != latest:  # new epoch-cache entries
+                        out += [self._ev("epoch-start", epoch=e, start_offset=o)
+                                for e, o in self.log.epoch_entries() if e > latest]
                 self.hwm = max(self.hwm, min(hwm, self.log.settled_end))
         return out
 
@@ -447,6 +466,12 @@ class Replica:
                 out += [Reply(p.token, ErrorReply(E.REQUEST_TIMED_OUT, appended=True)) for p in expired]
             out += self._wake_parked(now)
         self.log.maybe_flush(now)
+        if self._progress_at is None or now - self._progress_at >= PROGRESS_MS:
+            mark = (self.log.end_offset, self.hwm)
+            if mark != self._progress_mark or self._progress_at is None:
+                self._progress_at, self._progress_mark = now, mark
+                out.append(self._ev("log-progress", role=self.role.value, leader_epoch=self.leader_epoch,
+                                    log_end_offset=mark[0], hwm=mark[1]))
         return out
 
     # ---- storage -------------------------------------------------------------------------------

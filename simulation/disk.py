@@ -96,6 +96,9 @@ class SimLog(MemoryLog):
         self.lost_under_process = False  # a page-cache loss happened while this was open
         self.torn_bytes = 0  # a torn tail that recovery cuts off at the next open
         self.fsyncs = 0
+        # The lowest offset whose record changed other than by an append (a truncation, a
+        # loss, a recovery) since the invariant monitor last looked (simulation/invariants.py)
+        self.changed_from: int | None = None
 
     # ---- storage primitives ---------------------------------------------------------------------
 
@@ -116,6 +119,20 @@ class SimLog(MemoryLog):
     def _sync(self) -> None:
         self.fsyncs += 1
         super()._sync()
+
+    def _drop_from(self, offset: int) -> None:
+        super()._drop_from(offset)
+        if self.changed_from is None or offset < self.changed_from:
+            self.changed_from = offset
+
+    def _recovered(self) -> None:
+        super()._recovered()  # records may be back or gone anywhere: look again from 0
+        self.changed_from = 0
+
+    @property
+    def records(self) -> list[Record]:
+        """The stored records, indexed by offset (the live list: read, never change it)."""
+        return self._records
 
     @property
     def eio(self) -> bool:

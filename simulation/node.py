@@ -277,6 +277,7 @@ class NodeProcess(Process):
         self.net.process_died(self)
         self.disk.process_died()
         self.world._process_ended(self)
+        self._stepped("exit")
 
     # ---- start-up ------------------------------------------------------------------------------------
 
@@ -291,6 +292,7 @@ class NodeProcess(Process):
         self.net.listen(self)
         self.listening = True
         self.started()
+        self._stepped("start")
         self._tick()
 
     def construct(self) -> None:
@@ -348,13 +350,20 @@ class NodeProcess(Process):
             self.carry_out(outputs)
         except Exception as e:
             self._error("response", e)
+        self._stepped("answer", result)
 
     def on_request(self, stream: Stream, rid: int | None, msg: Any) -> None:
+        token = _Responder(self.net, stream, rid)
+        monitor = self.world.monitor
+        if monitor is not None:
+            token = monitor.token(self, token, msg)
         try:
-            self.carry_out(self.machine.handle(_Responder(self.net, stream, rid), msg, self.now_ms()))
+            self.carry_out(self.machine.handle(token, msg, self.now_ms()))
         except Exception as e:  # net.serve's handler dies: that connection is closed
             self._error("request", e)
             self.net.close_server_side(stream)
+        if monitor is not None:
+            monitor.stepped(self, "request", msg)
 
     def _tick(self) -> None:
         if self.ticker_dead:
@@ -365,11 +374,19 @@ class NodeProcess(Process):
         except Exception as e:  # the tick_loop task dies; the process lives on
             self.ticker_dead = True
             self._error("tick", e)
+            self._stepped("tick")
             return
+        self._stepped("tick")
         self.call_later(TICK_S, self._tick)
 
     def periodic(self) -> None:
         """Extra per-tick work of a node kind."""
+
+    def _stepped(self, what: str, detail: Any = None) -> None:
+        """The invariant monitor (simulation/invariants.py), if any, looks at what changed."""
+        monitor = self.world.monitor
+        if monitor is not None:
+            monitor.stepped(self, what, detail)
 
     def _error(self, where: str, e: BaseException) -> None:
         self.world._node_error(self, where, e, traceback.format_exc())
@@ -511,6 +528,7 @@ class BrokerProcess(NodeProcess):
                                                   self.now_ms()))
         except Exception as e:
             self._error("synced", e)
+        self._stepped("synced", f"{output.topic}-{output.partition}")
         self._next_storage_job()
 
     def _checkpoint_written(self) -> None:
@@ -544,6 +562,7 @@ class BrokerProcess(NodeProcess):
         try:
             if not self.machine.shutdown_ok and self.clock_now() < self._deadline:
                 self.carry_out(self.machine.tick(self.now_ms()))
+                self._stepped("shutdown-tick")
                 self.call_later(TICK_S, self._shutdown_step)
                 return
         except Exception as e:

@@ -10,6 +10,12 @@ given: a coroutine it returns runs until the workload ends, then is cancelled), 
 everything, waits for health again, and does the final read. `out_dir` gets history.jsonl
 (timestamps from the virtual clock) and events.jsonl (the run folder's merged form). Same
 seed, same arguments, same code: the same bytes in both files.
+
+With `invariants=True` (the default) the protocol invariants (checkers/invariants.py) are
+checked after every step (simulation/invariants.py) and `out_dir` also gets invariants.jsonl,
+one violation a line (empty: none). The first violation stops the run -- the history ends
+there, `SimResult.stopped_by` says why -- unless `keep_going=True`, which records each
+violation once and runs on.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 from replication.config import NodeConfig
 from simulation.disk import DiskConfig
+from simulation.invariants import InvariantMonitor, InvariantViolation
 from simulation.loop import SimLoop
 from simulation.network import NetConfig
 from simulation.world import World
@@ -46,6 +53,8 @@ class SimResult:
     node_errors: list[dict[str, Any]] = field(default_factory=list)
     loop_errors: list[dict[str, Any]] = field(default_factory=list)
     net: dict[str, int] = field(default_factory=dict)
+    invariants: list[dict[str, Any]] | None = None  # violations found; None: not checked
+    stopped_by: str | None = None  # the invariant violation that ended the run early
 
     @property
     def history(self) -> Path:
@@ -66,40 +75,55 @@ def run_simulation(out_dir: str | Path, *, seed: int, params: WorkloadParams, ti
                    replication_factor: int = 3, final_read_timeout: float = 60.0,
                    faults: Faults | None = None, net: NetConfig | None = None,
                    disk: DiskConfig | None = None,
-                   world_hook: Callable[[World], None] | None = None) -> SimResult:
+                   world_hook: Callable[[World], None] | None = None,
+                   invariants: bool = True, keep_going: bool = False) -> SimResult:
     """Run the workload in a simulated world; see the module docstring. `world_hook`, if
     given, is called with the world before anything runs (tests inspect it afterwards)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     loop = SimLoop()
     world = World(seed, n_nodes, NodeConfig.from_settings(system or {}), net=net, disk=disk, loop=loop)
+    monitor = world.monitor = InvariantMonitor(world, keep_going=keep_going) if invariants else None
     if world_hook is not None:
         world_hook(world)
     history = HistoryWriter(out / "history.jsonl", clock=loop.time_ns, background_fsync=False)
     world.history = history
     wall = time.perf_counter()
+    box: dict[str, Any] = {}
+    stopped_by = None
     try:
         outcome = loop.run(_main(world, history, params, time_limit, replication_factor,
-                                 final_read_timeout, faults))
+                                 final_read_timeout, faults, box))
+    except InvariantViolation as e:  # the first violation ends the run (keep_going=False)
+        stopped_by = str(e)
+        outcome = (box.get("workload"), {}, False)
     finally:
         history.close()
         world.write_events(out / "events.jsonl")
+        if monitor is not None:
+            monitor.write(out / "invariants.jsonl")
         loop.close()
     workload, done, healthy = outcome
     return SimResult(seed=seed, out_dir=out, virtual_s=loop.time(), wall_s=time.perf_counter() - wall,
-                     stats=dict(workload.stats), final_read=done, final_errors=dict(workload.final_errors),
+                     stats=dict(workload.stats) if workload else {}, final_read=done,
+                     final_errors=dict(workload.final_errors) if workload else {},
                      healthy_before_final_read=healthy, node_errors=world.node_errors,
-                     loop_errors=loop.errors, net=dict(world.net.stats))
+                     loop_errors=loop.errors, net=dict(world.net.stats),
+                     invariants=monitor.violations if monitor is not None else None,
+                     stopped_by=stopped_by)
 
 
 async def _main(world: World, history: HistoryWriter, params: WorkloadParams, time_limit: float,
-                rf: int, final_read_timeout: float, faults: Faults | None):
+                rf: int, final_read_timeout: float, faults: Faults | None,
+                box: dict[str, Any] | None = None):
     loop = world.loop
     world.start_all()
     await create_topic(world.bootstrap(), len(world.brokers), params.topic, params.partitions, rf,
                        pool_factory=world.pool)
     await wait_healthy(world.bootstrap(), params.topic, params.partitions, 60, pool_factory=world.pool)
     workload = KafkaWorkload(params, world.bootstrap(), history, pool_factory=world.pool)
+    if box is not None:
+        box["workload"] = workload
     fault_task = None
     if faults is not None:
         started = faults(world, loop)

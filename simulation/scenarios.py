@@ -145,6 +145,123 @@ def tour(topic: str, partition: int = 0, *, start: float = 1.0, step: float = 1.
     return faults
 
 
+def weakness(kind: str, topic: str, partition: int = 0, *, at: float = 2.0, hold: float = 4.0,
+             pick: int = 0) -> Faults:
+    """One scripted episode aimed at one weakness of docs/replication.md's "Alternative
+    behaviours" (the invariant twins of tests/test_invariants_sim.py use them):
+
+    - "isolate-leader" (acks=1): the leader is cut off from the controller and the other
+      brokers (the clients still reach it) for `hold` s: it acknowledges on alone until it
+      learns it was replaced.
+    - "pause-pair" (replica.truncation=high-watermark): the leader, then (0.5 s later) the
+      follower the controller will elect next are paused for `hold` s: the last follower
+      follows the successor (truncating to its own stale HWM without KIP-101), cannot fetch
+      from it, and is elected when the successor is fenced in turn.
+    - "stale-follower" (unclean.leader.election.enable): one follower is paused until it
+      has left the ISR, then the other until the leader is the ISR alone (it goes to the
+      ELR), then the leader is killed and the first follower resumed: an out-of-sync
+      replica is the only unfenced one; `hold` s later everything is healed.
+    - "elr-power-loss" (unclean.shutdown.detection=false): the followers are paused until
+      the leader is the ISR alone, an ELR member among them loses power and restarts, the
+      leader is killed: the restarted follower is the only candidate while the other is
+      still paused; then everything is healed.
+    - "halves" (isr.update=local-first): the controller and one follower are cut off from the
+      leader and the other follower for `hold` s."""
+
+    async def faults(world: World, loop: SimLoop) -> None:
+        await asyncio.sleep(at)
+        state = await partition_state(world, topic, partition)
+        if state is None or state["leader"] is None:
+            return
+        leader_id = state["leader"]
+        leader = world.brokers[leader_id]
+        others = [r for r in state["replicas"] if r != leader_id]
+        followers = [world.brokers[r] for r in others]
+        if kind == "isolate-leader":
+            rest = frozenset(n for n in world.nodes if n != leader)
+            world.partition({leader: rest, **{n: frozenset({leader}) for n in rest}})
+            _note(world, "start-partition", {"nodes": [leader]})
+            await asyncio.sleep(hold)
+            world.heal_partition()
+            _note(world, "stop-partition", {"nodes": [leader]})
+        elif kind == "pause-pair":
+            successor = world.brokers[next(r for r in state["replicas"] if r != leader_id and r in state["isr"])]
+            pair = [leader, successor]
+            world.pause(leader)  # fenced first: the successor, still unfenced, is elected
+            await asyncio.sleep(0.5)
+            world.pause(successor)
+            _note(world, "start-pause", {"nodes": pair})
+            await asyncio.sleep(hold)
+            for node in pair:
+                world.resume(node)
+            _note(world, "stop-pause", {"nodes": pair})
+        elif kind == "elr-power-loss":
+            for node in followers:
+                world.pause(node)
+            _note(world, "start-pause", {"nodes": followers})
+            deadline = loop.time() + 16.0
+            while loop.time() < deadline:
+                await asyncio.sleep(0.1)
+                state = await partition_state(world, topic, partition)
+                if state is not None and list(state["isr"]) == [leader_id]:
+                    break
+            # an ELR member (the followers fenced while the ISR was below MinISR)
+            elr = [world.brokers[r] for r in (state or {}).get("elr", ())]
+            lost_one = elr[-1] if elr else followers[0]
+            still = [n for n in followers if n != lost_one]
+            lost = world.power_loss(lost_one, pick=pick)
+            _note(world, "start-power-loss", {"nodes": [lost_one], "lost": {lost_one: lost}})
+            world.kill(leader)
+            _note(world, "start-kill", {"nodes": [leader]})
+            await asyncio.sleep(0.5)
+            world.start(lost_one)
+            _note(world, "stop-power-loss", {"nodes": [lost_one]})
+            await asyncio.sleep(hold)
+            for node in still:
+                world.resume(node)
+            _note(world, "stop-pause", {"nodes": followers})
+            world.start(leader)
+            _note(world, "stop-kill", {"nodes": [leader]})
+        elif kind == "stale-follower":
+            stale, other = followers[0], followers[1:]
+            world.pause(stale)
+            await _until(world, loop, topic, partition, lambda st: others[0] not in st["isr"])
+            for node in other:
+                world.pause(node)
+            await _until(world, loop, topic, partition, lambda st: list(st["isr"]) == [leader_id])
+            world.kill(leader)
+            _note(world, "start-kill", {"nodes": [leader], "paused": followers})
+            world.resume(stale)
+            await asyncio.sleep(hold)
+            for node in other:
+                world.resume(node)
+            world.start(leader)
+            _note(world, "stop-kill", {"nodes": [leader], "resumed": followers})
+        elif kind == "halves":
+            one, other = followers[0], followers[1:]
+            a = frozenset({world.controller, one})
+            b = frozenset({leader, *other})
+            world.partition({**{n: b for n in a}, **{n: a for n in b}})
+            _note(world, "start-partition", {"nodes": sorted(a), "from": sorted(b)})
+            await asyncio.sleep(hold)
+            world.heal_partition()
+            _note(world, "stop-partition", {"nodes": sorted(a)})
+        else:
+            raise ValueError(f"unknown weakness episode {kind!r}")
+
+    return faults
+
+
+async def _until(world: World, loop: SimLoop, topic: str, partition: int, done: Callable[[dict], bool],
+                 timeout: float = 16.0) -> None:
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        await asyncio.sleep(0.1)
+        state = await partition_state(world, topic, partition)
+        if state is not None and done(state):
+            return
+
+
 @dataclass
 class Loss:
     """Acknowledged sends against the last complete final read."""

@@ -97,6 +97,9 @@ class World:
                               for n in self.nodes} if self.disk_config.fsync is not None else {}
         self.client = ClientProcess(self.loop, CLIENT_HOST)
         self.history: Any = None  # the run's HistoryWriter, when a driver has one
+        # simulation.invariants.InvariantMonitor, when the invariants are checked: told of
+        # every step of a node process and every fault verb
+        self.monitor: Any = None
         self.node_errors: list[dict[str, Any]] = []
         self._procs: dict[str, NodeProcess] = {}
         self._events: list[dict[str, Any]] = []
@@ -166,6 +169,7 @@ class World:
         self._procs[node] = proc
         lo, hi = self.startup_s
         proc.call_later(self._start_rng.uniform(lo, hi), proc.boot)
+        self._fault("start", node)
 
     def start_all(self) -> None:
         for node in self.nodes:
@@ -176,6 +180,7 @@ class World:
         proc = self.process(node)
         if proc is not None:
             proc.die()
+        self._fault("kill", node)
 
     async def stop_clean(self, node: str, timeout: float = 20.0) -> None:
         """SIGCONT then SIGTERM, and wait up to `timeout` s for the exit (cluster.stop_clean).
@@ -208,11 +213,13 @@ class World:
         proc = self.process(node)
         if proc is not None:
             proc.pause()
+        self._fault("pause", node)
 
     def resume(self, node: str) -> None:
         proc = self.process(node)
         if proc is not None:
             proc.resume()
+        self._fault("resume", node)
 
     def is_running(self, node: str) -> bool:
         """A process exists (starting, running or paused)."""
@@ -232,12 +239,16 @@ class World:
         "seed" when torn), like the lossy filesystem's lose-unsynced and torn replies."""
         self.kill(node)
         rng = self.rng(f"torn:{node}:{pick}") if torn else None
-        return self.disks[node].lose_unsynced(rng, seed=pick if torn else None)
+        lost = self.disks[node].lose_unsynced(rng, seed=pick if torn else None)
+        self._fault("power_loss", node, {"torn": torn, "lost_records": lost["lost_records"]})
+        return lost
 
     def page_cache_loss(self, node: str) -> dict[str, Any]:
         """Unsynced writes are lost while the process runs on; its open files fail (EIO)."""
         self._check(node)
-        return self.disks[node].lose_unsynced(None, running=self.is_running(node))
+        lost = self.disks[node].lose_unsynced(None, running=self.is_running(node))
+        self._fault("page_cache_loss", node, {"lost_records": lost["lost_records"]})
+        return lost
 
     # ---- network -------------------------------------------------------------------------------
 
@@ -245,15 +256,18 @@ class World:
         """Each node drops the packets of the nodes its grudge names (nemesis/partition.py);
         replaces any earlier partition. Nodes the grudge does not mention drop nothing."""
         self.net.set_grudge({k: frozenset(v) for k, v in grudge.items()})
+        self._fault("partition", None, {k: sorted(v) for k, v in sorted(grudge.items())})
 
     def heal_partition(self) -> None:
         self.net.set_grudge({})
+        self._fault("heal_partition")
 
     def degrade_link(self, node: str, kind: str, settings: Mapping[str, float], pick: int = 0) -> None:
         """A link fault on what `node` receives (nemesis/link.py's kinds and settings keys);
         replaces an earlier one on that node. Its randomness is seeded by (seed, node, pick)."""
         self._check(node)
         self.net.set_link(node, LinkFault.from_settings(kind, settings, self.rng(f"link:{node}:{pick}")))
+        self._fault("degrade_link", node, kind)
 
     def restore_link(self, node: str) -> None:
         self._check(node)
@@ -271,18 +285,24 @@ class World:
         self._check(node)
         self.clocks[node].jump(self.loop.time(), delta_ms / 1000)
         self._clock_changed(node)
+        self._fault("clock_jump", node, delta_ms)
 
     def clock_drift(self, node: str, rate: float) -> None:
         """From now on the node's clock runs at `rate` seconds per real second."""
         self._check(node)
         self.clocks[node].drift(self.loop.time(), rate)
         self._clock_changed(node)
+        self._fault("clock_drift", node, rate)
 
     def clock_reset(self, node: str) -> None:
         """Back to the node's undisturbed clock (base + virtual time, rate 1)."""
         self._check(node)
         self.clocks[node].reset(self.loop.time())
         self._clock_changed(node)
+
+    def _fault(self, verb: str, node: str | None = None, detail: Any = None) -> None:
+        if self.monitor is not None:
+            self.monitor.fault(verb, node, detail)
 
     def _clock_changed(self, node: str) -> None:
         proc = self._procs.get(node)

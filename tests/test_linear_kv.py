@@ -223,3 +223,23 @@ def test_an_exception_inside_the_checker_exits_3(tmp_path, monkeypatch, capsys):
     history.write_text((DATA / "two-keys.edn").read_text())
     assert main(["check", str(history), "--model", "kv"]) == 3
     assert "internal error: RuntimeError: boom" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_a_failed_spark_job_is_one_line_and_exits_3(tmp_path, monkeypatch, capsys):
+    """A search that raises on a worker fails the job: the runner says why in one line
+    (SparkJobError), and the command exits 3, never with a verdict's code."""
+    from checkers.exitcodes import guarded
+    from checkers.linear.history import Operation
+    from checkers.linear.models import Partition
+    from checkers.linear.parallel import SparkJobError, spark_runner
+    from checkers.linear.search import Budget
+
+    bad = Operation(0, 0, "cas", 5, None, 0, 1, 0, 1)  # not [expected, new]: step raises
+    parts = [Partition(k, [bad], CASRegister()) for k in ("a", "b")]
+    run = spark_runner("local[2]", 0)
+    with pytest.raises(SparkJobError, match="TypeError") as failed:
+        run(parts, Budget())
+    assert "\n" not in str(failed.value)
+    assert guarded("test", lambda: run(parts, Budget())) == 3
+    assert "SparkJobError" in capsys.readouterr().err

@@ -35,6 +35,9 @@ def params(seed: int, **kw) -> WorkloadParams:
 
 
 def run(tmp: Path, seed: int, *, time_limit: float = 6.0, system=None, faults=None, **kw):
+    # keep_going: these tests look at what the history shows, so a weakness's first invariant
+    # violation must not end the run (the invariants: tests/test_invariants_sim.py)
+    kw.setdefault("keep_going", True)
     return run_simulation(tmp, seed=seed, params=params(seed), time_limit=time_limit,
                           system=SAFE if system is None else system, faults=faults,
                           final_read_timeout=30, **kw)

@@ -32,6 +32,37 @@ NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
 RUN_ENDED = "run-ended"
 _RESERVED = ("index", "time", "process", "type", "f")
+_TYPES = ("invoke", *COMPLETIONS)
+# One encoder for every line: json.dumps builds a new one per call when given separators.
+# No circular-reference bookkeeping (a dict per nested list, and a poll's records are
+# hundreds of lists): an op is plain data from the workload; a cyclic one still fails
+# (RecursionError) before it reaches the file.
+_ENCODE = json.JSONEncoder(separators=(", ", ": "), check_circular=False).encode
+_SPLICE = "\x00encoded\x00"  # stands for an EncodedList while the rest of an op is encoded
+_SPLICED = _ENCODE(_SPLICE)
+
+
+class EncodedList(list):
+    """A list that carries its own JSON text (`json`, as this writer's encoder would write
+    it: ", " between items), which the writer splices in instead of encoding the items again
+    (a poll's hundreds of records, mostly read before). The caller vouches for the text."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, items: Any, json_text: str) -> None:
+        super().__init__(items)
+        self.json = json_text
+
+
+def _encode_op(op: dict[str, Any]) -> str:
+    """One history line (without its newline), as _ENCODE(op) would write it."""
+    for key, value in op.items():
+        if value.__class__ is EncodedList:
+            text = _ENCODE({**op, key: _SPLICE})
+            if text.count(_SPLICED) == 1:  # else a value contains the marker: no splicing
+                return text.replace(_SPLICED, value.json)
+            break
+    return _ENCODE(op)
 
 
 class HistoryError(ValueError):
@@ -177,15 +208,15 @@ class HistoryWriter:
     def _write_locked(self, op: Mapping[str, Any]) -> dict[str, Any]:
         if self._closed:
             raise HistoryError(f"{self.path} is closed")
-        bad = [k for k in ("index", "time") if k in op]
-        if bad:
+        if "index" in op or "time" in op:
+            bad = [k for k in ("index", "time") if k in op]
             raise HistoryError(f"{bad} are assigned by the writer, not the caller")
-        if op["type"] not in ("invoke", *COMPLETIONS):
+        if op["type"] not in _TYPES:
             raise HistoryError(f"type must be invoke, ok, fail or info, got {op['type']!r}")
         stamp = max(self.now_ns(), self._last_time)
         full = {"index": self._next_index, "time": stamp, **op}
         # Serialise first: an unserialisable op must not consume an index or reach the file.
-        data = (json.dumps(full, separators=(", ", ": ")) + "\n").encode()
+        data = (_encode_op(full) + "\n").encode()
         _write_all(self._fd, data)
         self._next_index += 1
         self._last_time = stamp
@@ -200,7 +231,10 @@ class HistoryWriter:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
+    n = os.write(fd, data)
+    if n == len(data):  # the usual case: no memoryview
+        return
+    view = memoryview(data)[n:]
     while view:
         view = view[os.write(fd, view):]
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from replication.client import Client, ClientError, ProduceError
 from replication.net import Pool
-from workloads.history import HistoryWriter, ProcessPool
+from workloads.history import EncodedList, HistoryWriter, ProcessPool
 
 INDETERMINATE_READ = {"NETWORK_ERROR", "REQUEST_TIMED_OUT"}
+_MAX_KEPT = 2_000_000  # offsets per partition whose poll JSON is kept (_poll_records)
 
 
 @dataclass
@@ -29,6 +30,16 @@ class WorkloadParams:
     consumers: int = 2
     request_timeout_s: float = 3.0
     seed: int = 0
+
+
+class _Ints(dict):
+    """value text -> int(text), parsed on first use; a bounded cache."""
+
+    def __missing__(self, text: str) -> int:
+        if len(self) >= 100_000:
+            self.clear()
+        n = self[text] = int(text)
+        return n
 
 
 class KafkaWorkload:
@@ -44,6 +55,10 @@ class KafkaWorkload:
         self.rng = random.Random(params.seed)
         self.stats = {"send-ok": 0, "send-fail": 0, "send-info": 0, "poll-ok": 0}
         self.final_errors: dict[int, str] = {}
+        self._ints = _Ints()  # value text -> int(text), see _parse
+        self._seen: dict[int, list[tuple[int, str]]] = {}  # see _poll_records
+        self._kept: dict[int, list[list[int]]] = {}
+        self._texts: dict[int, list[str]] = {}
 
     def _client(self) -> Client:
         pool = None if self.pool_factory is None else self.pool_factory()
@@ -103,7 +118,7 @@ class KafkaWorkload:
             offset = offsets[partition]
             op = self.history.invoke(process, "poll", partition=partition, offset=offset)
             try:
-                reply = await client.fetch(self.p.topic, partition, offset, max_records=500)
+                reply = await client.fetch_reply(self.p.topic, partition, offset, max_records=500)
             except ClientError as e:
                 if e.error in INDETERMINATE_READ:
                     op.info(e.error)
@@ -112,13 +127,57 @@ class KafkaWorkload:
                     op.fail(e.error)
                     await asyncio.sleep(0.05)
                 continue
-            records = [[o, int(v)] for o, v in reply["records"]]
-            op.ok(records=records, hwm=reply["hwm"], node=reply["node"], epoch=reply["leader_epoch"])
+            records = self._poll_records(partition, reply.records)
+            op.ok(records=records, hwm=reply.hwm, node=reply.node, epoch=reply.leader_epoch)
             self.stats["poll-ok"] += 1
             if records:
                 offsets[partition] = records[-1][0] + 1
             else:
                 await asyncio.sleep(0.02)
+
+    def _parse(self, pairs: tuple[tuple[int, str], ...]) -> list[list[int]]:
+        """[[offset, int(value)]] of a poll's records. Consumers read most records many
+        times (re-seeks): each value text is parsed once and looked up after that."""
+        ints = self._ints
+        return [[o, ints[v]] for o, v in pairs]
+
+    def _poll_records(self, partition: int, pairs: tuple[tuple[int, str], ...]) -> list[list[int]]:
+        """`_parse(pairs)`, with its JSON text for the history writer (EncodedList).
+        Consumers read most records many times (re-seeks), so each partition keeps, by
+        offset, the (offset, value) pair last read there, its [offset, int(value)] record
+        and that record's JSON text; a poll whose pairs all equal the kept ones is made of
+        those (the records are shared between polls: nothing changes them once written). A
+        pair that differs (a truncated and rewritten offset) is learnt again."""
+        n = len(pairs)
+        if not n:
+            return []
+        first = pairs[0][0]
+        if first.__class__ is not int or first < 0:
+            return self._parse(pairs)
+        end = first + n
+        seen = self._seen.setdefault(partition, [])  # offset -> the (offset, value) read there
+        kept = self._kept.setdefault(partition, [])  # offset -> [offset, int(value)]
+        texts = self._texts.setdefault(partition, [])  # offset -> that record's JSON text
+        if end > len(seen) or tuple(seen[first:end]) != pairs:
+            if first > len(seen) or end > _MAX_KEPT:
+                return self._parse(pairs)
+            for i, (o, _) in enumerate(pairs):
+                if o.__class__ is not int or o != first + i:
+                    return self._parse(pairs)
+            ints = self._ints
+            for pair in pairs:
+                o, v = pair
+                if o < len(seen):
+                    if seen[o] == pair:
+                        continue
+                    record = [o, ints[v]]
+                    seen[o], kept[o], texts[o] = pair, record, f"[{o}, {record[1]}]"
+                else:
+                    record = [o, ints[v]]
+                    seen.append(pair)
+                    kept.append(record)
+                    texts.append(f"[{o}, {record[1]}]")
+        return EncodedList(kept[first:end], "[" + ", ".join(texts[first:end]) + "]")
 
     async def final_read(self, timeout_s: float) -> dict[int, bool]:
         """Read every partition from 0 until two consecutive reads agree and the HWM has reached

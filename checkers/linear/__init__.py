@@ -25,9 +25,9 @@ from checkers.linear.models import (
 from checkers.linear.search import Budget, SearchResult, search
 
 __all__ = [
-    "KV", "UNKNOWN", "AppendRegister", "Budget", "CASRegister", "HistoryError", "Model", "Operation", "Partition",
-    "Register", "Runner", "SearchResult", "check", "check_file", "make_model", "pair", "pair_events",
-    "read_events", "run_local", "search",
+    "KV", "UNKNOWN", "AppendRegister", "Budget", "CASRegister", "HistoryError", "Model",
+    "Operation", "Partition", "Register", "Runner", "SearchResult", "check", "check_file",
+    "make_model", "pair", "pair_events", "read_events", "run_local", "search",
 ]
 
 

@@ -4,7 +4,8 @@ search each, and combine the results into one verdict.
 Verdict (JSON-friendly)::
 
     {"valid": true | false | "unknown", "model": NAME, "ops": N, "partitions": P,
-     "explored": CONFIGURATIONS, "elapsed_s": S, "failure": {...} | null,
+     "explored": CONFIGURATIONS, "engine": "in-process" | "spark", "elapsed_s": S,
+     "failure": {...} | null,
      "unknown": {"reason": ..., "keys": [...]}   # only when valid is "unknown"
     }
 

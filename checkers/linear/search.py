@@ -65,6 +65,8 @@ class Failure:
     linearized: int  # how many ops were linearized at that point
     previous: list[Operation]  # the last linearized ops, in linearization order
     concurrent: list[tuple[Operation, bool]]  # pending ops, and whether the model accepts each
+    # op ids of the longest partial linearization, in order (only with want_linearization)
+    partial: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -78,7 +80,9 @@ class SearchResult:
 
 def search(ops: Sequence[Operation], model: Model, budget: Budget = UNLIMITED,
            *, want_linearization: bool = False) -> SearchResult:
-    """Decide whether ``ops`` is linearizable with respect to ``model``."""
+    """Decide whether ``ops`` is linearizable with respect to ``model``. With
+    ``want_linearization``, a valid result carries a linearization and an invalid one the
+    longest partial linearization found (``failure.partial``)."""
     return drive(searching(ops, model, budget, want_linearization=want_linearization))
 
 
@@ -195,7 +199,7 @@ class _Search:
             # No candidate works: the op of first_ret cannot be linearized before it returns.
             if len(stack) > best:
                 best = len(stack)
-                failure = self._failure(first_ret, state, stack)
+                failure = self._failure(first_ret, state, stack, want_linearization)
             if not stack:
                 return SearchResult(False, len(seen), failure=failure)
             e, state, m, gaps, cands, pos, first_ret = stack.pop()
@@ -256,7 +260,8 @@ class _Search:
             return "time budget exhausted"
         return None
 
-    def _failure(self, ret: int, state: Hashable, stack: list[Any]) -> Failure:
+    def _failure(self, ret: int, state: Hashable, stack: list[Any],
+                 want_partial: bool = False) -> Failure:
         """Describe the configuration where op ``ret`` returned unlinearized."""
         concurrent = []
         e = self.nxt[0]
@@ -267,4 +272,6 @@ class _Search:
                 concurrent.append((op, ok))
             e = self.nxt[e]
         previous = [self.ops[self.op_of[s[0]]] for s in stack[-_TAIL:]]
-        return Failure(self.ops[self.op_of[ret]], state, len(stack), previous, concurrent)
+        partial = [self.ops[self.op_of[s[0]]].id for s in stack] if want_partial else []
+        return Failure(self.ops[self.op_of[ret]], state, len(stack), previous, concurrent,
+                       partial)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.campaign import run_campaign
 from harness.commands.argtypes import parse_duration
+from harness.report.nightly import compare_nights
 
 NAME = "campaign"
 HELP = "run a matrix of tests from a TOML file"
@@ -21,7 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Exit 1 on a regression night, so a cron job or CI can alert on it."""
+    """Exit 1 on a regression night, or on a New finding (one no earlier night of this
+    campaign had) in an `expect = "no-loss"` config, so a cron job or CI can alert on it."""
     folder = run_campaign(args.file, args.resume, args.time_budget)
     state = json.loads((Path(folder) / "campaign.json").read_text())
-    return 1 if state.get("verdict") == "regression" else 0
+    diff = compare_nights(Path(folder))
+    new_bad = diff is not None and bool(diff.new_in_no_loss)
+    return 1 if state.get("verdict") == "regression" or new_bad else 0

@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="take the test from a campaign file's cell (with --cell)")
     parser.add_argument("--cell", metavar="CONFIG[/MIX]",
                         help="with --campaign: the [[config]] (and nemesis mix) to simulate")
+    parser.add_argument("--replay", type=Path, metavar="MINIMAL.json",
+                        help="simulate a minimal reproduction written by `harness shrink` "
+                             "(its seed, config and schedule): the same bytes as its run folder")
     parser.add_argument("--check-determinism", action="store_true",
                         help="run each seed twice (the second time in a fresh interpreter with "
                              "another hash seed) and fail on the first divergence")
@@ -74,6 +77,12 @@ def campaign_config(args: argparse.Namespace) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.replay:
+        from harness.shrink import replay_test
+        run_dir = simulate_test(replay_test(args.replay, store.default_results_dir(), sys.argv),
+                                backend="reference", keep_going=True)
+        print(run_dir / "report.html")
+        return store.verdict_exit(run_dir)
     config = as_simulated(campaign_config(args) if args.campaign else from_args(args))
     if args.check_determinism:
         return _determinism(config, args.seeds or [config["seed"]])

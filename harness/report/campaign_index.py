@@ -12,6 +12,7 @@ from typing import Any
 from control.files import write_text_atomic
 from harness.report import plots
 from harness.report.detection import EVIDENCE, detection_times
+from harness.report.nightly import compare_nights
 from harness.report.outcome import read_outcome
 from harness.report.render import environment, render_run
 
@@ -85,6 +86,7 @@ def render_campaign(folder: Path) -> Path:
                                                           "unknown")],
         results_index="../../../index.html" if results_index.is_file() else None,
         plot=plot.name if plot else None,
+        nightly=compare_nights(folder),
     )
     out = folder / "index.html"
     write_text_atomic(out, html)

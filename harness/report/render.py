@@ -18,9 +18,13 @@ import pyarrow as pa
 from control.files import write_text_atomic
 from harness.report import plots
 from harness.report.events import EventSummary, scan_events
+from harness.report.incidents import Incident, build_incidents, read_events
+from harness.report.lag import lag_plot, unseen_plot
 from harness.report.loss import LossTable, read_loss
 from harness.report.outcome import LOSS_ANOMALIES, RunOutcome, parse_results
 from harness.report.scan import HistorySummary, scan_history
+from harness.report.story import build_story
+from harness.report.timeline import scan_timeline, timeline_json, write_timeline
 
 TABLE_CAP = 200  # rows of any one table on the page
 EXAMPLES_CAP = 20  # examples shown per anomaly
@@ -108,6 +112,8 @@ class RunPage:
     loss: LossTable | None = None
     schedule: Any = None
     plots: dict[str, str | None] = field(default_factory=dict)
+    incidents: list[Incident] = field(default_factory=list)
+    timeline: str | None = None  # timeline.html, when written
 
 
 def _read_json(page: RunPage, name: str) -> Any:
@@ -203,6 +209,44 @@ def _make_plots(page: RunPage) -> None:
             (out / f"{name}.png").unlink(missing_ok=True)  # a stale plot would mislead
 
 
+def _acks(page: RunPage) -> str:
+    config = (page.test or {}).get("config")
+    workload = config.get("workload") if isinstance(config, dict) else None
+    return str(workload.get("acks", "")) if isinstance(workload, dict) else ""
+
+
+def _make_incidents_and_timeline(page: RunPage, title: str) -> None:
+    """Loss incidents, timeline.html and the lag/unseen plots (issue 15)."""
+    out = page.run_dir
+    faults = page.history.faults if page.history else []
+    end_ns = page.history.end_ns if page.history else 0
+    events = read_events(out / "events.jsonl")
+    loss_path = out / "loss.parquet"
+    if page.loss is not None and loss_path.is_file():
+        try:
+            page.incidents = build_incidents(loss_path, events, faults, _acks(page), end_ns)
+        except (OSError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+            page.notes.append(f"loss incidents could not be built: {exc}")
+    for name in ("lag", "unseen"):
+        page.plots[name] = None
+    if page.history is None:
+        (out / "timeline.html").unlink(missing_ok=True)
+        return
+    windows = [(i.partition, int(i.t0 * 1e9) - 2 * 10**9, int(i.t1 * 1e9) + 2 * 10**9)
+               for i in page.incidents]
+    data = scan_timeline(out / "history.jsonl", end_ns, windows)
+    payload = timeline_json(data, events, faults, [i.to_json() for i in page.incidents],
+                            loss_path if page.loss is not None else None)
+    write_timeline(out / "timeline.html", title, payload,
+                   environment().get_template("timeline.html").render)
+    page.timeline = "timeline.html"
+    for name, fn in (("lag", lag_plot), ("unseen", unseen_plot)):
+        path = fn(data, faults, out / f"{name}.png")
+        page.plots[name] = path.name if path else None
+        if not path:
+            (out / f"{name}.png").unlink(missing_ok=True)
+
+
 def _config_rows(config: dict[str, Any]) -> list[tuple[str, str]]:
     rows = []
     for label, table, key in KEY_SETTINGS:
@@ -270,11 +314,14 @@ def render_run(run_dir: Path) -> Path:
     _load(page)
     _make_plots(page)
     test = page.test or {}
+    title = f"{test.get('name', run_dir.parent.name)} / {run_dir.name}"
+    _make_incidents_and_timeline(page, title)
     config = test.get("config") if isinstance(test.get("config"), dict) else {}
     columns, schedule, schedule_total = _schedule_rows(page.schedule)
     html = environment().get_template("run.html").render(
+        story=build_story(run_dir),  # the minimal reproduction (harness shrink), if any
         page=page,
-        title=f"{test.get('name', run_dir.parent.name)} / {run_dir.name}",
+        title=title,
         verdict=page.outcome.verdict if page.outcome else "not checked",
         summary=_summary_line(page),
         config_rows=_config_rows(config),

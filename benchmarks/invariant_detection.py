@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Protocol invariants against lost records: how often each weakness shows as each.
+
+For every weakness, simulate the same seeds with the invariants checked after every step
+(keep going after a violation, so the run reaches its final read) and count, over those
+seeds, the runs with an invariant violation, the runs that lost an acknowledged record (the
+final read lacks an acknowledged value: simulation.scenarios.acknowledged_loss), and both.
+
+    .venv/bin/python benchmarks/invariant_detection.py [--seeds 1-20] [--mode episodes|campaign]
+        [--only NAME,...] [--trace]
+
+`--mode episodes` (default) uses the scripted episode aimed at each weakness (the twins of
+tests/test_invariants_sim.py); `--mode campaign` uses campaigns/validation.toml's configs
+under their own randomised nemesis mix (harness.simulate), the safe one included. `--trace`
+also runs the trace checker (checkers/trace.py) on each run's events.jsonl and history.jsonl
+and counts the runs where it found a violation. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from checkers.trace import check_run  # noqa: E402
+from simulation.scenarios import acknowledged_loss  # noqa: E402
+
+
+def seeds_of(text: str) -> list[int]:
+    lo, _, hi = text.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def episodes() -> list[tuple[str, dict, str, object]]:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_invariants_sim import TWINS
+
+    return [(name, system, acks, episode) for name, system, acks, episode, _ in TWINS] + [
+        ("safe (each episode)", {}, "all", None)]
+
+
+def run_episode(folder: Path, seed: int, system: dict, acks: str, episode) -> tuple[set, int, dict]:
+    from test_invariants_sim import SAFE, simulate
+
+    r = simulate(folder, seed, system, acks, episode())
+    config = {"system": {**SAFE, **system}, "workload": {"acks": acks}, "topic": {"name": "chaos"}}
+    return ({v["name"] for v in r.invariants}, len(acknowledged_loss(r.history).lost), config)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1-20")
+    ap.add_argument("--mode", choices=("episodes", "campaign"), default="episodes")
+    ap.add_argument("--only", default=None)
+    ap.add_argument("--trace", action="store_true")
+    args = ap.parse_args()
+    seeds = seeds_of(args.seeds)
+    only = set(args.only.split(",")) if args.only else None
+    print(f"{'weakness':40} {'runs':>4} {'invariant':>9} {'lost':>5} {'both':>5} "
+          f"{'lost, no inv':>12}{'  trace':>8}  invariants (runs)", flush=True)
+    for name, runner in _rows(args.mode):
+        if only and name not in only:
+            continue
+        started = time.perf_counter()
+        violated = lost = both = missed = traced = 0
+        classes: Counter = Counter()
+        runs = 0
+        for seed in seeds:
+            for folder_seed, (found, n_lost, config, folder) in runner(seed):
+                runs += 1
+                violated += bool(found)
+                lost += bool(n_lost)
+                both += bool(found and n_lost)
+                missed += bool(n_lost and not found)
+                classes.update(x.removeprefix("invariant:") for x in found)
+                if args.trace:
+                    report = check_run(folder, config)
+                    traced += bool(report and report.violations)
+                shutil.rmtree(folder, ignore_errors=True)
+        trace = f"{traced:>8}" if args.trace else f"{'':>8}"
+        print(f"{name:40} {runs:>4} {violated:>9} {lost:>5} {both:>5} {missed:>12}{trace}  "
+              f"{dict(sorted(classes.items()))}  ({time.perf_counter() - started:.0f} s)", flush=True)
+    return 0
+
+
+def _rows(mode: str):
+    if mode == "episodes":
+        for name, system, acks, episode in episodes():
+            def runner(seed, system=system, acks=acks, episode=episode):
+                eps = [episode] if episode is not None else [t[3] for t in episodes()[:-1]]
+                for ep in eps:
+                    folder = Path(tempfile.mkdtemp(prefix=f"inv-s{seed}-"))
+                    found, n_lost, config = run_episode(folder, seed, system, acks, ep)
+                    yield seed, (found, n_lost, config, folder)
+            yield name, runner
+        return
+    from harness.campaign_spec import load_spec
+    from harness.simulate import simulate_into, with_seed
+    from harness.test import Test
+
+    _, cells = load_spec(ROOT / "campaigns" / "validation.toml")
+    seen = set()
+    for cell in cells:
+        if cell.config in seen:
+            continue
+        seen.add(cell.config)
+
+        def runner(seed, cell=cell):
+            folder = Path(tempfile.mkdtemp(prefix=f"inv-{cell.config}-s{seed}-"))
+            config = with_seed(cell.resolved, seed)
+            result = simulate_into(Test.of(config, folder, check=False), folder, keep_going=True)
+            found = {v["name"] for v in result.invariants or ()}
+            n_lost = sum(len(acknowledged_loss(result.history, p).lost)
+                         for p in range(int(config["topic"]["partitions"])))
+            yield seed, (found, n_lost, config, folder)
+        yield f"{cell.config} ({cell.expect})", runner
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,641 @@
+"""Protocol invariants: KIP-966's safety properties, stated once, as predicates over a snapshot.
+
+The properties are those of Jack Vanlightly's TLA+ specification of Kafka replication with
+KIP-966 (kafka-tlaplus, kafka_data_replication/kraft/kip-966/kip_966_properties.tla). Each
+predicate here takes a `PartitionSnapshot` -- plain data: the controller's metadata of one
+partition, every replica's state, and the history-derived facts the specification tracks
+in its auxiliary variables -- and returns the `Violation`s it finds (none: the property
+holds). Nothing here does I/O or imports the simulator or the harness: the simulator builds
+snapshots from its exact global state after every step (simulation/invariants.py), the trace
+checker rebuilds them from a real run's events.jsonl and history.jsonl (checkers/trace.py),
+and tests build them by hand (tests/test_invariants.py).
+
+Words, once (docs/invariants.md has the same with what each caught):
+
+- *Running* (the spec's RUNNING): the broker's process is alive and registered -- its
+  incarnation's broker epoch is the one the controller holds for it. A broker that is
+  starting, stopped or dead is not running: the spec's completeness properties exempt it,
+  since a broker that lost data in an unclean shutdown is kept out of the ISR and the ELR
+  by Unclean Exclusion once it registers again.
+- *True HWM* (the spec's `inv_true_hwm`): the highest high watermark any replica acting as
+  leader ever exposed (a stale leader's included: the spec takes it from every leader's
+  HWM advance). It never goes down.
+- *Committed prefix* (the spec's `inv_consumed`): the record at each offset below the true
+  HWM, as the first leader to expose that offset below its HWM held it: what consumers may
+  have read.
+- *Positively acknowledged* (the spec's `inv_pos_acked`): records a leader acknowledged to
+  a producer at acks=all. Offsets are known here, so a record is *held* by a replica when
+  its log has, at the acknowledged offset, a record of the same leader epoch (and the same
+  value, where values are known). (The spec only asks for the value somewhere in the log;
+  Kafka also promises the offset it returned.) Within one leader epoch only one leader
+  appends, and a restarted broker never continues an epoch, so (offset, epoch) names one
+  record: a trace that knows epochs but not values can still decide "held".
+- acks=1 acknowledges a record before it is committed. The spec has no acks=1, so such
+  acknowledgements are *not* in LeaderCompleteness's set; `AcknowledgedCompleteness` (an
+  extension) holds the leader to them instead, so the acks=1 weakness is named as itself
+  and never passes for a protocol bug.
+
+Configurations. The properties assume KIP-966 with clean elections. A configuration that
+gives that up -- unclean.leader.election.enable, unclean recovery (which the controller
+reports as `potential_data_loss`), eligible.leader.replicas.enable=false, the pre-KIP-101
+truncation to the high watermark, unclean.shutdown.detection=false, isr.update=local-first
+-- is checked against the same properties: a violation after an unclean election is still
+a violation, because that is the weakness the harness exists to reveal. Only the structural
+ELR rules (ELR empty at MinISR, MinIsrRecoveryQuorum) apply when the partition has ELR on
+(`PartitionMeta.elr_enabled`); without ELR the ELR and LastKnownELR stay empty and those rules
+say nothing.
+
+Incremental use: every invariant names the parts of the state it reads (`Invariant.reads`,
+tags below); a checker that knows what a step changed evaluates only the invariants that
+read it. `ReplicaState.agreement` may carry a precomputed prefix agreement (see
+`agreement`), and `Acks` splits acknowledged records into those the committed prefix
+already covers and the rest, so a predicate costs O(replicas) plus the exceptions.
+
+    reads tag   changed by
+    meta        the controller's partition state, fenced brokers, registrations
+    replica     a replica's role, leader epoch, ISR views, pending AlterPartition,
+                metadata, running, or a new incarnation
+    log         a log's records below its end changed (truncation, loss, recovery)
+    hwm         a replica's HWM passed the prefix it shares with the committed one
+    commit      the true HWM advanced (the committed prefix grew)
+    acks        a record was acknowledged
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+PREFIX = "invariant:"
+LEADER, FOLLOWER, NONE = "leader", "follower", "none"
+
+
+class Rec(NamedTuple):
+    """A record as the predicates see it; `value` None: unknown (a trace knows no values),
+    `epoch` None: unknown (a read whose record no acknowledgement names)."""
+
+    offset: int
+    epoch: int | None
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    """The controller's metadata of one partition (the spec's con_partition_metadata,
+    con_unfenced) and the topic's MinISR and ELR setting."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    leader: int | None
+    leader_epoch: int
+    partition_epoch: int
+    isr: tuple[int, ...]
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
+    fenced: frozenset[int] = frozenset()
+    min_isr: int = 1
+    elr_enabled: bool = True
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """One replica (the spec's partition_status, partition_metadata, partition_data of a
+    broker). `records`: the log, indexed by offset, each with `.epoch` and `.value` (None:
+    not known, then `epochs` -- the leader-epoch cache, [(epoch, start offset)] -- says
+    which epoch each offset holds). `isr`: the ISR the leader last knew committed;
+    `maximal_isr`: the ISR its HWM is computed over (with proposed additions, and with
+    isr.update=local-first proposed removals too). `metadata`: the partition state the
+    replica acts on, as `metadata_key` makes it. `agreement`: the length of the prefix of
+    its log equal to the committed prefix, when the caller computed it (else derived from
+    records or epochs; None in both: unknown). `leo_known` False: the log may be longer
+    than `leo` (a trace between two reports of it): nothing is concluded from its end."""
+
+    broker: int
+    running: bool
+    role: str = NONE
+    leader_epoch: int = -1
+    leo: int = 0
+    hwm: int = 0
+    records: Sequence[Any] | None = None
+    epochs: Sequence[tuple[int, int]] | None = None
+    isr: tuple[int, ...] | None = None
+    maximal_isr: tuple[int, ...] | None = None
+    alter_pending: bool = False
+    metadata: tuple | None = None
+    agreement: int | None = None
+    leo_known: bool = True
+
+
+@dataclass(slots=True)
+class Acks:
+    """Positively acknowledged records of one partition. `committed`: sorted offsets whose
+    acknowledged record is the committed prefix's record there (a replica agreeing with the
+    committed prefix up to past them holds them); `other`: (offset, epoch) -> record for the
+    rest, checked one by one."""
+
+    committed: Sequence[int] = ()
+    other: Mapping[tuple[int, int | None], Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.committed) + len(self.other)
+
+
+@dataclass(slots=True)
+class Facts:
+    """What the history tells (the spec's auxiliary variables). `committed`: the committed
+    prefix's records (`.epoch`, `.value`), or None when only `committed_epochs` (its epoch
+    cache) is known. `acked`: acks=all acknowledgements; `acked1`: acks=1 acknowledgements of
+    records not committed as acknowledged. `reads`: records consumers read that the committed
+    prefix does not confirm. `history`: the controller's partition states by partition epoch
+    (`metadata_key` form), the spec's con_metadata_log."""
+
+    true_hwm: int = 0
+    committed: Sequence[Any] | None = None
+    committed_epochs: Sequence[tuple[int, int]] | None = None
+    acked: Acks = field(default_factory=Acks)
+    acked1: Acks = field(default_factory=Acks)
+    reads: Mapping[tuple[int, int | None], Any] = field(default_factory=dict)
+    history: Mapping[int, tuple] | None = None
+
+
+@dataclass(slots=True)
+class PartitionSnapshot:
+    meta: PartitionMeta
+    replicas: Mapping[int, ReplicaState]
+    facts: Facts
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """`name` is `invariant:<Spec name>`; `key` identifies the situation, so a checker that
+    keeps going reports each once (the same leader missing the same records over many steps
+    is one violation)."""
+
+    name: str
+    topic: str
+    partition: int
+    detail: str
+    key: tuple = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "topic": self.topic, "partition": self.partition,
+                "detail": self.detail}
+
+
+def metadata_key(partition_epoch: int, leader: int | None, leader_epoch: int, isr: Iterable[int],
+                 elr: Iterable[int] = (), last_known_elr: Iterable[int] = (),
+                 replicas: Iterable[int] = ()) -> tuple:
+    """One partition state as MetadataLogMatching compares it."""
+    return (partition_epoch, leader, leader_epoch, tuple(isr), tuple(elr), tuple(last_known_elr),
+            tuple(replicas))
+
+
+# ---- logs -------------------------------------------------------------------------------------
+
+
+def epoch_at(epochs: Sequence[tuple[int, int]], offset: int) -> int | None:
+    """The epoch of the record at `offset` by an epoch cache ([(epoch, start)], starts
+    increasing); None before the first entry."""
+    lo, hi = 0, len(epochs)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if epochs[mid][1] <= offset:
+            lo = mid + 1
+        else:
+            hi = mid
+    return epochs[lo - 1][0] if lo else None
+
+
+def record_epoch(r: ReplicaState, offset: int) -> int | None:
+    if offset >= r.leo or offset < 0:
+        return None
+    if r.records is not None:
+        return r.records[offset].epoch
+    if r.epochs is not None:
+        return epoch_at(r.epochs, offset)
+    return None
+
+
+def holds(r: ReplicaState, rec: Any) -> bool | None:
+    """Whether the replica's log has `rec` (`.offset`, `.epoch`, `.value`) at its offset; None
+    when its state cannot tell."""
+    o = rec.offset
+    if o >= r.leo:
+        return False if r.leo_known else None
+    if r.records is not None:
+        x = r.records[o]
+        if x is rec:
+            return True
+        if rec.epoch is not None and x.epoch != rec.epoch:
+            return False
+        return rec.value is None or x.value == rec.value
+    if r.epochs is not None and rec.epoch is not None:
+        return epoch_at(r.epochs, o) == rec.epoch
+    return None
+
+
+def same_record(a: Any, b: Any) -> bool:
+    return a is b or (a.epoch == b.epoch and (a.value is None or b.value is None or a.value == b.value))
+
+
+def common_prefix(a: ReplicaState | Facts, b: ReplicaState | Facts, limit: int, start: int = 0) -> int | None:
+    """The first offset in [start, limit) where the two logs (or a log and the committed
+    prefix) differ, or `limit`; None when neither records nor epochs tell."""
+    ra = a.committed if isinstance(a, Facts) else a.records
+    rb = b.committed if isinstance(b, Facts) else b.records
+    if ra is not None and rb is not None:
+        o = start
+        while o < limit:
+            x, y = ra[o], rb[o]
+            if x is not y and (x.epoch != y.epoch or x.value != y.value):
+                return o
+            o += 1
+        return limit
+    ea = a.committed_epochs if isinstance(a, Facts) else a.epochs
+    eb = b.committed_epochs if isinstance(b, Facts) else b.epochs
+    if ea is None and ra is not None:
+        ea = _epochs_of(ra, limit)
+    if eb is None and rb is not None:
+        eb = _epochs_of(rb, limit)
+    if ea is None or eb is None:
+        return None
+    points = sorted({start} | {s for _, s in ea if start < s < limit} | {s for _, s in eb if start < s < limit})
+    for s in points:
+        if epoch_at(ea, s) != epoch_at(eb, s):
+            return s
+    return limit
+
+
+def _epochs_of(records: Sequence[Any], limit: int) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for o in range(min(limit, len(records))):
+        e = records[o].epoch
+        if not out or out[-1][0] != e:
+            out.append((e, o))
+    return out
+
+
+def agreement(r: ReplicaState, f: Facts) -> int | None:
+    """How many offsets from 0 the replica's log shares with the committed prefix (at most
+    the true HWM); `r.agreement` when given."""
+    if r.agreement is not None:
+        return r.agreement
+    return common_prefix(r, f, min(r.leo, f.true_hwm))
+
+
+def missing(r: ReplicaState, acks: Acks, agreed: int | None, f: Facts) -> tuple[list[Any], int]:
+    """Acknowledged records the replica does not hold (the first few offsets), and how many.
+    Those below `agreed` (its shared prefix with the committed one) are held; the others
+    are looked up one by one."""
+    out: list[Any] = []
+    count = 0
+    committed = acks.committed
+    start = bisect.bisect_left(committed, agreed) if agreed is not None else 0
+    for o in committed[start:]:
+        rec = _committed_record(f, o)
+        if rec is not None and holds(r, rec) is False:
+            count += 1
+            if len(out) < 3:
+                out.append(o)
+    for rec in acks.other.values():
+        if holds(r, rec) is False:
+            count += 1
+            if len(out) < 3:
+                out.append(rec.offset)
+    return out, count
+
+
+# ---- the invariants ----------------------------------------------------------------------------
+
+
+def _v(name: str, m: PartitionMeta, detail: str, *key: Any) -> Violation:
+    return Violation(PREFIX + name, m.topic, m.partition, detail, key)
+
+
+def valid_controller_isr_and_elr(p: PartitionSnapshot) -> list[Violation]:
+    m = p.meta
+    replicas, isr, elr = set(m.replicas), set(m.isr), set(m.elr)
+    problems = []
+    if not isr <= replicas:
+        problems.append(f"ISR {sorted(isr)} is not within the replicas {list(m.replicas)}")
+    if not elr <= replicas:
+        problems.append(f"ELR {sorted(elr)} is not within the replicas {list(m.replicas)}")
+    if isr & elr:
+        problems.append(f"{sorted(isr & elr)} in both the ISR and the ELR")
+    if m.elr_enabled and len(isr) >= m.min_isr and elr:
+        problems.append(f"ISR {sorted(isr)} has MinISR {m.min_isr} members but the ELR is "
+                        f"{sorted(elr)}, not empty")
+    if m.leader is not None and m.leader not in isr:
+        problems.append(f"leader {m.leader} is not in the ISR {sorted(isr)}")
+    return [_v("ValidControllerIsrAndElr", m, f"partition epoch {m.partition_epoch}: {x}", m.partition_epoch, x)
+            for x in problems]
+
+
+def valid_controller_state(p: PartitionSnapshot) -> list[Violation]:
+    m = p.meta
+    bad = sorted(set(m.isr) & m.fenced)
+    if not bad:
+        return []
+    return [_v("ValidControllerState", m, f"fenced broker(s) {bad} in the ISR {list(m.isr)} "
+               f"(partition epoch {m.partition_epoch})", tuple(bad), m.partition_epoch)]
+
+
+def min_isr_recovery_quorum(p: PartitionSnapshot) -> list[Violation]:
+    m = p.meta
+    if not m.elr_enabled or m.isr or m.elr or len(m.last_known_elr) == m.min_isr:
+        return []
+    return [_v("MinIsrRecoveryQuorum", m, f"ISR and ELR empty but LastKnownELR "
+               f"{list(m.last_known_elr)} has {len(m.last_known_elr)} member(s), not MinISR "
+               f"{m.min_isr} (partition epoch {m.partition_epoch})", m.partition_epoch)]
+
+
+def replication_quorum_superset(p: PartitionSnapshot) -> list[Violation]:
+    m = p.meta
+    out = []
+    for b, r in p.replicas.items():
+        if not (r.running and r.role == LEADER and r.leader_epoch == m.leader_epoch):
+            continue
+        if r.isr is None or r.maximal_isr is None:
+            continue
+        maximal = set(r.maximal_isr)
+        if not r.alter_pending and maximal != set(r.isr):
+            out.append(_v("ReplicationQuorumSuperset", m, f"leader {b} (epoch {r.leader_epoch}) has "
+                          f"no AlterPartition pending but acts on ISR {sorted(maximal)}, not its "
+                          f"committed ISR {list(r.isr)}", b, r.leader_epoch, tuple(sorted(maximal)), r.isr))
+        if len(r.isr) >= m.min_isr:
+            needed = set(m.isr) | set(m.elr)
+            if not needed <= maximal:
+                out.append(_v("ReplicationQuorumSuperset", m, f"leader {b} (epoch {r.leader_epoch}) "
+                              f"with committed ISR {list(r.isr)} >= MinISR {m.min_isr} computes its "
+                              f"HWM over {sorted(maximal)}, which lacks controller ISR+ELR member(s) "
+                              f"{sorted(needed - maximal)}", b, r.leader_epoch, tuple(sorted(maximal)),
+                              tuple(sorted(needed))))
+    return out
+
+
+def _completeness(name: str, p: PartitionSnapshot, acks: Acks, check_leo: bool) -> list[Violation]:
+    m, f = p.meta, p.facts
+    if m.leader is None:
+        return []
+    r = p.replicas.get(m.leader)
+    if r is None or not r.running:
+        return []
+    problems = []
+    if check_leo and f.true_hwm > 0 and r.leo < f.true_hwm and r.leo_known:
+        problems.append(f"its log ends at {r.leo}, below the true HWM {f.true_hwm}")
+    if len(acks):
+        lacking, count = missing(r, acks, agreement(r, f), f)
+        if count:
+            problems.append(f"it lacks {count} acknowledged record(s), at offsets {lacking}"
+                            f"{' ...' if count > len(lacking) else ''}")
+    if not problems:
+        return []
+    return [_v(name, m, f"leader {m.leader} (epoch {m.leader_epoch}): " + "; ".join(problems),
+               m.leader, m.leader_epoch)]
+
+
+def leader_completeness(p: PartitionSnapshot) -> list[Violation]:
+    return _completeness("LeaderCompleteness", p, p.facts.acked, True)
+
+
+def acknowledged_completeness(p: PartitionSnapshot) -> list[Violation]:
+    return _completeness("AcknowledgedCompleteness", p, p.facts.acked1, False)
+
+
+def leader_candidate_completeness(p: PartitionSnapshot) -> list[Violation]:
+    m, f = p.meta, p.facts
+    if f.true_hwm <= 0:
+        return []
+    out = []
+    for where, members in (("ISR", m.isr), ("ELR", m.elr)):
+        for b in members:
+            r = p.replicas.get(b)
+            if r is None or not r.running:
+                continue
+            if r.leo < f.true_hwm and r.leo_known:
+                out.append(_v("LeaderCandidateCompleteness", m, f"{where} member {b} is running with "
+                              f"its log ending at {r.leo}, below the true HWM {f.true_hwm} "
+                              f"(partition epoch {m.partition_epoch})", b, m.partition_epoch))
+                continue
+            agreed = agreement(r, f)
+            if agreed is not None and agreed < min(r.leo, f.true_hwm):
+                out.append(_v("LeaderCandidateCompleteness", m, f"{where} member {b} is running with "
+                              f"a log that leaves the committed prefix at offset {agreed}, below the "
+                              f"true HWM {f.true_hwm} (partition epoch {m.partition_epoch})",
+                              b, m.partition_epoch))
+    return out
+
+
+def log_matching(p: PartitionSnapshot) -> list[Violation]:
+    m, f = p.meta, p.facts
+    reps = sorted(p.replicas.items())
+    # Fast path: every replica shares the committed prefix up to its HWM, so any two agree
+    # below the lower of their HWMs.
+    suspects = []
+    for b, r in reps:
+        hwm = min(r.hwm, r.leo)
+        if hwm <= 0:
+            continue
+        agreed = agreement(r, f) if hwm <= f.true_hwm else None
+        if agreed is None or agreed < hwm:
+            suspects.append(b)
+    out = []
+    seen: set[tuple[int, int]] = set()
+    for b in suspects:
+        r = p.replicas[b]
+        for c, s in reps:
+            if c == b or (min(b, c), max(b, c)) in seen:
+                continue
+            seen.add((min(b, c), max(b, c)))
+            limit = min(r.hwm, s.hwm, r.leo, s.leo)
+            if limit <= 0:
+                continue
+            at = common_prefix(r, s, limit)
+            if at is not None and at < limit:
+                (lo, rl), (hi, rh) = sorted(((b, r), (c, s)), key=lambda x: x[0])
+                out.append(_v("LogMatching", m, f"replicas {lo} and {hi} differ at offset {at}, "
+                              f"below both their HWMs ({rl.hwm}, {rh.hwm}): epoch "
+                              f"{record_epoch(rl, at)} vs {record_epoch(rh, at)}", lo, hi, at))
+    return out
+
+
+def metadata_log_matching(p: PartitionSnapshot) -> list[Violation]:
+    m, f = p.meta, p.facts
+    if f.history is None:
+        return []
+    out = []
+    for b, r in sorted(p.replicas.items()):
+        if r.metadata is None:
+            continue
+        committed = f.history.get(r.metadata[0])
+        if committed is None or committed != r.metadata:
+            what = "never committed" if committed is None else f"committed as {committed}"
+            out.append(_v("MetadataLogMatching", m, f"replica {b} acts on partition state {r.metadata}, "
+                          f"which the controller {what} at partition epoch {r.metadata[0]}",
+                          b, r.metadata[0]))
+    return out
+
+
+def consistent_read(p: PartitionSnapshot) -> list[Violation]:
+    m, f = p.meta, p.facts
+    out = []
+    for b, r in p.replicas.items():
+        if not (r.running and r.role == LEADER and r.leader_epoch == m.leader_epoch):
+            continue
+        problems = []
+        if f.true_hwm > 0:
+            if r.leo < f.true_hwm and r.leo_known:
+                problems.append(f"its log ends at {r.leo}, below the true HWM {f.true_hwm}")
+            else:
+                agreed = agreement(r, f)
+                if agreed is not None and agreed < min(r.leo, f.true_hwm):
+                    problems.append(f"its record at offset {agreed} (epoch {record_epoch(r, agreed)}) is "
+                                    f"not the committed one (epoch "
+                                    f"{_committed_epoch(f, agreed)}), below the true HWM {f.true_hwm}")
+        bad = [rec.offset for rec in f.reads.values() if holds(r, rec) is False]
+        if bad:
+            problems.append(f"it lacks {len(bad)} record(s) consumers read, at offsets {sorted(bad)[:3]}")
+        if problems:
+            out.append(_v("ConsistentRead", m, f"leader {b} (epoch {r.leader_epoch}): " + "; ".join(problems),
+                          b, r.leader_epoch))
+    return out
+
+
+def _committed_epoch(f: Facts, offset: int) -> int | None:
+    if f.committed is not None and offset < len(f.committed):
+        return f.committed[offset].epoch
+    if f.committed_epochs is not None:
+        return epoch_at(f.committed_epochs, offset)
+    return None
+
+
+def no_committed_record_lost_globally(p: PartitionSnapshot) -> list[Violation]:
+    m, f = p.meta, p.facts
+    acks = f.acked
+    if not len(acks):
+        return []
+    # Below the longest prefix some replica shares with the committed one, every
+    # acknowledged record that is the committed one is held; the rest are looked up.
+    best = max((agreement(r, f) or 0 for r in p.replicas.values()), default=0)
+    lost = []
+    committed = acks.committed
+    for o in committed[bisect.bisect_left(committed, best):]:
+        rec = _committed_record(f, o)
+        if rec is not None and not any(holds(r, rec) is not False for r in p.replicas.values()):
+            lost.append(o)
+    for rec in acks.other.values():
+        if not any(holds(r, rec) is not False for r in p.replicas.values()):
+            lost.append(rec.offset)
+    if not lost:
+        return []
+    lost.sort()
+    return [_v("NoCommittedRecordLostGlobally", m, f"{len(lost)} acknowledged record(s) on no replica, "
+               f"at offsets {lost[:3]}{' ...' if len(lost) > 3 else ''}", lost[0])]
+
+
+def _committed_record(f: Facts, offset: int) -> Any:
+    if f.committed is not None and offset < len(f.committed):
+        return f.committed[offset]
+    if f.committed_epochs is not None and offset < f.true_hwm:
+        return Rec(offset, epoch_at(f.committed_epochs, offset))
+    return None
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str  # the spec's name without "Property"
+    spec: str  # the property in kip_966_properties.tla it follows ("" for an extension)
+    check: Callable[[PartitionSnapshot], list[Violation]]
+    reads: frozenset[str]
+    words: str
+
+    @property
+    def anomaly(self) -> str:
+        return PREFIX + self.name
+
+
+def _inv(name: str, spec: str, check, reads: str, words: str) -> Invariant:
+    return Invariant(name, spec, check, frozenset(reads.split()), " ".join(words.split()))
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    _inv("LeaderCompleteness", "LeaderCompletenessProperty", leader_completeness,
+         "meta replica log commit acks", """
+         Once something is committed, the controller's leader, if running, has a log reaching
+         the true HWM and holds every record acknowledged at acks=all."""),
+    _inv("LeaderCandidateCompleteness", "LeaderCandidateCompletenessProperty",
+         leader_candidate_completeness, "meta replica log commit", """
+         Every running member of the controller's ISR or ELR -- each a leader candidate -- has
+         a log reaching the true HWM that holds the committed prefix (the spec asks for the
+         log end; the prefix is the same claim made on records)."""),
+    _inv("ReplicationQuorumSuperset", "ReplicationQuorumSupersetProperty",
+         replication_quorum_superset, "meta replica", """
+         A non-stale leader (its leader epoch is the controller's) without an AlterPartition
+         pending acts on exactly its committed ISR; and while its committed ISR has MinISR
+         members, the ISR it computes the HWM over (the maximal ISR) contains the
+         controller's ISR and ELR."""),
+    _inv("LogMatching", "LogMatchingProperty", log_matching, "replica log hwm", """
+         Any two replicas hold the same record at every offset below both their high
+         watermarks."""),
+    _inv("MetadataLogMatching", "MetadataLogMatchingProperty", metadata_log_matching,
+         "meta replica", """
+         The partition state a replica acts on is the one the controller committed at that
+         partition epoch (the spec compares the brokers' metadata logs with the controller's,
+         record by record)."""),
+    _inv("ConsistentRead", "ConsistentReadProperty", consistent_read, "meta replica log commit", """
+         A non-stale leader's log holds the committed prefix -- every record below the true
+         HWM, as consumers could read it -- and every record consumers did read."""),
+    _inv("NoCommittedRecordLostGlobally", "NoCommittedRecordLostGlobally",
+         no_committed_record_lost_globally, "log acks", """
+         Every record acknowledged at acks=all is on some replica's log (running or not: what
+         its disk holds)."""),
+    _inv("ValidControllerIsrAndElr", "ValidControllerIsrAndElr", valid_controller_isr_and_elr,
+         "meta", """
+         The controller's ISR and ELR are within the replicas and disjoint, the ELR is empty
+         while the ISR has MinISR members (ELR on), and a leader is an ISR member."""),
+    _inv("ValidControllerState", "ValidControllerState", valid_controller_state, "meta", """
+         No fenced broker is in the controller's ISR. Pre-KIP-966 (ELR off) the last ISR
+         member stays in the ISR while fenced: that is the "last replica standing" weakness
+         KIP-966 removed, and it is reported."""),
+    _inv("MinIsrRecoveryQuorum", "MinIsrRecoveryQuorum", min_isr_recovery_quorum, "meta", """
+         With ELR on, when the ISR and the ELR are both empty, LastKnownELR has exactly MinISR
+         members: the replicas balanced recovery must hear from."""),
+    _inv("AcknowledgedCompleteness", "", acknowledged_completeness, "meta replica log acks", """
+         Extension (no spec property; acks=1): the controller's leader, if running, holds
+         every record acknowledged at acks=1 that is not yet committed as it was
+         acknowledged. Reported under its own name so that acks=1's weakness never passes
+         for LeaderCompleteness."""),
+)
+
+BY_NAME = {i.name: i for i in INVARIANTS}
+
+
+def affected(tags: Iterable[str]) -> tuple[Invariant, ...]:
+    """The invariants that read any of `tags`."""
+    tags = frozenset(tags)
+    return tuple(i for i in INVARIANTS if i.reads & tags)
+
+
+def check(p: PartitionSnapshot, invariants: Iterable[Invariant] = INVARIANTS) -> list[Violation]:
+    """Every violation of `invariants` (all by default) in one partition's snapshot."""
+    out: list[Violation] = []
+    for inv in invariants:
+        out += inv.check(p)
+    return out
+
+
+def split_acks(acked: Iterable[Any], f: Facts) -> Acks:
+    """`Acks` from plain acknowledged records (`.offset`, `.epoch`, `.value`): those equal to
+    the committed prefix's record at their offset, and the rest."""
+    committed: list[int] = []
+    other: dict[tuple[int, int | None], Any] = {}
+    for rec in acked:
+        c = _committed_record(f, rec.offset)
+        if c is not None and rec.epoch is not None and same_record(c, rec):
+            committed.append(rec.offset)
+        else:
+            other[(rec.offset, rec.epoch)] = rec
+    return Acks(sorted(committed), other)

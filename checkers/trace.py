@@ -1,0 +1,456 @@
+"""The protocol invariants (checkers/invariants.py) on a real run's trace.
+
+A real run has no global state to look at, only what the nodes wrote to events.jsonl and what
+the clients wrote to history.jsonl. `check_trace` replays both in time order (netns hosts
+share one kernel clock, so node events order across hosts; the history is on the same run
+clock) and rebuilds, as far as they tell, the snapshot checkers.invariants reads:
+
+- the controller's metadata: exact, from `partition-change`, `broker-fenced`/`-unfenced` and
+  `broker-registered`;
+- who is running: a `broker-start` begins an incarnation, its `broker-registered` makes it
+  running; a nemesis `start-kill`, `start-power-loss`, `start-torn-power-loss`, `start-outage`
+  or a `broker-stop` ends it (a power loss also makes its log unknown until the next
+  `log-open`);
+- each replica's log: `log-open` (log end, HWM, the leader-epoch cache), `epoch-start`,
+  `truncate`, `become-leader`/`-follower` and `log-progress` (log end, HWM, role). The epoch
+  cache is exact; the log end and the HWM are exact at the events that report them and lower
+  bounds in between (appends only add; everything that removes records is an event), so an
+  invariant about a log's end is only decided at those events (`ReplicaState.leo_known`).
+  Records are known by (offset, epoch), not by value: within one epoch one leader appends;
+- the facts: the true HWM is a lower bound -- the HWMs leaders reported (`log-progress`,
+  `become-leader`), the `hwm` of each ok poll and the offset of each acks=all
+  acknowledgement, each counted only while the node that served it still leads in that
+  epoch, whose epoch cache then gives the committed prefix's epochs; acknowledged records
+  are the ok sends (offset, and the epoch of the acknowledging leader, which is the record's);
+  records consumers read are checked by the epoch their acknowledgement names.
+
+The invariants are evaluated after every event of a node, for the partitions it concerns,
+and once at the end. What a trace cannot decide, said in the report's `undecided`:
+
+- ReplicationQuorumSuperset: a leader's proposed ("maximal") ISR and whether its
+  AlterPartition is pending are not in the trace;
+- MetadataLogMatching: the partition state a broker acts on is not in the trace beyond its
+  leader and leader epoch;
+- everything between two reports of a replica's log end (a state held for less than the
+  report interval, 200 ms, may go unseen).
+
+Every violation found is real (a lower bound never makes one up); the trace may miss some the
+simulator, with exact state at every step, would see. The replay is single-process Python, a
+few seconds for a 30 s run; traces of long campaigns may want Spark later (not done).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from checkers.invariants import (
+    BY_NAME,
+    FOLLOWER,
+    INVARIANTS,
+    LEADER,
+    NONE,
+    Acks,
+    Facts,
+    PartitionMeta,
+    PartitionSnapshot,
+    Rec,
+    ReplicaState,
+    epoch_at,
+)
+
+UNDECIDABLE = {
+    "ReplicationQuorumSuperset": "a leader's proposed (maximal) ISR and its pending AlterPartition "
+                                 "are not in events.jsonl",
+    "MetadataLogMatching": "the partition state a broker acts on is not in events.jsonl beyond "
+                           "its leader and leader epoch",
+}
+DECIDED = tuple(i for i in INVARIANTS if i.name not in UNDECIDABLE)
+DEATHS = ("kill", "power-loss", "torn-power-loss", "outage")
+LOSSY = ("power-loss", "torn-power-loss", "outage")
+WITH_LOG_END = ("log-open", "become-leader", "become-follower", "truncate", "log-progress")
+
+
+@dataclass
+class _Replica:
+    known: bool = False  # the log's content is known (log-open seen since the last loss)
+    leo: int = 0
+    hwm: int = 0
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+    role: str = NONE
+    leader_epoch: int = -1
+
+
+@dataclass
+class _Partition:
+    meta: PartitionMeta | None = None
+    replicas: dict[int, _Replica] = field(default_factory=dict)
+    true_hwm: int = 0
+    committed: list[tuple[int, int]] = field(default_factory=list)  # epoch cache of the prefix
+    acked: Acks = field(default_factory=lambda: Acks([], {}))
+    acked1: dict[tuple[int, int], Rec] = field(default_factory=dict)
+    reads: dict[tuple[int, int], Rec] = field(default_factory=dict)
+
+
+@dataclass
+class TraceReport:
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    checks: dict[str, int] = field(default_factory=dict)  # invariant -> states it was decided on
+    undecided: dict[str, str] = field(default_factory=lambda: dict(UNDECIDABLE))
+    events: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class TraceChecker:
+    def __init__(self, *, min_isr: int = 1, elr_enabled: bool = True, acks: str = "all") -> None:
+        self.min_isr = min_isr
+        self.elr_enabled = elr_enabled
+        self.acks = acks
+        self.parts: dict[tuple[str, int], _Partition] = {}
+        self.alive: dict[int, bool] = {}
+        self.registered: dict[int, bool] = {}  # this incarnation registered
+        self.controller_epochs: dict[int, int] = {}
+        self.fenced: set[int] = set()
+        self.host_broker: dict[str, int] = {}
+        self.acked_at: dict[Any, tuple[int, int]] = {}  # value -> (offset, epoch) at acks=all
+        self.report = TraceReport()
+        self._seen: set[tuple] = set()
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def event(self, e: Mapping[str, Any]) -> None:
+        self.report.events += 1
+        kind = e.get("kind")
+        node = e.get("node")
+        if isinstance(node, int) and isinstance(e.get("host"), str):
+            self.host_broker[e["host"]] = node
+        key = (e["topic"], e["partition"]) if "topic" in e and "partition" in e else None
+        part = self._part(key) if key is not None else None
+        subject: int | None = None
+        if kind == "partition-change":
+            assert part is not None
+            # partition-change does not repeat the replicas: the first one (create) has them all
+            # in the ISR
+            replicas = part.meta.replicas if part.meta is not None else tuple(e["isr"])
+            part.meta = PartitionMeta(
+                e["topic"], e["partition"], replicas, e["leader"], e["leader_epoch"],
+                e["partition_epoch"], tuple(e["isr"]), tuple(e["elr"]), tuple(e["last_known_elr"]),
+                frozenset(self.fenced), self.min_isr, self.elr_enabled)
+        elif kind == "broker-registered":
+            b = e["broker"]
+            self.controller_epochs[b] = e["broker_epoch"]
+            self.registered[b] = bool(self.alive.get(b, True))
+        elif kind in ("broker-fenced", "broker-unfenced"):
+            (self.fenced.add if kind == "broker-fenced" else self.fenced.discard)(e["broker"])
+            for p in self.parts.values():
+                if p.meta is not None:
+                    p.meta = _with(p.meta, fenced=frozenset(self.fenced))
+        elif kind == "broker-start" and isinstance(node, int):
+            self.alive[node] = True
+            self.registered[node] = False
+            for p in self.parts.values():
+                if node in p.replicas:
+                    p.replicas[node].known = False  # until its log-open
+        elif kind == "broker-stop" and isinstance(node, int):
+            self.alive[node] = False
+            self.registered[node] = False
+        elif key is not None and isinstance(node, int):
+            subject = node
+            r = part.replicas.setdefault(node, _Replica())
+            if kind == "log-open":
+                r.known, r.leo, r.hwm = True, e["log_end_offset"], e["hwm"]
+                r.epochs = [tuple(x) for x in e["epochs"]]
+                r.role, r.leader_epoch = NONE, -1
+            elif kind in ("become-leader", "become-follower"):
+                r.role = LEADER if kind == "become-leader" else FOLLOWER
+                r.leader_epoch = e["leader_epoch"]
+                if "log_end_offset" in e:
+                    r.leo, r.hwm = e["log_end_offset"], e["hwm"]
+            elif kind == "log-progress":
+                r.role, r.leader_epoch = e["role"], e["leader_epoch"]
+                r.leo, r.hwm = e["log_end_offset"], e["hwm"]
+            elif kind == "epoch-start":
+                start = e["start_offset"]
+                r.epochs = [x for x in r.epochs if x[1] < start] + [(e["epoch"], start)]
+                r.leo = max(r.leo, start + 1)
+            elif kind == "truncate":
+                r.leo = e["to_offset"]
+                r.epochs = [x for x in r.epochs if x[1] < r.leo]
+                r.hwm = min(r.hwm, r.leo)
+            else:
+                subject = None
+            if r.role == LEADER and r.known and r.hwm > part.true_hwm:
+                self._commit(part, r, r.hwm)
+        exact = subject if kind in WITH_LOG_END else None
+        if kind in ("broker-registered", "broker-fenced", "broker-unfenced"):
+            # Not evaluated here: the partition states this changes follow as events of the
+            # same controller step, each written only once the one before is fsynced, while
+            # other nodes' events may come in between. Each is evaluated at its own event.
+            return
+        if part is not None:
+            self._evaluate(part, e, exact)
+        else:
+            self._evaluate_all(e)
+
+    def nemesis(self, op: Mapping[str, Any]) -> None:
+        f = str(op.get("f", ""))
+        if not f.startswith("start-") or f[len("start-"):] not in DEATHS:
+            return
+        value = op.get("value") if isinstance(op.get("value"), dict) else {}
+        lossy = f[len("start-"):] in LOSSY
+        for host in value.get("nodes", []):
+            b = self.host_broker.get(host)
+            if b is None:
+                continue
+            self.alive[b] = False
+            self.registered[b] = False
+            if lossy:
+                for p in self.parts.values():
+                    if b in p.replicas:
+                        p.replicas[b].known = False
+
+    # ---- the history's facts -------------------------------------------------------------------
+
+    def operation(self, op: Mapping[str, Any], topic: str) -> None:
+        if op.get("process") == "nemesis":
+            self.nemesis(op)
+            return
+        if op.get("type") != "ok" or "partition" not in op:
+            return
+        part = self._part((topic, op["partition"]))
+        node, epoch = op.get("node"), op.get("epoch")
+        if op.get("f") == "send" and op.get("offset") is not None and epoch is not None:
+            o = op["offset"]
+            rec = Rec(o, epoch, op.get("value"))
+            self._leader_holds(part, node, epoch, o + 1, commit=self.acks == "all")
+            if self.acks == "all":
+                self.acked_at[op.get("value")] = (o, epoch)
+                if o < part.true_hwm and _committed_epoch(part, o) == epoch:
+                    c = part.acked.committed
+                    c.append(o) if not c or o >= c[-1] else c.insert(_bisect(c, o), o)
+                else:
+                    part.acked.other[(o, epoch)] = rec
+            elif self.acks == "1":
+                part.acked1[(o, epoch)] = rec
+        elif op.get("f") in ("poll", "final-poll") and op.get("hwm") is not None:
+            self._leader_holds(part, node, epoch, op["hwm"], commit=True)
+            for o, v in op.get("records", ()):
+                at = self.acked_at.get(v)
+                if at is not None and at[0] == o and _committed_epoch(part, o) != at[1]:
+                    part.reads[(o, at[1])] = Rec(o, at[1], v)
+
+    def _leader_holds(self, part: _Partition, node: Any, epoch: Any, upto: int, *, commit: bool) -> None:
+        """The node, leading in `epoch`, served records up to `upto` (an ok send or poll): if it
+        still leads in that epoch, its log reaches there and, when `commit`, so does the true
+        HWM."""
+        r = part.replicas.get(node) if isinstance(node, int) else None
+        if r is None or not r.known or r.role != LEADER or r.leader_epoch != epoch:
+            return
+        r.leo = max(r.leo, upto)
+        if commit and upto > part.true_hwm:
+            self._commit(part, r, upto)
+
+    def _commit(self, part: _Partition, r: _Replica, hwm: int) -> None:
+        """The true HWM rises to `hwm`; the committed prefix's epochs come from the leader's
+        epoch cache."""
+        h = part.true_hwm
+        first = epoch_at(r.epochs, h)
+        if first is None:
+            return  # the leader's log is not known that far: no claim
+        new = [(first, h)] + [x for x in r.epochs if h < x[1] < hwm]
+        committed = part.committed
+        if committed and committed[-1][0] == new[0][0]:
+            new = new[1:]
+        committed.extend(new)
+        part.true_hwm = hwm
+        for o, e in list(part.acked1):
+            if o < hwm and _committed_epoch(part, o) == e:
+                del part.acked1[(o, e)]
+
+    # ---- evaluating ------------------------------------------------------------------------------
+
+    def _part(self, key: tuple[str, int]) -> _Partition:
+        p = self.parts.get(key)
+        if p is None:
+            p = self.parts[key] = _Partition()
+        return p
+
+    def _evaluate_all(self, e: Mapping[str, Any]) -> None:
+        for p in self.parts.values():
+            self._evaluate(p, e, None)
+
+    def _evaluate(self, part: _Partition, e: Mapping[str, Any], exact: int | None) -> None:
+        m = part.meta
+        if m is None:
+            return
+        snap = self.snapshot(part, exact)
+        checks = self.report.checks
+        for inv in DECIDED:
+            checks[inv.name] = checks.get(inv.name, 0) + 1
+            for v in inv.check(snap):
+                ident = (v.name, v.topic, v.partition, v.key)
+                if ident in self._seen:
+                    continue
+                self._seen.add(ident)
+                self.report.violations.append({"time": e.get("time"), **v.to_dict(),
+                                               "event": {k: x for k, x in e.items() if k != "ts"}})
+
+    def snapshot(self, part: _Partition, exact: int | None = None) -> PartitionSnapshot:
+        m = part.meta
+        assert m is not None
+        replicas: dict[int, ReplicaState] = {}
+        for b in m.replicas:
+            r = part.replicas.get(b)
+            running = bool(self.alive.get(b, False) and self.registered.get(b, False)
+                           and self.controller_epochs.get(b) is not None)
+            if r is None or not r.known:
+                replicas[b] = ReplicaState(b, running, leo=0, leo_known=False)
+                continue
+            replicas[b] = ReplicaState(b, running, r.role, r.leader_epoch, r.leo, r.hwm, None,
+                                       tuple(r.epochs), leo_known=b == exact)
+        acked1 = Acks([], dict(part.acked1))
+        facts = Facts(part.true_hwm, None, part.committed, part.acked, acked1, part.reads, None)
+        return PartitionSnapshot(m, replicas, facts)
+
+    def finish(self) -> TraceReport:
+        for p in self.parts.values():
+            self._evaluate(p, {"kind": "end"}, None)
+        return self.report
+
+
+def _with(m: PartitionMeta, **changes: Any) -> PartitionMeta:
+    from dataclasses import replace
+    return replace(m, **changes)
+
+
+def _committed_epoch(part: _Partition, offset: int) -> int | None:
+    if offset >= part.true_hwm:
+        return None
+    return epoch_at(part.committed, offset)
+
+
+def _bisect(a: list[int], x: int) -> int:
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue  # a torn line: the history checker reports corrupt histories
+            if isinstance(obj, dict):
+                yield obj
+
+
+def check_trace(events: Iterable[Mapping[str, Any]], history: Iterable[Mapping[str, Any]] = (), *,
+                topic: str = "chaos", min_isr: int = 1, elr_enabled: bool = True,
+                acks: str = "all") -> TraceReport:
+    """Replay node events and history operations (each in time order) and check the
+    invariants; see the module docstring."""
+    checker = TraceChecker(min_isr=min_isr, elr_enabled=elr_enabled, acks=acks)
+    # Events before operations at the same instant: an operation completes after what served it.
+    merged = heapq.merge(((e.get("time", 0), 0, i, e) for i, e in enumerate(events)),
+                         ((o.get("time", 0), 1, i, o) for i, o in enumerate(history)))
+    for _t, source, _i, item in merged:
+        if source == 0:
+            checker.event(item)
+        else:
+            checker.operation(item, topic)
+    return checker.finish()
+
+
+def check_run(run_dir: Path, config: Mapping[str, Any]) -> TraceReport | None:
+    """The trace check of a run folder (events.jsonl with history.jsonl), None without events."""
+    events = run_dir / "events.jsonl"
+    if not events.is_file():
+        return None
+    system = config.get("system", {}) if isinstance(config.get("system"), dict) else {}
+    flat = _flat(system)
+    history = run_dir / "history.jsonl"
+    report = check_trace(
+        _jsonl(events), _jsonl(history) if history.is_file() else (),
+        topic=str(config.get("topic", {}).get("name") or "chaos"),
+        min_isr=int(flat.get("min.insync.replicas", 1)),
+        elr_enabled=str(flat.get("eligible.leader.replicas.enable", True)).lower() != "false",
+        acks=str(config.get("workload", {}).get("acks", "all")))
+    if report.events and not any(report.checks.values()):
+        report.notes.append("events.jsonl has no partition-change: no invariant could be checked")
+    return report
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def read_invariants(path: Path) -> list[dict[str, Any]]:
+    """The violations a simulated run wrote (simulation/invariants.py)."""
+    return list(_jsonl(path))
+
+
+def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8
+             ) -> tuple[dict[str, tuple[int, list[dict]]], list[str], dict[str, Any]]:
+    """Invariant anomalies of a run folder for results.json: {"invariant:<Name>": (count,
+    examples)}, notes, stats. A simulated run's invariants.jsonl (checked at every step) wins;
+    else the trace check of events.jsonl; else nothing."""
+    simulated = run_dir / "invariants.jsonl"
+    found: dict[str, tuple[int, list[dict]]] = {}
+    if simulated.is_file():
+        violations = read_invariants(simulated)
+        notes = [f"protocol invariants checked after every simulated step: {len(violations)} "
+                 f"violation(s) in invariants.jsonl"]
+        stats = {"source": "simulation", "violations": len(violations)}
+    else:
+        report = check_run(run_dir, config)
+        if report is None:
+            return {}, [], {}
+        violations = report.violations
+        notes = report.notes + [
+            f"protocol invariants checked on the trace (events.jsonl with the history) at "
+            f"{max(report.checks.values(), default=0)} state(s); not decidable from a trace: "
+            + "; ".join(f"{k} ({v})" for k, v in sorted(report.undecided.items()))]
+        stats = {"source": "trace", "violations": len(violations), "events": report.events,
+                 "checks": report.checks, "undecided": sorted(report.undecided)}
+    for v in violations:
+        name = str(v.get("name", "invariant:?"))
+        count, ex = found.get(name, (0, []))
+        if len(ex) < examples:
+            ex = ex + [_example(v)]
+        found[name] = (count + 1, ex)
+    return found, notes, stats
+
+
+def _example(v: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v[k] for k in ("time", "topic", "partition", "detail") if k in v}
+    if v.get("recent_steps"):
+        out["recent_steps"] = list(v["recent_steps"])[-10:]
+    if v.get("event"):
+        out["event"] = v["event"]
+    return out
+
+
+assert set(UNDECIDABLE) <= set(BY_NAME)

@@ -1,0 +1,243 @@
+"""timeline.html: an interactive, self-contained per-partition offsets-against-time view.
+
+One streaming pass over history.jsonl (bounded memory except the per-partition sets of acked
+and seen values used for the unseen count) folds the acknowledged sends and the polls into
+BUCKETS time columns per partition (min/max offset and count per column, which is what a
+canvas can draw anyway), plus the realtime lag (acknowledged log end minus the furthest
+offset any consumer has read, in records; and, as Jepsen's realtime-lag, in seconds: the age
+of the oldest acknowledged record past that offset) and the number of acknowledged records not yet seen by any poll
+at the end of each column. Full per-operation detail is kept only in the windows around loss
+incidents (DETAIL_CAP operations each), so the page stays a few MB for a 10M-op history.
+The script is inline: the page opens from file:// with no network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+NS = 1_000_000_000
+BUCKETS = 2000
+DETAIL_CAP = 20_000  # operations kept at full detail per incident window
+DETAIL_TOTAL = 60_000  # and over all windows (the page stays a few MB)
+DETAIL_WINDOWS = 20  # the first (biggest) incidents get full detail
+LOST_CAP = 50_000
+DETAIL_MARGIN_NS = 2 * NS
+
+
+@dataclass
+class Lane:
+    """One partition's folded history."""
+
+    ack_lo: list[int]
+    ack_hi: list[int]
+    ack_n: list[int]
+    poll_lo: list[int]
+    poll_hi: list[int]
+    poll_n: list[int]
+    lag: list[int]
+    unseen: list[int]
+    lag_s: list[float] = field(default_factory=list)  # age of the oldest unread acked record
+    pending: deque = field(default_factory=deque)  # (offset, ack ns) of acks, oldest first
+    ack_end: int = 0
+    read_end: int = 0
+    acked: set[int] = field(default_factory=set)
+    seen: set[int] = field(default_factory=set)
+    acked_seen: int = 0
+    final: list[list[int]] = field(default_factory=list)  # runs [first, last] of offsets read
+    final_t: int = 0
+    detail_acks: list[list[Any]] = field(default_factory=list)
+    detail_polls: list[list[Any]] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n: int) -> Lane:
+        return cls([-1] * n, [-1] * n, [0] * n, [-1] * n, [-1] * n, [0] * n, [0] * n, [0] * n,
+                   [0.0] * n)
+
+
+@dataclass
+class TimelineData:
+    end_ns: int
+    bucket_ns: int
+    lanes: dict[int, Lane]
+
+
+def _runs(offsets: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for o in sorted(offsets):
+        if runs and o == runs[-1][1] + 1:
+            runs[-1][1] = o
+        elif not runs or o > runs[-1][1]:
+            runs.append([o, o])
+    return runs
+
+
+def scan_timeline(path: Path, end_ns: int, windows: list[tuple[int, int, int]],
+                  buckets: int = BUCKETS) -> TimelineData:
+    """Fold `path` into per-partition lanes; `windows` are (partition, t0_ns, t1_ns) regions
+    kept at full detail."""
+    end_ns = max(end_ns, 1)
+    width = max(1, -(-end_ns // buckets))
+    data = TimelineData(end_ns, width, {})
+    lanes = data.lanes
+    kept: dict[int, int] = {}
+    windows = windows[:DETAIL_WINDOWS]
+    total = [0]
+
+    def lane(p: int) -> Lane:
+        if p not in lanes:
+            lanes[p] = Lane.empty(buckets)
+        return lanes[p]
+
+    def window_of(p: int, t: int) -> int | None:
+        if total[0] >= DETAIL_TOTAL:
+            return None
+        for i, (wp, t0, t1) in enumerate(windows):
+            if wp == p and t0 <= t <= t1 and kept.get(i, 0) < DETAIL_CAP:
+                kept[i] = kept.get(i, 0) + 1
+                total[0] += 1
+                return i
+        return None
+
+    last_bucket: dict[int, int] = {}
+
+    def advance(ln: Lane, p: int, b: int) -> None:
+        # carry lag/unseen forward over empty columns up to b
+        prev = last_bucket.get(p, -1)
+        while ln.pending and ln.pending[0][0] < ln.read_end:
+            ln.pending.popleft()  # read (or its offset was since read from a new leader)
+        for k in range(prev + 1, b + 1):
+            ln.lag[k] = ln.ack_end - ln.read_end if ln.ack_end > ln.read_end else 0
+            ln.unseen[k] = len(ln.acked) - ln.acked_seen
+            oldest = ln.pending[0][1] if ln.pending else None
+            ln.lag_s[k] = max(0.0, ((k + 1) * width - oldest) / NS) if oldest is not None else 0.0
+        last_bucket[p] = b
+
+    with path.open("r", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if '"ok"' not in line:
+                continue
+            try:
+                op = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(op, dict) or op.get("type") != "ok":
+                continue
+            f, t, p = op.get("f"), op.get("time"), op.get("partition")
+            if not isinstance(t, int) or not isinstance(p, int):
+                continue
+            b = min(buckets - 1, max(0, t // width))
+            ln = lane(p)
+            if f == "send":
+                off = op.get("offset")
+                if not isinstance(off, int):
+                    continue
+                if ln.ack_lo[b] < 0 or off < ln.ack_lo[b]:
+                    ln.ack_lo[b] = off
+                ln.ack_hi[b] = max(ln.ack_hi[b], off)
+                ln.ack_n[b] += 1
+                ln.ack_end = max(ln.ack_end, off + 1)
+                ln.pending.append((off, t))
+                value = op.get("value")
+                if value not in ln.acked:
+                    ln.acked.add(value)
+                    if value in ln.seen:
+                        ln.acked_seen += 1
+                if windows and window_of(p, t) is not None:
+                    ln.detail_acks.append([t // 1000, off, value, op.get("node"),
+                                           op.get("epoch"), op.get("process")])
+            elif f == "poll":
+                records = op.get("records") or []
+                if records:
+                    lo, hi = records[0][0], records[-1][0]
+                    if ln.poll_lo[b] < 0 or lo < ln.poll_lo[b]:
+                        ln.poll_lo[b] = lo
+                    ln.poll_hi[b] = max(ln.poll_hi[b], hi)
+                    ln.read_end = max(ln.read_end, hi + 1)
+                    for rec in records:
+                        value = rec[1]
+                        if value not in ln.seen:
+                            ln.seen.add(value)
+                            if value in ln.acked:
+                                ln.acked_seen += 1
+                ln.poll_n[b] += 1
+                if records and windows and window_of(p, t) is not None:
+                    ln.detail_polls.append([t // 1000, records[0][0], records[-1][0],
+                                            len(records), op.get("process")])
+            elif f == "final-poll":
+                ln.final = _runs([r[0] for r in op.get("records") or []])
+                ln.final_t = t
+                continue
+            advance(ln, p, b)
+    for p, ln in lanes.items():
+        advance(ln, p, buckets - 1)
+    return data
+
+
+def _events_by_partition(events: list[dict[str, Any]]) -> dict[str, Any]:
+    parts: dict[int, list[list[Any]]] = {}
+    brokers: list[list[Any]] = []
+    for e in events:
+        kind, t = e.get("kind"), e.get("time", 0) // 1000
+        p = e.get("partition")
+        if kind == "partition-change" and isinstance(p, int):
+            parts.setdefault(p, []).append(["pc", t, e.get("leader"), e.get("leader_epoch"),
+                                            e.get("isr"), e.get("elr"), e.get("reason")])
+        elif kind == "truncate" and isinstance(p, int):
+            parts.setdefault(p, []).append(["tr", t, e.get("node"), e.get("to_offset"),
+                                            e.get("from_offset"), e.get("reason")])
+        elif kind == "log-recovery" and isinstance(p, int):
+            parts.setdefault(p, []).append(["lr", t, e.get("node"), e.get("log_end_offset"),
+                                            e.get("reason")])
+        elif kind in ("unclean-election", "unclean-recovery") and isinstance(p, int):
+            parts.setdefault(p, []).append(["uc", t, e.get("leader"), e.get("leader_epoch"),
+                                            kind])
+        elif kind in ("broker-fenced", "broker-unfenced"):
+            brokers.append([kind.removeprefix("broker-"), t, e.get("broker"), e.get("reason")])
+    return {"parts": {str(k): v for k, v in parts.items()}, "brokers": brokers}
+
+
+def _lost(loss_path: Path | None) -> dict[str, list[list[Any]]]:
+    out: dict[str, list[list[Any]]] = {}
+    if loss_path is None or not loss_path.is_file():
+        return out
+    cols = [c for c in ("partition", "offset", "ack_time", "value", "kind")
+            if c in pq.read_schema(loss_path).names]
+    rows = pq.read_table(loss_path, columns=cols).to_pylist()
+    stride = max(1, len(rows) // LOST_CAP)
+    for r in rows[::stride]:
+        if r.get("ack_time") is None or r.get("offset") is None:
+            continue
+        out.setdefault(str(r.get("partition", 0)), []).append(
+            [int(r["ack_time"]) // 1000, int(r["offset"]), r.get("value"), r.get("kind")])
+    return out
+
+
+def timeline_json(data: TimelineData, events: list[dict[str, Any]], faults: list[Any],
+                  incidents: list[dict[str, Any]], loss_path: Path | None) -> dict[str, Any]:
+    lanes = {}
+    for p, ln in sorted(data.lanes.items()):
+        lanes[str(p)] = {"ack_lo": ln.ack_lo, "ack_hi": ln.ack_hi, "ack_n": ln.ack_n,
+                         "poll_lo": ln.poll_lo, "poll_hi": ln.poll_hi, "poll_n": ln.poll_n,
+                         "lag": ln.lag, "lag_s": [round(x, 3) for x in ln.lag_s],
+                         "unseen": ln.unseen, "final": ln.final,
+                         "final_t": ln.final_t // 1000, "acks": ln.detail_acks,
+                         "polls": ln.detail_polls}
+    return {"end_us": data.end_ns // 1000, "bucket_us": data.bucket_ns / 1000,
+            "lanes": lanes, "events": _events_by_partition(events),
+            "faults": [[w.kind, w.start_ns // 1000, (w.end_ns or w.start_ns) // 1000,
+                        json.dumps(w.values, default=str)[:200]] for w in faults],
+            "lost": _lost(loss_path), "incidents": incidents}
+
+
+def write_timeline(out: Path, title: str, payload: dict[str, Any], render: Any) -> int:
+    """Write timeline.html (render: a jinja template's render); returns its size in bytes."""
+    blob = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
+    html = render(title=title, data_json=blob)
+    out.write_text(html, encoding="utf-8")
+    return len(html.encode())

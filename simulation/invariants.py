@@ -1,0 +1,497 @@
+"""The protocol invariants (checkers/invariants.py) checked after every step of a simulation.
+
+    monitor = InvariantMonitor(world, keep_going=False)   # world.monitor = monitor
+    ... run ...
+    monitor.violations        # [{"time", "name", "topic", "partition", "detail",
+                              #   "recent_steps", "recent_events"}]
+
+A *step* is one thing a node process does with its state machine -- a request handled, an
+answer or a send failure heard, a tick, a finished storage job, its start and its exit --
+or one fault verb of the world (kill, power loss, page-cache loss, start, ...). simulation/
+node.py and world.py call `stepped` / `fault` after each; nothing else changes the state the
+invariants read. The state is exact: the controller's live `Controller` (its partition
+states, brokers, fencing), each broker's live `Broker` and `Replica` objects, and each
+node's disk logs (whose records are the very objects the replicas hold).
+
+The invariants are those of checkers/invariants.py, stated there once; this module only
+keeps the specification's auxiliary variables and decides *which* to evaluate after a step,
+from what the step changed (`Invariant.reads`):
+
+- the true HWM and the committed prefix grow when a replica acting as leader exposes a
+  higher HWM (the committed prefix takes that leader's records, the very objects);
+- acknowledgements are seen as the broker answers a produce request (the leader's records
+  at the acknowledged offsets, at acks=all or acks=1);
+- each replica's prefix agreement with the committed prefix is kept incrementally: an append
+  never changes it, a truncation or loss lowers it to where the log changed (SimLog's
+  `changed_from`), and it is extended -- comparing records, mostly by identity -- only when
+  someone needs it;
+- a step that only appended records, advanced a follower's HWM within its agreed prefix, or
+  changed nothing evaluates nothing. Everything else evaluates the invariants that read what
+  it changed, on a snapshot built from the live objects (no copy of a log).
+
+The first violation stops the run (it raises `InvariantViolation` out of the event loop at
+the next iteration; run_simulation catches it and writes what it has), unless `keep_going`:
+then each violation is recorded once (by its key) and the run goes on. Each comes with the
+last `recent` steps and node events that led to it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from checkers.invariants import (
+    BY_NAME,
+    LEADER,
+    NONE,
+    Acks,
+    Facts,
+    Invariant,
+    PartitionMeta,
+    PartitionSnapshot,
+    ReplicaState,
+    affected,
+    metadata_key,
+    same_record,
+)
+
+try:
+    from replication.messages import ProduceReply, ProduceRequest
+except ImportError:  # pragma: no cover
+    ProduceReply = ProduceRequest = None  # type: ignore[assignment,misc]
+
+if TYPE_CHECKING:
+    from simulation.world import World
+
+RECENT = 40
+_COMMIT_ACKS = frozenset({"commit", "acks"})
+_ACKS1 = (BY_NAME["AcknowledgedCompleteness"],)
+
+
+class InvariantViolation(Exception):
+    """A protocol invariant failed in the simulation (the first one, without keep_going)."""
+
+    def __init__(self, violation: dict[str, Any]) -> None:
+        super().__init__(f"{violation['name']} on {violation['topic']}-{violation['partition']} at "
+                         f"{violation['time'] / 1e9:.6f} s: {violation['detail']}")
+        self.violation = violation
+
+
+class _Part:
+    """The auxiliary variables of one partition and what the monitor caches about it."""
+
+    __slots__ = ("key", "topic", "partition", "true_hwm", "committed", "acked", "acked1",
+                 "pending1", "agree", "last_hwm", "fp", "state", "meta", "history", "tags",
+                 "rules", "mkeys", "view", "stale")
+
+    def __init__(self, key: tuple[str, int]) -> None:
+        self.key = key
+        self.topic, self.partition = key
+        self.true_hwm = 0
+        self.committed: list[Any] = []
+        self.acked = Acks([], {})
+        self.acked1 = Acks([], {})
+        self.pending1: list[tuple[int, int]] = []  # heap of acks=1 (offset, epoch) not committed
+        self.agree: dict[int, int] = {}
+        self.last_hwm: dict[int, int] = {}
+        self.fp: dict[int, tuple] = {}
+        self.state: Any = None  # the controller's PartitionState last seen
+        self.meta: PartitionMeta | None = None
+        self.history: dict[int, tuple] = {}
+        self.tags: set[str] = set()
+        self.rules: Any = None
+        self.mkeys: dict[int, tuple] = {}  # broker -> (PartitionState, its metadata_key)
+        self.view: PartitionSnapshot | None = None  # the snapshot, kept up to date in place
+        self.stale: set[int] | None = None  # brokers whose ReplicaState to rebuild (None: all)
+
+
+class _AckToken:
+    """A produce request's reply token: it answers as the plain one does, then tells the
+    monitor which records a ProduceReply acknowledged."""
+
+    __slots__ = ("inner", "monitor", "proc", "key", "count", "acks")
+
+    def __init__(self, inner: Any, monitor: InvariantMonitor, proc: Any, msg: Any) -> None:
+        self.inner = inner
+        self.monitor = monitor
+        self.proc = proc
+        self.key = (msg.topic, msg.partition)
+        self.count = len(msg.values)
+        self.acks = msg.acks
+
+    def __call__(self, msg: Any) -> None:
+        self.inner(msg)
+        if msg.__class__ is ProduceReply and msg.offset is not None:
+            self.monitor._acknowledged(self, msg.offset)
+
+
+class InvariantMonitor:
+    def __init__(self, world: World, *, keep_going: bool = False, recent: int = RECENT) -> None:
+        self.world = world
+        self.keep_going = keep_going
+        self.violations: list[dict[str, Any]] = []
+        self.recent: deque[tuple[float, str, str, Any]] = deque(maxlen=recent)
+        self.stopped = False
+        self.parts: dict[tuple[str, int], _Part] = {}
+        self.steps = 0
+        self.evaluations = 0
+        self.skipped = 0  # steps whose changes `_covered` showed harmless
+        self._seen: set[tuple] = set()
+        self._acks: list[tuple[_Part, list[Any], str]] = []
+        self._controller: Any = None
+        self._brokers: tuple = ()
+        self._fenced: frozenset[int] = frozenset()
+        self._metadata_seen = 0
+        self._affected: dict[frozenset[str], tuple[Invariant, ...]] = {}
+
+    # ---- hooks (simulation/node.py, world.py) -------------------------------------------------
+
+    def token(self, proc: Any, token: Any, msg: Any) -> Any:
+        """The reply token for a request a node handles: produce requests are watched."""
+        if msg.__class__ is ProduceRequest and msg.acks != "0":
+            return _AckToken(token, self, proc, msg)
+        return token
+
+    def stepped(self, proc: Any, what: str, detail: Any = None) -> None:
+        """After a node process did something with its state machine."""
+        self.steps += 1
+        self.recent.append((self.world.loop._now, proc.name, what, detail))
+        if self.stopped:
+            return
+        machine = proc.machine
+        if machine is None:
+            return
+        if proc.name == self.world.controller:
+            self._controller_changed(machine)
+        else:
+            self._broker_changed(proc, machine)
+        if self._acks:
+            self._take_acks()
+        self._evaluate()
+
+    def fault(self, verb: str, node: str | None = None, detail: Any = None) -> None:
+        """After a world verb (kill, power loss, ...): records its place in the recent steps;
+        a loss of unsynced writes changes logs."""
+        self.recent.append((self.world.loop._now, node or "-", f"fault {verb}", detail))
+        if self.stopped:
+            return
+        for node_name, disk in self.world.disks.items():
+            b = self.world.broker_id(node_name)
+            if b is None:
+                continue
+            for key, log in disk.logs.items():
+                cf = log.changed_from
+                if cf is not None:
+                    log.changed_from = None
+                    part = self._part(key)
+                    if cf < part.agree.get(b, 0):
+                        part.agree[b] = cf
+                    part.tags.add("log")
+                    part.tags.add("replica")
+        for part in self.parts.values():
+            part.stale = None  # processes started, stopped, paused: look at every replica again
+        self._evaluate()
+
+    # ---- what a step changed ------------------------------------------------------------------
+
+    def _part(self, key: tuple[str, int]) -> _Part:
+        part = self.parts.get(key)
+        if part is None:
+            part = self.parts[key] = _Part(key)
+        return part
+
+    def _controller_changed(self, ctrl: Any) -> None:
+        self._controller = ctrl
+        brokers = tuple((b, i.fenced, i.broker_epoch) for b, i in ctrl.brokers.items())
+        brokers_changed = brokers != self._brokers
+        if brokers_changed:
+            self._brokers = brokers
+            self._fenced = frozenset(b for b, fenced, _ in brokers if fenced)
+        records = self.world.disks[self.world.controller].metadata
+        for i in range(self._metadata_seen, len(records)):
+            rec = records[i]
+            if rec.get("type") == "partition":
+                s = rec["state"]
+                part = self._part((s["topic"], s["partition"]))
+                part.history[s["partition_epoch"]] = metadata_key(
+                    s["partition_epoch"], s["leader"], s["leader_epoch"], s["isr"], s["elr"],
+                    s["last_known_elr"], s["replicas"])
+        self._metadata_seen = len(records)
+        for key, state in ctrl.partitions.items():
+            part = self._part(key)
+            if state is not part.state:
+                # Committed in the machine; its record may still wait for the fsync of an
+                # earlier one (the controller blocks on each Persist), so it is taken from
+                # here too. Brokers only ever see the machine's state.
+                part.history.setdefault(state.partition_epoch, metadata_key(
+                    state.partition_epoch, state.leader, state.leader_epoch, state.isr, state.elr,
+                    state.last_known_elr, state.replicas))
+            if state is not part.state or brokers_changed:
+                if part.rules is None:
+                    part.rules = ctrl.rules(key[0])
+                part.state = state
+                part.meta = PartitionMeta(
+                    state.topic, state.partition, state.replicas, state.leader, state.leader_epoch,
+                    state.partition_epoch, state.isr, state.elr, state.last_known_elr, self._fenced,
+                    part.rules.min_isr, part.rules.elr_enabled)
+                part.tags.add("meta")
+                part.stale = None
+                if brokers_changed:
+                    part.tags.add("replica")  # who is running depends on the registrations
+
+    def _broker_changed(self, proc: Any, machine: Any) -> None:
+        b = proc.broker_id
+        epoch = machine.broker_epoch
+        for key, r in machine.replicas.items():
+            part = self.parts.get(key) or self._part(key)
+            if part.stale is not None:
+                part.stale.add(b)
+            log = r.log
+            cf = log.changed_from
+            if cf is not None:
+                log.changed_from = None
+                if cf < part.agree.get(b, 0):
+                    part.agree[b] = cf
+                part.tags.add("log")
+            hwm = r.hwm
+            if hwm > part.true_hwm and r.role is LEADER_ROLE:
+                self._commit(part, log, hwm)
+            fp = (r.role, r.leader_epoch, r.state, r.isr, r.alter_in_flight, epoch, r)
+            if fp != part.fp.get(b):
+                part.fp[b] = fp
+                part.tags.add("replica")
+            part.last_hwm[b] = hwm
+            if hwm > part.agree.get(b, 0) and hwm > self._extend(part, b, log):
+                part.tags.add("hwm")
+
+    def _commit(self, part: _Part, log: Any, hwm: int) -> None:
+        """A leader exposed a HWM above the true HWM: the committed prefix takes its records."""
+        part.committed.extend(log.records[part.true_hwm:hwm])
+        part.true_hwm = hwm
+        part.tags.add("commit")
+        heap, other, committed = part.pending1, part.acked1.other, part.committed
+        while heap and heap[0][0] < hwm:
+            o, e = heapq.heappop(heap)
+            rec = other.get((o, e))
+            if rec is not None and same_record(committed[o], rec):
+                del other[(o, e)]  # committed as acknowledged: the committed prefix covers it
+
+    def _extend(self, part: _Part, b: int, log: Any) -> int:
+        """The broker's log's prefix agreement with the committed prefix, brought up to date."""
+        a = part.agree.get(b, 0)
+        limit = min(log.end_offset, part.true_hwm)
+        if a < limit:
+            recs, committed = log.records, part.committed
+            while a < limit:
+                x, y = recs[a], committed[a]
+                if x is not y and (x.epoch != y.epoch or x.value != y.value):
+                    break
+                a += 1
+            part.agree[b] = a
+        return a
+
+    def _acknowledged(self, token: _AckToken, first: int) -> None:
+        machine = token.proc.machine
+        replica = machine.replicas.get(token.key) if machine is not None else None
+        if replica is None:
+            return
+        recs = replica.log.records[first:first + token.count]
+        self._acks.append((self._part(token.key), recs, token.acks))
+
+    def _take_acks(self) -> None:
+        for part, recs, acks in self._acks:
+            committed = part.committed
+            n = len(committed)
+            if acks == "all":
+                offsets, other = part.acked.committed, part.acked.other
+                for rec in recs:
+                    o = rec.offset
+                    if o < n and same_record(committed[o], rec):
+                        if not offsets or o >= offsets[-1]:
+                            offsets.append(o)
+                        else:
+                            offsets.insert(_bisect(offsets, o), o)
+                    else:
+                        other[(o, rec.epoch)] = rec
+            else:
+                other = part.acked1.other
+                for rec in recs:
+                    o = rec.offset
+                    if o < n and same_record(committed[o], rec):
+                        continue
+                    other[(o, rec.epoch)] = rec
+                    if o >= n:
+                        heapq.heappush(part.pending1, (o, rec.epoch))
+            part.tags.add("acks")
+        self._acks.clear()
+
+    # ---- evaluating ---------------------------------------------------------------------------
+
+    def _evaluate(self) -> None:
+        for part in self.parts.values():
+            if not part.tags:
+                continue
+            tags = frozenset(part.tags)
+            part.tags.clear()
+            if part.meta is None:
+                continue
+            if tags <= _COMMIT_ACKS and self._covered(part):
+                if not part.acked1.other:
+                    self.skipped += 1
+                    continue
+                invariants: tuple[Invariant, ...] = _ACKS1  # only acks=1 ones are left to look at
+            else:
+                invariants = self._affected.get(tags)
+                if invariants is None:
+                    invariants = self._affected[tags] = affected(tags)
+            snapshot = self.snapshot(part)
+            self.evaluations += 1
+            for inv in invariants:
+                for v in inv.check(snapshot):
+                    self._violated(v)
+                    if self.stopped:
+                        return
+
+    def _covered(self, part: _Part) -> bool:
+        """After a step that only committed records or had records acknowledged: every
+        replica's log shares the whole committed prefix and every acks=all acknowledgement is
+        the committed record at its offset. That is sufficient for LeaderCompleteness,
+        LeaderCandidateCompleteness, ConsistentRead and NoCommittedRecordLostGlobally to hold
+        (each asks some replicas for at most that), so they need no evaluation; when it does
+        not hold they are evaluated. This is the usual step of a healthy partition."""
+        if part.acked.other:
+            return False
+        thwm = part.true_hwm
+        disks, names = self.world.disks, self.world.brokers
+        for b in part.meta.replicas:
+            log = disks[names[b]].logs.get(part.key)
+            if log is None or self._extend(part, b, log) < thwm:
+                return False
+        return True
+
+    def snapshot(self, part: _Part) -> PartitionSnapshot:
+        """The partition's state as checkers.invariants reads it, from the live objects (no
+        copy of a log). Kept in place: only the replicas of brokers that stepped since the
+        last snapshot (all of them after a controller step or a fault) are rebuilt; every
+        replica's prefix agreement is brought up to date."""
+        view = part.view
+        if view is None:
+            view = part.view = PartitionSnapshot(part.meta, {}, Facts(
+                0, part.committed, None, part.acked, part.acked1, {}, part.history))
+            part.stale = None
+        view.meta = part.meta
+        view.facts.true_hwm = part.true_hwm
+        replicas = view.replicas
+        stale = part.stale
+        if stale is None or set(replicas) != set(part.meta.replicas):
+            replicas.clear()
+            for b in part.meta.replicas:
+                replicas[b] = self._replica_state(part, b)
+        else:
+            for b in stale:
+                if b in replicas:
+                    replicas[b] = self._replica_state(part, b)
+        part.stale = set()
+        disks, names = self.world.disks, self.world.brokers
+        for b, rs in replicas.items():
+            if rs.records is not None:
+                rs.agreement = self._extend(part, b, disks[names[b]].logs[part.key])
+        return view
+
+    def _replica_state(self, part: _Part, b: int) -> ReplicaState:
+        world = self.world
+        key = part.key
+        node = world.brokers[b]
+        log = world.disks[node].logs.get(key)
+        proc = world._procs.get(node)
+        machine = proc.machine if proc is not None and proc.alive else None
+        running = False
+        if machine is not None and machine.broker_epoch is not None and self._controller is not None:
+            info = self._controller.brokers.get(b)
+            running = info is not None and info.broker_epoch == machine.broker_epoch
+        if log is None:
+            return ReplicaState(b, running)
+        r = machine.replicas.get(key) if machine is not None else None
+        leo = log.end_offset
+        if r is None:
+            return ReplicaState(b, running, NONE, -1, leo, min(part.last_hwm.get(b, 0), leo), log.records)
+        s = r.state
+        if s is None:
+            isr = mkey = None
+        else:
+            isr = s.isr
+            cached = part.mkeys.get(b)
+            if cached is not None and cached[0] is s:
+                mkey = cached[1]
+            else:
+                mkey = metadata_key(s.partition_epoch, s.leader, s.leader_epoch, s.isr, s.elr,
+                                    s.last_known_elr, s.replicas)
+                part.mkeys[b] = (s, mkey)
+        return ReplicaState(b, running, r.role, r.leader_epoch, leo, r.hwm, log.records, None, isr,
+                            r.isr, r.alter_in_flight, mkey)
+
+    def check_all(self) -> None:
+        """Evaluate every invariant on every partition now (tests; the end of a run)."""
+        for part in self.parts.values():
+            part.tags.update(("meta", "replica", "log", "hwm", "commit", "acks"))
+        self._evaluate()
+
+    def _violated(self, v: Any) -> None:
+        ident = (v.name, v.topic, v.partition, v.key)
+        if ident in self._seen:
+            return
+        self._seen.add(ident)
+        loop = self.world.loop
+        record = {"time": loop.time_ns(), **v.to_dict(),
+                  "recent_steps": [_describe_step(s) for s in self.recent],
+                  "recent_events": [_describe_event(e) for e in self.world._events[-len(self.recent):]]}
+        self.violations.append(record)
+        if not self.keep_going:
+            self.stopped = True
+            loop.at(loop._now, _raise, InvariantViolation(record))
+
+    def write(self, path: str | Path) -> None:
+        """invariants.jsonl: one violation a line (an empty file: checked, none found)."""
+        with open(path, "w") as f:
+            for v in self.violations:
+                f.write(json.dumps(v) + "\n")
+
+
+LEADER_ROLE: Any = LEADER
+try:  # the Role enum member, so the hot path compares by identity
+    from replication.partition import Role
+
+    LEADER_ROLE = Role.LEADER
+except ImportError:  # pragma: no cover
+    pass
+
+
+def _bisect(a: list[int], x: int) -> int:
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _raise(e: BaseException) -> None:
+    raise e
+
+
+def _describe_step(step: tuple[float, str, str, Any]) -> dict[str, Any]:
+    t, node, what, detail = step
+    out: dict[str, Any] = {"time": round(t * 1e9), "node": node, "step": what}
+    if detail is not None:
+        text = repr(detail)
+        out["detail"] = text if len(text) <= 240 else text[:237] + "..."
+    return out
+
+
+def _describe_event(e: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in e.items() if k not in ("ts",)}

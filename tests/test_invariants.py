@@ -1,0 +1,370 @@
+"""The protocol invariants (checkers/invariants.py) on hand-built states, each with a state
+that holds it and one that breaks it; the trace checker (checkers/trace.py) on hand-built
+event sequences; the merge into results.json. Pure and fast: no simulation, no Spark."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from checkers import invariants as inv
+from checkers.invariants import (
+    Acks,
+    Facts,
+    PartitionMeta,
+    PartitionSnapshot,
+    Rec,
+    ReplicaState,
+    agreement,
+    check,
+    common_prefix,
+    epoch_at,
+    holds,
+    metadata_key,
+    split_acks,
+)
+from checkers.trace import check_trace, findings
+from checkers.verdict import add_invariants
+
+
+def log(*epochs: int, value=lambda o: f"v{o}") -> list[Rec]:
+    """Records at offsets 0.. with these epochs."""
+    return [Rec(o, e, value(o)) for o, e in enumerate(epochs)]
+
+
+def meta(**kw) -> PartitionMeta:
+    base = dict(topic="t", partition=0, replicas=(1, 2, 3), leader=1, leader_epoch=1,
+                partition_epoch=1, isr=(1, 2, 3), min_isr=2)
+    return PartitionMeta(**{**base, **kw})
+
+
+def replica(b: int, records: list[Rec] | None, *, running=True, role="follower", epoch=1, hwm=None,
+            **kw) -> ReplicaState:
+    leo = len(records) if records is not None else kw.pop("leo", 0)
+    return ReplicaState(b, running, role, epoch, leo, leo if hwm is None else hwm, records, **kw)
+
+
+COMMITTED = log(0, 0, 1, 1)  # 4 records, epochs 0, 0, 1, 1
+
+
+def snap(replicas: list[ReplicaState], m: PartitionMeta | None = None, facts: Facts | None = None):
+    f = facts if facts is not None else Facts(true_hwm=4, committed=COMMITTED)
+    return PartitionSnapshot(m or meta(), {r.broker: r for r in replicas}, f)
+
+
+def healthy(**kw) -> PartitionSnapshot:
+    return snap([replica(1, log(0, 0, 1, 1, 1), role="leader", hwm=4, isr=(1, 2, 3),
+                         maximal_isr=(1, 2, 3)),
+                 replica(2, log(0, 0, 1, 1), hwm=4), replica(3, log(0, 0, 1, 1), hwm=3)], **kw)
+
+
+def names(p: PartitionSnapshot) -> set[str]:
+    return {v.name.removeprefix("invariant:") for v in check(p)}
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+def test_epoch_cache_lookups_and_holding_a_record():
+    assert epoch_at([(0, 0), (3, 5)], 4) == 0 and epoch_at([(0, 0), (3, 5)], 5) == 3
+    assert epoch_at([(2, 3)], 1) is None
+    by_epochs = ReplicaState(1, True, leo=6, epochs=((0, 0), (3, 5)))
+    assert holds(by_epochs, Rec(5, 3)) and holds(by_epochs, Rec(4, 3)) is False
+    assert holds(by_epochs, Rec(6, 3)) is False  # past its end
+    assert holds(replace(by_epochs, leo_known=False), Rec(6, 3)) is None  # a trace: maybe
+    assert holds(ReplicaState(1, True, leo=6), Rec(2, 0)) is None  # nothing known
+    by_records = replica(1, log(0, 1))
+    assert holds(by_records, Rec(1, 1, "v1")) and holds(by_records, Rec(1, 1, "other")) is False
+
+
+def test_prefix_agreement_by_records_and_by_epochs():
+    f = Facts(true_hwm=4, committed=COMMITTED)
+    assert agreement(replica(1, log(0, 0, 1, 1, 2)), f) == 4
+    assert agreement(replica(1, log(0, 0, 2)), f) == 2
+    assert agreement(replica(1, log(0, 0)), f) == 2
+    fe = Facts(true_hwm=4, committed_epochs=[(0, 0), (1, 2)])
+    assert agreement(ReplicaState(1, True, leo=5, epochs=((0, 0), (1, 2), (2, 4))), fe) == 4
+    assert agreement(ReplicaState(1, True, leo=5, epochs=((0, 0), (2, 2))), fe) == 2
+    assert common_prefix(replica(1, log(0, 0, 1)), replica(2, log(0, 0, 2)), 3) == 2
+
+
+def test_acknowledged_records_split_by_the_committed_prefix():
+    f = Facts(true_hwm=4, committed=COMMITTED)
+    acks = split_acks([Rec(1, 0, "v1"), Rec(3, 1, "v3"), Rec(3, 2, "x"), Rec(9, 2, "y")], f)
+    assert list(acks.committed) == [1, 3] and set(acks.other) == {(3, 2), (9, 2)}
+
+
+def test_a_healthy_partition_violates_nothing():
+    p = healthy()
+    p.facts.acked = split_acks([Rec(0, 0, "v0"), Rec(3, 1, "v3")], p.facts)
+    p.facts.history = {1: metadata_key(1, 1, 1, (1, 2, 3), replicas=(1, 2, 3))}
+    p.replicas[1].metadata = metadata_key(1, 1, 1, (1, 2, 3), replicas=(1, 2, 3))
+    assert check(p) == []
+
+
+# ---- each invariant: holds, then broken -----------------------------------------------------------
+
+def test_leader_completeness():
+    ok = healthy()
+    ok.facts.acked = split_acks([Rec(3, 1, "v3")], ok.facts)
+    assert "LeaderCompleteness" not in names(ok)
+    short = snap([replica(1, log(0, 0, 1), role="leader"), replica(2, log(0, 0, 1, 1))])
+    (v,) = inv.leader_completeness(short)
+    assert v.name == "invariant:LeaderCompleteness" and "below the true HWM 4" in v.detail
+    # the log is long enough but an acknowledged record is not the one at its offset
+    other = snap([replica(1, log(0, 0, 1, 2, 2), role="leader"), replica(2, log(0, 0, 1, 1))])
+    other.facts.acked = Acks([], {(3, 1): Rec(3, 1, "v3")})
+    (v,) = inv.leader_completeness(other)
+    assert "lacks 1 acknowledged record(s), at offsets [3]" in v.detail
+    # a leader that is not running is not judged (the spec's RUNNING)
+    short.replicas[1].running = False
+    assert inv.leader_completeness(short) == []
+    # nothing committed, nothing to lose
+    assert inv.leader_completeness(snap([replica(1, [], role="leader")], facts=Facts())) == []
+
+
+def test_acknowledged_completeness_holds_the_leader_to_acks_1_acknowledgements():
+    p = healthy()
+    p.facts.acked1 = Acks([], {(4, 1): Rec(4, 1, "v4")})  # on leader 1, above the HWM
+    assert inv.acknowledged_completeness(p) == []
+    failover = healthy(m=meta(leader=2, leader_epoch=2))  # broker 2 never got offset 4
+    failover.facts.acked1 = Acks([], {(4, 1): Rec(4, 1, "v4")})
+    (v,) = inv.acknowledged_completeness(failover)
+    assert v.name == "invariant:AcknowledgedCompleteness" and "offsets [4]" in v.detail
+    assert inv.leader_completeness(failover) == []  # acks=1 never counts as committed
+
+
+def test_leader_candidate_completeness():
+    assert inv.leader_candidate_completeness(healthy()) == []
+    lagging = healthy(m=meta(isr=(1, 2), elr=(3,)))
+    lagging.replicas[3] = replica(3, log(0, 0, 1))
+    (v,) = inv.leader_candidate_completeness(lagging)
+    assert "ELR member 3" in v.detail and "ending at 3" in v.detail
+    lagging.replicas[3].running = False  # down: exempt until it registers again
+    assert inv.leader_candidate_completeness(lagging) == []
+    diverged = healthy()
+    diverged.replicas[2] = replica(2, log(0, 0, 2, 2))  # long enough, wrong records
+    (v,) = inv.leader_candidate_completeness(diverged)
+    assert "leaves the committed prefix at offset 2" in v.detail
+    # a trace that only has a lower bound of the log end concludes nothing from it
+    unsure = healthy()
+    unsure.replicas[2] = ReplicaState(2, True, leo=2, epochs=((0, 0),), leo_known=False)
+    assert inv.leader_candidate_completeness(unsure) == []
+
+
+def test_replication_quorum_superset():
+    assert inv.replication_quorum_superset(healthy()) == []
+    no_pending = healthy()
+    no_pending.replicas[1].maximal_isr = (1, 2)
+    found = inv.replication_quorum_superset(no_pending)
+    assert {("no AlterPartition pending" in v.detail) for v in found} == {True, False}
+    # isr.update=local-first: the proposed shrink is acted on while the controller still
+    # has 3 in the ISR
+    local_first = healthy()
+    local_first.replicas[1].maximal_isr, local_first.replicas[1].alter_pending = (1, 2), True
+    (v,) = inv.replication_quorum_superset(local_first)
+    assert "lacks controller ISR+ELR member(s) [3]" in v.detail
+    # a proposed expansion ("maximal ISR") is fine, and a stale leader is not judged
+    expanding = healthy(m=meta(isr=(1, 2)))
+    expanding.replicas[1].isr, expanding.replicas[1].alter_pending = (1, 2), True
+    assert inv.replication_quorum_superset(expanding) == []
+    local_first.replicas[1].leader_epoch = 0
+    assert inv.replication_quorum_superset(local_first) == []
+
+
+def test_log_matching():
+    assert inv.log_matching(healthy()) == []
+    p = healthy()
+    p.replicas[3] = replica(3, log(0, 0, 2, 2), hwm=4)  # differs at 2, below every HWM
+    (v,) = [x for x in inv.log_matching(p) if x.key[:2] == (1, 3)]
+    assert "replicas 1 and 3 differ at offset 2" in v.detail
+    p.replicas[3].hwm = 2  # below its HWM it agrees: a divergent suffix is allowed
+    assert inv.log_matching(p) == []
+
+
+def test_metadata_log_matching():
+    history = {1: metadata_key(1, 1, 1, (1, 2, 3)), 2: metadata_key(2, 1, 1, (1, 2))}
+    p = healthy(facts=Facts(true_hwm=4, committed=COMMITTED, history=history))
+    p.replicas[2].metadata = metadata_key(2, 1, 1, (1, 2))
+    assert inv.metadata_log_matching(p) == []
+    p.replicas[3].metadata = metadata_key(2, 1, 1, (1, 3))
+    p.replicas[1].metadata = metadata_key(5, 1, 1, (1,))
+    found = {v.key[0]: v.detail for v in inv.metadata_log_matching(p)}
+    assert "committed as" in found[3] and "never committed" in found[1]
+
+
+def test_consistent_read():
+    assert inv.consistent_read(healthy()) == []
+    p = healthy()
+    p.replicas[1] = replica(1, log(0, 0, 2, 2, 2), role="leader")
+    (v,) = inv.consistent_read(p)
+    assert "record at offset 2 (epoch 2) is not the committed one (epoch 1)" in v.detail
+    stale = healthy(m=meta(leader_epoch=2))  # leader 1 is at epoch 1: stale, not judged
+    stale.replicas[1] = replica(1, log(0, 0, 2), role="leader")
+    assert inv.consistent_read(stale) == []
+    read = healthy()
+    read.facts.reads = {(4, 3): Rec(4, 3, "v4")}  # a consumer read epoch 3 at offset 4
+    (v,) = inv.consistent_read(read)
+    assert "lacks 1 record(s) consumers read, at offsets [4]" in v.detail
+
+
+def test_no_committed_record_lost_globally():
+    p = healthy()
+    p.facts.acked = split_acks([Rec(3, 1, "v3")], p.facts)
+    assert inv.no_committed_record_lost_globally(p) == []
+    for b in (1, 2, 3):
+        p.replicas[b] = replica(b, log(0, 0, 1), running=False)  # down replicas count too
+    (v,) = inv.no_committed_record_lost_globally(p)
+    assert "1 acknowledged record(s) on no replica, at offsets [3]" in v.detail
+    p.replicas[2] = ReplicaState(2, False, leo=0, leo_known=False)  # unknown: maybe held
+    assert inv.no_committed_record_lost_globally(p) == []
+
+
+def test_valid_controller_isr_and_elr():
+    assert inv.valid_controller_isr_and_elr(healthy()) == []
+    bad = {v.detail for v in inv.valid_controller_isr_and_elr(
+        healthy(m=meta(isr=(1, 2), elr=(2, 3, 4), leader=3)))}
+    assert any("ELR [2, 3, 4] is not within the replicas" in d for d in bad)
+    assert any("[2] in both the ISR and the ELR" in d for d in bad)
+    assert any("but the ELR is [2, 3, 4], not empty" in d for d in bad)
+    assert any("leader 3 is not in the ISR" in d for d in bad)
+    # without ELR the rule about a non-empty ELR at MinISR says nothing
+    assert inv.valid_controller_isr_and_elr(healthy(m=meta(isr=(1, 2), elr=(3,), elr_enabled=False))) == []
+
+
+def test_valid_controller_state():
+    assert inv.valid_controller_state(healthy(m=meta(isr=(1, 2), fenced=frozenset({3})))) == []
+    (v,) = inv.valid_controller_state(healthy(m=meta(isr=(1,), leader=None, fenced=frozenset({1}))))
+    assert "fenced broker(s) [1] in the ISR [1]" in v.detail
+
+
+def test_min_isr_recovery_quorum():
+    assert inv.min_isr_recovery_quorum(healthy(m=meta(leader=None, isr=(), last_known_elr=(1, 2)))) == []
+    (v,) = inv.min_isr_recovery_quorum(healthy(m=meta(leader=None, isr=(), last_known_elr=(2,))))
+    assert "LastKnownELR [2] has 1 member(s), not MinISR 2" in v.detail
+    assert inv.min_isr_recovery_quorum(healthy(m=meta(leader=None, isr=(), elr=(1,)))) == []
+
+
+def test_every_invariant_is_registered_once_with_its_spec_name():
+    assert len(inv.BY_NAME) == len(inv.INVARIANTS) == 11
+    for i in inv.INVARIANTS:
+        assert i.anomaly == f"invariant:{i.name}" and i.words and i.reads
+        assert i.spec == "" or i.spec.startswith(i.name)
+    assert {i.name for i in inv.affected({"meta"})} >= {"ValidControllerState", "LeaderCompleteness"}
+    assert {i.name for i in inv.affected({"hwm"})} == {"LogMatching"}
+
+
+# ---- the trace checker -----------------------------------------------------------------------------
+
+def ev(t: float, node, kind: str, **fields) -> dict:
+    return {"time": int(t * 1e9), "node": node, "host": f"n{node + 1}" if isinstance(node, int) else "n1",
+            "kind": kind, **fields}
+
+
+def pc(t, leader, epoch, pepoch, isr, elr=(), lkelr=(), reason="election"):
+    return ev(t, "controller", "partition-change", topic="t", partition=0, leader=leader,
+              leader_epoch=epoch, partition_epoch=pepoch, isr=list(isr), elr=list(elr),
+              last_known_elr=list(lkelr), reason=reason)
+
+
+def start(t, b):
+    return [ev(t, b, "broker-start", clean_shutdown=False, broker_epoch=None),
+            ev(t + 0.001, "controller", "broker-registered", broker=b, broker_epoch=b, clean=True)]
+
+
+def opened(t, b, leo, epochs, hwm=0):
+    return ev(t, b, "log-open", topic="t", partition=0, log_end_offset=leo, hwm=hwm, epochs=epochs)
+
+
+def base_trace() -> list[dict]:
+    out = start(0.1, 1) + start(0.1, 2) + start(0.1, 3)
+    out.append(pc(0.2, 1, 0, 0, (1, 2, 3), reason="create"))
+    for b in (1, 2, 3):
+        out.append(opened(0.3, b, 0, []))
+    out.append(ev(0.31, 1, "become-leader", topic="t", partition=0, leader_epoch=0, leader=1,
+                  log_end_offset=0, hwm=0))
+    out.append(ev(0.4, 1, "epoch-start", topic="t", partition=0, epoch=0, start_offset=0))
+    for b in (2, 3):
+        out.append(ev(0.5, b, "epoch-start", topic="t", partition=0, epoch=0, start_offset=0))
+    out.append(ev(1.0, 1, "log-progress", topic="t", partition=0, role="leader", leader_epoch=0,
+                  log_end_offset=10, hwm=10))
+    return out
+
+
+def test_a_trace_without_faults_violates_nothing():
+    report = check_trace(base_trace(), min_isr=2)
+    assert report.violations == [] and report.checks["LeaderCompleteness"] > 0
+    assert set(report.undecided) == {"ReplicationQuorumSuperset", "MetadataLogMatching"}
+
+
+def test_a_trace_catches_a_leader_elected_without_the_committed_records():
+    events = base_trace() + [
+        ev(1.2, 2, "truncate", topic="t", partition=0, from_offset=10, to_offset=4, removed=6,
+           reason="high-watermark"),
+        pc(1.3, 2, 1, 1, (2, 3)),
+        ev(1.4, 2, "become-leader", topic="t", partition=0, leader_epoch=1, leader=2,
+           log_end_offset=4, hwm=4)]
+    acked = [{"index": 0, "time": int(0.9e9), "process": 0, "type": "ok", "f": "send",
+              "partition": 0, "value": 7, "offset": 7, "node": 1, "epoch": 0}]
+    report = check_trace(events, acked, topic="t", min_isr=2)
+    found = {v["name"] for v in report.violations}
+    assert {"invariant:LeaderCandidateCompleteness", "invariant:LeaderCompleteness"} <= found
+    lc = next(v for v in report.violations if v["name"] == "invariant:LeaderCompleteness")
+    assert "below the true HWM 10" in lc["detail"] and "offsets [7]" in lc["detail"]
+
+
+def test_a_trace_decides_log_ends_only_where_it_reports_them():
+    # broker 3 last reported its log at offset 0 (its epoch-start says it has >= 1 record);
+    # the leader commits 10: broker 3's log end is only a lower bound, its candidacy not
+    # judged ...
+    events = base_trace()
+    assert check_trace(events, min_isr=2).violations == []
+    # ... until it reports a log end below the true HWM
+    events.append(ev(1.5, 3, "log-progress", topic="t", partition=0, role="follower",
+                     leader_epoch=0, log_end_offset=3, hwm=3))
+    (v,) = check_trace(events, min_isr=2).violations
+    assert v["name"] == "invariant:LeaderCandidateCompleteness" and "member 3" in v["detail"]
+
+
+def test_a_trace_sees_the_fenced_last_replica_standing():
+    events = base_trace() + [
+        ev(2.0, "controller", "broker-fenced", broker=1, reason="session-timeout"),
+        pc(2.0, None, 1, 1, (1,), reason="fence-last-isr-member")]
+    (v,) = check_trace(events, min_isr=2, elr_enabled=False).violations
+    assert v["name"] == "invariant:ValidControllerState"
+
+
+# ---- results.json ----------------------------------------------------------------------------------
+
+def test_invariant_violations_make_a_run_invalid_unless_allowed(tmp_path):
+    line = {"time": 5, "name": "invariant:LeaderCompleteness", "topic": "t", "partition": 0,
+            "detail": "leader 2 ...", "recent_steps": [{"time": 1, "node": "n2", "step": "tick"}]}
+    (tmp_path / "invariants.jsonl").write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    found, notes, stats = findings(tmp_path, {})
+    assert found["invariant:LeaderCompleteness"][0] == 2 and stats["source"] == "simulation"
+    for allow, valid in (([], False), (["invariant:LeaderCompleteness"], True)):
+        results = {"valid": True, "anomalies": {}, "notes": [], "stats": {}}
+        add_invariants(results, found, notes, stats, allow)
+        assert results["valid"] is valid
+        assert results["anomalies"]["invariant:LeaderCompleteness"]["count"] == 2
+        assert results["anomalies"]["invariant:LeaderCompleteness"]["examples"][0]["recent_steps"]
+    results = {"valid": "unknown", "anomalies": {}, "notes": ["no final read"], "stats": {}}
+    add_invariants(results, {}, ["checked"], {"source": "simulation"}, [])
+    assert results["valid"] == "unknown" and results["notes"] == ["no final read", "checked"]
+
+
+def test_a_run_folder_with_events_gets_the_trace_check(tmp_path):
+    with open(tmp_path / "events.jsonl", "w") as f:
+        for e in base_trace():
+            f.write(json.dumps(e) + "\n")
+    found, notes, stats = findings(tmp_path, {"system": {"min.insync.replicas": 2}})
+    assert found == {} and stats["source"] == "trace" and stats["events"] == len(base_trace())
+    assert "not decidable from a trace" in notes[-1]
+    assert findings(tmp_path / "nothing-here", {}) == ({}, [], {})
+
+
+@pytest.mark.parametrize("name", [i.name for i in inv.INVARIANTS])
+def test_harness_config_accepts_every_invariant_in_checker_allow(name):
+    from harness.config import KNOWN_ANOMALIES
+    assert f"invariant:{name}" in KNOWN_ANOMALIES

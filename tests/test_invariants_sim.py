@@ -1,0 +1,130 @@
+"""The protocol invariants checked after every simulated step (simulation/invariants.py).
+
+Must-fail twins: each weakness of docs/replication.md's "Alternative behaviours" -- the six
+switches -- violates its invariant in a simulated run under a scripted episode aimed at it
+(simulation/scenarios.py `weakness`, `shrink_then`), searching a few seeds; the safe
+configuration under the same episodes violates none and loses nothing. The trace checker
+(checkers/trace.py), given the same run's events.jsonl and history.jsonl, finds the same
+invariant. The longer search over more seeds is marked `slow`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from checkers.trace import check_run
+from simulation.run import run_simulation
+from simulation.scenarios import acknowledged_loss, shrink_then, weakness
+from workloads.kafka import WorkloadParams
+
+# harness/profiles/fast.toml's timeouts with MinISR 2 (campaigns/validation.toml's base)
+SAFE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
+        "replica.lag.time.max.ms": 2000, "unclean.recovery.timeout.ms": 500,
+        "min.insync.replicas": 2}
+
+# weakness, node config, producer acks, the episode, the invariant it must violate
+TWINS = [
+    ("acks=1", {}, "1", lambda: weakness("isolate-leader", "chaos"), "AcknowledgedCompleteness"),
+    ("unclean.leader.election.enable", {"unclean.leader.election.enable": True}, "all",
+     lambda: weakness("stale-follower", "chaos"), "LeaderCompleteness"),
+    ("eligible.leader.replicas.enable=false", {"eligible.leader.replicas.enable": False}, "all",
+     lambda: shrink_then("power-loss", "chaos"), "ValidControllerState"),
+    ("replica.truncation=high-watermark", {"replica.truncation": "high-watermark"}, "all",
+     lambda: weakness("pause-pair", "chaos"), "LeaderCandidateCompleteness"),
+    ("unclean.shutdown.detection=false", {"unclean.shutdown.detection": False}, "all",
+     lambda: weakness("elr-power-loss", "chaos"), "LeaderCandidateCompleteness"),
+    ("isr.update=local-first", {"isr.update": "local-first"}, "all",
+     lambda: weakness("halves", "chaos"), "LeaderCompleteness"),
+]
+EPISODES = {"isolate-leader": lambda: weakness("isolate-leader", "chaos"),
+            "stale-follower": lambda: weakness("stale-follower", "chaos"),
+            "shrink-then-power-loss": lambda: shrink_then("power-loss", "chaos"),
+            "pause-pair": lambda: weakness("pause-pair", "chaos"),
+            "elr-power-loss": lambda: weakness("elr-power-loss", "chaos"),
+            "halves": lambda: weakness("halves", "chaos")}
+
+
+def simulate(tmp: Path, seed: int, system: dict, acks: str = "all", faults=None, *,
+             keep_going: bool = True, time_limit: float = 8.0, invariants: bool = True):
+    params = WorkloadParams(topic="chaos", partitions=1, acks=acks, rate=300.0, producers=16,
+                            consumers=2, request_timeout_s=3.0, seed=seed)
+    return run_simulation(tmp, seed=seed, params=params, time_limit=time_limit,
+                          system={**SAFE, **system}, faults=faults, final_read_timeout=30,
+                          keep_going=keep_going, invariants=invariants)
+
+
+def trace_names(run_dir: Path, system: dict, acks: str) -> set[str]:
+    config = {"system": {**SAFE, **system}, "workload": {"acks": acks}, "topic": {"name": "chaos"}}
+    report = check_run(run_dir, config)
+    assert report is not None
+    return {v["name"].removeprefix("invariant:") for v in report.violations}
+
+
+def names(result) -> set[str]:
+    return {v["name"].removeprefix("invariant:") for v in result.invariants}
+
+
+@pytest.mark.parametrize("weakness_name, system, acks, episode, expected", TWINS,
+                         ids=[t[0] for t in TWINS])
+def test_each_weakness_violates_its_invariant(tmp_path, weakness_name, system, acks, episode, expected):
+    seen = {}
+    for seed in (1, 2, 3):
+        r = simulate(tmp_path / f"s{seed}", seed, system, acks, episode())
+        seen[seed] = names(r)
+        if expected in seen[seed]:
+            break
+    else:
+        pytest.fail(f"{weakness_name}: no seed violated {expected}; found {seen}")
+    # the file the checker merges, and the same run's trace
+    lines = (r.out_dir / "invariants.jsonl").read_text().splitlines()
+    assert len(lines) == len(r.invariants) and all(json.loads(x)["recent_steps"] for x in lines)
+    assert expected in trace_names(r.out_dir, system, acks)
+
+
+@pytest.mark.parametrize("episode", sorted(EPISODES))
+def test_the_safe_configuration_violates_nothing(tmp_path, episode):
+    for seed in (1, 2):
+        r = simulate(tmp_path / f"s{seed}", seed, {}, "all", EPISODES[episode]())
+        loss = acknowledged_loss(r.history)
+        assert r.invariants == [], r.invariants[0]
+        assert loss.final_complete and loss.lost == [] and len(loss.acked) > 300
+        assert trace_names(r.out_dir, {}, "all") == set()
+
+
+def test_the_first_violation_stops_the_run_with_the_steps_that_led_to_it(tmp_path):
+    r = simulate(tmp_path, 1, {"eligible.leader.replicas.enable": False}, "all",
+                 shrink_then("power-loss", "chaos"), keep_going=False)
+    (v,) = r.invariants
+    assert r.stopped_by and v["name"] in r.stopped_by and r.final_read == {}
+    assert [json.loads(x) for x in (tmp_path / "invariants.jsonl").read_text().splitlines()] == [v]
+    assert len(v["recent_steps"]) == 40 and v["recent_steps"][-1]["time"] <= v["time"]
+    assert any(s["step"].startswith("fault power_loss") for s in v["recent_steps"])
+    assert v["recent_events"] and v["time"] / 1e9 < r.virtual_s + 1
+
+
+def test_checking_does_not_change_what_happens(tmp_path):
+    on = simulate(tmp_path / "on", 4, {}, "all", weakness("halves", "chaos"), time_limit=5.0)
+    off = simulate(tmp_path / "off", 4, {}, "all", weakness("halves", "chaos"), time_limit=5.0,
+                   invariants=False)
+    assert on.invariants == [] and off.invariants is None
+    assert on.history.read_bytes() == off.history.read_bytes()
+    assert on.events.read_bytes() == off.events.read_bytes()
+    assert not (tmp_path / "off" / "invariants.jsonl").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weakness_name, system, acks, episode, expected", TWINS,
+                         ids=[t[0] for t in TWINS])
+def test_every_run_that_loses_a_record_violates_an_invariant(tmp_path, weakness_name, system, acks,
+                                                             episode, expected):
+    """Over ten seeds: a run that lost an acknowledged record always violated an invariant
+    (the invariants see at least what the history shows), and at least one did."""
+    violated = 0
+    for seed in range(1, 11):
+        r = simulate(tmp_path / f"s{seed}", seed, system, acks, episode())
+        lost = acknowledged_loss(r.history).lost
+        assert not lost or r.invariants, f"seed {seed} lost {len(lost)} records unseen by the invariants"
+        violated += bool(r.invariants)
+    assert violated
