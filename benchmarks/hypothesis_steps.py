@@ -1,4 +1,4 @@
-"""How much of their budget the Hypothesis state machines of tests/test_protocol_stateful.py
+"""How much of their budget the Hypothesis state machines of tests/replication/test_protocol_stateful.py
 spend on steps that do something.
 
 A step is one rule execution (initialize rules are counted apart). It is *effective* when the

@@ -10,7 +10,7 @@ final read lacks an acknowledged value: simulation.scenarios.acknowledged_loss),
         [--only NAME,...] [--trace]
 
 `--mode episodes` (default) uses the scripted episode aimed at each weakness (the twins of
-tests/test_invariants_sim.py); `--mode campaign` uses campaigns/validation.toml's configs
+tests/simulation/test_invariants_sim.py); `--mode campaign` uses campaigns/validation.toml's configs
 under their own randomised nemesis mix (harness.simulate), the safe one included. `--trace`
 also runs the trace checker (checkers/trace.py) on each run's events.jsonl and history.jsonl
 and counts the runs where it found a violation. Nothing is asserted.
@@ -73,7 +73,7 @@ def main() -> int:
         classes: Counter = Counter()
         runs = 0
         for seed in seeds:
-            for folder_seed, (found, n_lost, config, folder) in runner(seed):
+            for _seed, (found, n_lost, config, folder) in runner(seed):
                 runs += 1
                 violated += bool(found)
                 lost += bool(n_lost)

@@ -92,7 +92,7 @@ PAINT = ("(() => { const p = {}; for (const e of performance.getEntriesByType('p
 
 
 class DevTools:
-    """Chrome DevTools protocol over --remote-debugging-pipe (as tests/test_campaign_browser.py;
+    """Chrome DevTools protocol over --remote-debugging-pipe (as tests/harness/test_campaign_browser.py;
     repeated here so the benchmark does not import the test suite)."""
 
     def __init__(self, profile: Path) -> None:

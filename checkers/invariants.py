@@ -8,7 +8,7 @@ in its auxiliary variables -- and returns the `Violation`s it finds (none: the p
 holds). Nothing here does I/O or imports the simulator or the harness: the simulator builds
 snapshots from its exact global state after every step (simulation/invariants.py), the trace
 checker rebuilds them from a real run's events.jsonl and history.jsonl (checkers/trace.py),
-and tests build them by hand (tests/test_invariants.py).
+and tests build them by hand (tests/checkers/test_invariants.py).
 
 Words, once (docs/invariants.md has the same with what each caught):
 

@@ -272,8 +272,9 @@ def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | N
     print_summary(summary)
     for seed in sorted(summary.failing)[:keep]:
         row = next(r for r in summary.rows if r["seed"] == seed)
+        # keep_going as the search's rows had it, so both checkers judge the same history
         run_dir = simulate_test(Test.of(with_seed(test.config, seed), test.results_root,
-                                        argv=test.argv))
+                                        argv=test.argv), keep_going=True)
         agreed = _agrees(row, run_dir)
         print(f"seed {seed}: {run_dir / 'report.html'}  Spark checker "
               f"{'agrees' if agreed else 'DISAGREES'} with the in-process check")

@@ -91,6 +91,12 @@ class Replica:
         self.last_caught_up: dict[int, int] = {}
         self.epoch_start = 0
         self.alter_in_flight = False
+        self.adding: tuple[int, ...] = ()  # followers proposed for the ISR, not yet answered
+        # Whether this incarnation's log is known to agree with a leader's: it leads, or a fetch
+        # was answered without divergence. Until then the HWM read from the checkpoint may cover
+        # records an unclean shutdown brought back (an unsynced truncation undone), which the
+        # first fetch truncates away by leader epoch. Observers (the invariants) read it.
+        self.reconciled = False
         self.pending: list[PendingProduce] = []
         self.parked: list[ParkedFetch] = []
         # follower
@@ -153,6 +159,7 @@ class Replica:
     def _become_leader(self, state: PartitionState, now: int) -> list[Output]:
         out = self._resign(E.NOT_LEADER) if self.role == Role.LEADER else []
         self.role, self.leader_epoch = Role.LEADER, state.leader_epoch
+        self.reconciled = True
         # The epoch enters the epoch cache with its first record, not now: an entry without
         # records outlives a later truncation to the LEO (which removes nothing), so as a
         # follower this replica would report that empty epoch as its last fetched one and
@@ -160,6 +167,7 @@ class Replica:
         self.epoch_start = self.log.end_offset
         self.isr = state.isr
         self.alter_in_flight = False
+        self.adding = ()
         self.follower_leo = {r: 0 for r in state.replicas if r != self.broker_id}
         self.last_caught_up = {r: now for r in state.replicas if r != self.broker_id}
         out.append(self._ev("become-leader", leader_epoch=state.leader_epoch, leader=self.broker_id,
@@ -191,7 +199,14 @@ class Replica:
         """New committed metadata for our leadership (AlterPartition response or heartbeat)."""
         if self.config.isr_update == IsrUpdate.LOCAL_FIRST and self.alter_in_flight:
             return []
-        self.isr = state.isr
+        if self.alter_in_flight and self.adding:
+            # Kafka's maximal ISR: a follower proposed for addition stays counted for the HWM
+            # until the controller answers. Metadata that predates the proposal (a heartbeat
+            # reply) must not drop it: the controller may already have committed it, and would
+            # then elect a replica the HWM was computed without (ReplicationQuorumSuperset).
+            self.isr = tuple(sorted({*state.isr, *self.adding}))
+        else:
+            self.isr = state.isr
         for r in state.isr:
             self.last_caught_up.setdefault(r, now)
         return self._advance_hwm(now) + self._fail_if_below_min_isr()
@@ -362,6 +377,7 @@ class Replica:
         elif len(isr) > len(self.isr):
             # Kafka's "maximal ISR": count a joining follower at once (safe), a leaving one
             # only after the commit.
+            self.adding = tuple(r for r in isr if r not in self.isr)
             self.isr = tuple(sorted(isr))
         return out
 
@@ -370,6 +386,7 @@ class Replica:
         partition state it holds, committed or not changed, unless the request was rejected
         before it looked at the partition."""
         self.alter_in_flight = False
+        self.adding = ()
         match as_reply(AlterPartition, response):
             case AlterPartitionReply(state=new) | ErrorReply(state=PartitionState() as new):
                 pass
@@ -383,6 +400,7 @@ class Replica:
 
     def on_alter_failed(self) -> None:
         self.alter_in_flight = False
+        self.adding = ()
         if self.state is not None and self.role == Role.LEADER:
             self.isr = self.state.isr
 
@@ -431,6 +449,7 @@ class Replica:
                     target = 0
                 out += self._truncate(target, "leader-epoch")
             case FetchReply(records=records, hwm=hwm):
+                self.reconciled = True
                 if records and records[0].offset == self.log.end_offset:
                     latest = self.log.latest_epoch()
                     self.log.append_records(records)

@@ -84,7 +84,7 @@ class _Part:
     """The auxiliary variables of one partition and what the monitor caches about it."""
 
     __slots__ = ("key", "topic", "partition", "true_hwm", "committed", "acked", "acked1",
-                 "pending1", "agree", "last_hwm", "fp", "state", "meta", "history", "tags",
+                 "pending1", "agree", "fp", "state", "meta", "history", "tags",
                  "rules", "mkeys", "view", "stale")
 
     def __init__(self, key: tuple[str, int]) -> None:
@@ -96,7 +96,6 @@ class _Part:
         self.acked1 = Acks([], {})
         self.pending1: list[tuple[int, int]] = []  # heap of acks=1 (offset, epoch) not committed
         self.agree: dict[int, int] = {}
-        self.last_hwm: dict[int, int] = {}
         self.fp: dict[int, tuple] = {}
         self.state: Any = None  # the controller's PartitionState last seen
         self.meta: PartitionMeta | None = None
@@ -259,11 +258,10 @@ class InvariantMonitor:
             hwm = r.hwm
             if hwm > part.true_hwm and r.role is LEADER_ROLE:
                 self._commit(part, log, hwm)
-            fp = (r.role, r.leader_epoch, r.state, r.isr, r.alter_in_flight, epoch, r)
+            fp = (r.role, r.leader_epoch, r.state, r.isr, r.alter_in_flight, r.reconciled, epoch, r)
             if fp != part.fp.get(b):
                 part.fp[b] = fp
                 part.tags.add("replica")
-            part.last_hwm[b] = hwm
             if hwm > part.agree.get(b, 0) and hwm > self._extend(part, b, log):
                 part.tags.add("hwm")
 
@@ -417,7 +415,10 @@ class InvariantMonitor:
         r = machine.replicas.get(key) if machine is not None else None
         leo = log.end_offset
         if r is None:
-            return ReplicaState(b, running, NONE, -1, leo, min(part.last_hwm.get(b, 0), leo), log.records)
+            # No live replica (its process is down, or has not heard of the partition yet):
+            # what its disk holds after a power loss may be an unsynced truncation undone, so
+            # it has no stable prefix (HWM 0) until a live incarnation reconciles it.
+            return ReplicaState(b, running, NONE, -1, leo, 0, log.records)
         s = r.state
         if s is None:
             isr = mkey = None
@@ -430,7 +431,10 @@ class InvariantMonitor:
                 mkey = metadata_key(s.partition_epoch, s.leader, s.leader_epoch, s.isr, s.elr,
                                     s.last_known_elr, s.replicas)
                 part.mkeys[b] = (s, mkey)
-        return ReplicaState(b, running, r.role, r.leader_epoch, leo, r.hwm, log.records, None, isr,
+        # Until its log is reconciled with a leader, a restarted replica's checkpointed HWM may
+        # cover records an unclean shutdown brought back: no stable prefix to compare yet.
+        hwm = r.hwm if r.reconciled else 0
+        return ReplicaState(b, running, r.role, r.leader_epoch, leo, hwm, log.records, None, isr,
                             r.isr, r.alter_in_flight, mkey)
 
     def check_all(self) -> None:

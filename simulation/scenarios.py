@@ -148,7 +148,7 @@ def tour(topic: str, partition: int = 0, *, start: float = 1.0, step: float = 1.
 def weakness(kind: str, topic: str, partition: int = 0, *, at: float = 2.0, hold: float = 4.0,
              pick: int = 0) -> Faults:
     """One scripted episode aimed at one weakness of docs/replication.md's "Alternative
-    behaviours" (the invariant twins of tests/test_invariants_sim.py use them):
+    behaviours" (the invariant twins of tests/simulation/test_invariants_sim.py use them):
 
     - "isolate-leader" (acks=1): the leader is cut off from the controller and the other
       brokers (the clients still reach it) for `hold` s: it acknowledges on alone until it

@@ -19,6 +19,7 @@ from harness import store
 from harness.campaign_spec import load_spec
 from harness.commands.argtypes import add_test_options
 from harness.config import from_args, validate
+from harness.shrink import replay_test
 from harness.simulate import as_simulated, check_determinism, run_search, simulate_test
 from harness.test import Test
 
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay", type=Path, metavar="MINIMAL.json",
                         help="simulate a minimal reproduction written by `harness shrink` "
                              "(its seed, config and schedule): the same bytes as its run folder")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="record protocol-invariant violations and run on to the final read "
+                             "(default: the first violation ends the run; searches always go on)")
     parser.add_argument("--check-determinism", action="store_true",
                         help="run each seed twice (the second time in a fresh interpreter with "
                              "another hash seed) and fail on the first divergence")
@@ -78,7 +82,6 @@ def campaign_config(args: argparse.Namespace) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     if args.replay:
-        from harness.shrink import replay_test
         run_dir = simulate_test(replay_test(args.replay, store.default_results_dir(), sys.argv),
                                 backend="reference", keep_going=True)
         print(run_dir / "report.html")
@@ -93,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
         if summary.errors:
             return Exit.ERROR
         return Exit.INVALID if summary.failing else Exit.VALID
-    run_dir = simulate_test(test)
+    run_dir = simulate_test(test, keep_going=args.keep_going)
     print(run_dir / "report.html")
     return store.verdict_exit(run_dir)
 

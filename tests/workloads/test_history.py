@@ -213,7 +213,7 @@ WRITER = textwrap.dedent("""
 def test_sigkilled_writer_leaves_a_parseable_contiguous_prefix(tmp_path):
     path = tmp_path / "history.jsonl"
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)],
-                            cwd=Path(__file__).resolve().parent.parent)
+                            cwd=Path(__file__).resolve().parents[2])
     try:
         deadline = time.monotonic() + 60
         while (not path.exists() or path.stat().st_size < 2_000_000) and proc.poll() is None:

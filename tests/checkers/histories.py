@@ -1,26 +1,12 @@
-"""Shared pieces of the checker tests: one Spark session and a hand-built history writer.
-
-Imported explicitly by tests/test_checker_*.py (not a conftest.py, so other engineers'
-tests never start a JVM).
-"""
+"""Hand-built histories for the checker tests: a writer of history.jsonl files, and merging
+many small scenarios into one history checked at once."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
 from checkers.check import check_path
-
-
-@pytest.fixture(scope="session")
-def spark():
-    from checkers.spark import get_session
-
-    session = get_session("local[2]", shuffle_partitions=4, driver_memory="1g")
-    yield session
-    session.stop()
 
 
 class History:

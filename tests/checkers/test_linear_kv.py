@@ -17,8 +17,8 @@ from checkers.linear import KV, AppendRegister, check, check_file, pair_events, 
 from checkers.linear.importers import read_events
 from checkers.linear.models import CASRegister, Register, make_model
 
-DATA = Path(__file__).parent / "data" / "kv"
-REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parents[1] / "data" / "kv"
+REPO = Path(__file__).resolve().parents[2]
 HARNESS = Path(sys.executable).parent / "harness"
 MIRROR = Path(os.environ.get("PORCUPINE_DIR", "/work/.mirror/anishathalye+porcupine/repo"))
 

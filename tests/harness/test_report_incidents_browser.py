@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from matplotlib.image import imread
-from test_campaign_browser import CHROMIUM, DevTools, _is_error, browser  # noqa: F401
+from support.browser import CHROMIUM, DevTools, _is_error
 from test_report_incidents import acks1_run
 
 from harness.report import report_path
@@ -186,7 +186,7 @@ def test_timeline_of_a_million_op_history_is_small_and_paints_fast() -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, str(root / "benchmarks/report_timeline.py"), "--ops",
                           "1000000"], capture_output=True, text=True, timeout=600,
                          check=True).stdout
@@ -201,7 +201,7 @@ def test_real_acks1_report_screenshot(browser: DevTools, tmp_path: Path) -> None
     import shutil
 
     run = tmp_path / "validation-acks1-leader-faults" / "20261123T144836-s1"
-    shutil.copytree(Path(__file__).parent / "data" / "acks1-sim", run)
+    shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "acks1-sim", run)
     report_path(run)
     tab = Tab(browser, width=1200, height=900)
     try:

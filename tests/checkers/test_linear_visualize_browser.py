@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_campaign_browser import CHROMIUM, DevTools, _check_page, _is_error
+from support.browser import CHROMIUM, DevTools, _check_page, _is_error
 
 from checkers.linear import check_file
 from checkers.linear.history import pair
@@ -19,7 +19,7 @@ from checkers.linear.importers import read_events
 from checkers.linear.models import make_model
 from checkers.linear.visualize import visualization_data
 
-DATA = Path(__file__).parent / "data" / "kv"
+DATA = Path(__file__).resolve().parents[1] / "data" / "kv"
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="chromium is not installed")
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-from conftest_checker import History
+from histories import History
 
 from checkers import ingest as ingest_mod
 from checkers.check import check_path, exit_code

@@ -41,7 +41,7 @@ pytestmark = [
 ]
 
 ATTACKER = "kch-attacker"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest_checker import History, merge, scenario_view, spark  # noqa: F401
+from histories import History, merge, scenario_view
 
 from checkers import reference, spark_checks
 from checkers.check import check_path, exit_code

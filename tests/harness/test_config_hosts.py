@@ -42,7 +42,7 @@ def test_ssh_needs_an_inventory():
 
 
 def test_unknown_provider_names_the_key():
-    with pytest.raises(ConfigError, match=r"hosts\.provider: expected one of 'netns', 'ssh', got 'vm'"):
+    with pytest.raises(ConfigError, match=r"hosts\.provider: expected one of 'netns', 'ssh', 'sim', got 'vm'"):
         load_config(sets=["hosts.provider=vm"])
 
 

@@ -22,7 +22,7 @@ from harness.simulate import (
 )
 from harness.test import Test
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VALIDATION = ROOT / "campaigns" / "validation.toml"
 
 

@@ -88,7 +88,7 @@ def test_new_run_writes_test_json(tmp_path):
 
 
 def test_git_state_reports_the_checkout_commit():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         pytest.skip("not a git checkout")
     state = store.git_state(root)

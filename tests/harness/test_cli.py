@@ -24,7 +24,7 @@ from harness.commands import reproduce as reproduce_cmd
 from harness.commands import run as run_cmd
 from harness.commands import serve as serve_cmd
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

@@ -26,7 +26,7 @@ from nemesis import link
 from nemesis import partition as P
 from workloads.history import read_history
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.netns,

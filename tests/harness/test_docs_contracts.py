@@ -22,7 +22,7 @@ from typing import Any
 from harness.config import SCHEMA, TOP
 from nemesis.kinds import KNOWN_FAULTS, all_kinds
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "harness" / "profiles" / "default.toml"
 FORMATS = ROOT / "docs" / "formats.md"
 NEMESIS = ROOT / "docs" / "nemesis.md"

@@ -16,7 +16,7 @@ from harness.shrink import MINIMAL, SHRUNK, Budget, ddmin, replay_test, shrink, 
 from harness.simulate import as_simulated, digest_files, simulate_test
 from harness.test import Plan, Test
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _one_minimal(result, fails) -> bool:

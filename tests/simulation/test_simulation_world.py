@@ -36,7 +36,7 @@ def params(seed: int, **kw) -> WorkloadParams:
 
 def run(tmp: Path, seed: int, *, time_limit: float = 6.0, system=None, faults=None, **kw):
     # keep_going: these tests look at what the history shows, so a weakness's first invariant
-    # violation must not end the run (the invariants: tests/test_invariants_sim.py)
+    # violation must not end the run (the invariants: tests/simulation/test_invariants_sim.py)
     kw.setdefault("keep_going", True)
     return run_simulation(tmp, seed=seed, params=params(seed), time_limit=time_limit,
                           system=SAFE if system is None else system, faults=faults,
@@ -63,7 +63,7 @@ def test_same_seed_same_bytes_in_another_process_with_another_hash_seed(tmp_path
     here = run(tmp_path / "here", 9, time_limit=5.0, faults=tour("chaos", step=1.0))
     script = (
         "import sys; from pathlib import Path\n"
-        "from tests.test_simulation_world import run\n"
+        "from tests.simulation.test_simulation_world import run\n"
         "from simulation.scenarios import tour\n"
         "run(Path(sys.argv[1]), 9, time_limit=5.0, faults=tour('chaos', step=1.0))\n")
     for hash_seed in ("0", "4242"):

@@ -13,7 +13,7 @@ import pytest
 
 from control.inventory import load_inventory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH0w8c9sYw1xZbq4mGm4v7Q0jzVb0nq9pQ2v3mV8bJqX"
 
 

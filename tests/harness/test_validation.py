@@ -14,7 +14,7 @@ from harness.report.detection import EVIDENCE, detection_times, format_table
 from nemesis.kinds import lookup
 from nemesis.schedule import plan_from_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TWO_MIXES = """
 seeds = [1, 2]
 time_limit = 5

@@ -2,7 +2,7 @@
 
 The real runner (harness.runner.run_test) brings up hosts and nodes; these tests inject
 `simulated_run_test`, a small real function that writes a complete run folder in the real
-formats (see tests/test_report.py) into the results store, the way the runner does, and
+formats (see tests/harness/test_report.py) into the results store, the way the runner does, and
 records every call in a journal file so a test can tell which cells really ran.
 """
 
@@ -239,7 +239,7 @@ def test_bad_setting_in_a_cell_is_reported_before_anything_runs(tmp_path: Path) 
 
 
 def test_shipped_campaign_files_are_valid() -> None:
-    root = TESTS.parent / "campaigns"
+    root = TESTS.parents[1] / "campaigns"
     quick = load_spec(root / "quick.toml")[1]
     expects = {c.expect for c in quick}
     assert expects == {"no-loss", "loss-allowed"}

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest_checker import History, spark  # noqa: F401
+from histories import History
 
 from checkers.check import check_path, exit_code
 from replication.log import Record
