@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -323,7 +323,6 @@ class TraceChecker:
 
 
 def _with(m: PartitionMeta, **changes: Any) -> PartitionMeta:
-    from dataclasses import replace
     return replace(m, **changes)
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from checkers.definitions import ANOMALIES
 from checkers.invariants import INVARIANTS
+from control.inventory import InventoryError, load_inventory
+from control.provider import shared_python
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES
 from nemesis.kinds.links import LINK_DEFAULTS
 from replication.config import ConfigError as NodeConfigError
@@ -564,9 +566,6 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
     if "inventory" not in hosts:
         raise _relation_error("hosts.provider", "the ssh provider needs hosts.inventory, the "
                               "path of an inventory TOML file (see docs/vms.md)", prov)
-    # Imported here: the hosts package pulls in paramiko, which plain config use never needs.
-    from control.inventory import InventoryError, load_inventory
-    from control.provider import shared_python
     try:
         entries = load_inventory(Path(hosts["inventory"]))
     except InventoryError as e:

@@ -12,6 +12,7 @@ from checkers.exitcodes import Exit
 from harness import store
 from harness.config import validate
 from harness.runner import run_test
+from harness.shrink import load_minimal
 from harness.test import Plan, Test
 
 
@@ -45,7 +46,6 @@ def reproduce_schedule(path: Path, times: int = 1) -> int:
     """`harness reproduce --schedule minimal.json --times N`: run a minimal reproduction (from
     `harness shrink`) on real hosts N times -- its config and seed, its schedule at its times
     against its nodes -- and say how often the same anomaly class occurred."""
-    from harness.shrink import load_minimal  # the simulator is only needed for this
     config, entries, doc = load_minimal(Path(path))
     config = dict(config)
     config["hosts"] = dict(doc.get("real_hosts") or {"provider": "netns"})

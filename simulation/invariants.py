@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any
 
 from checkers.invariants import (
     BY_NAME,
-    LEADER,
     NONE,
     Acks,
     Facts,
@@ -57,11 +56,8 @@ from checkers.invariants import (
     metadata_key,
     same_record,
 )
-
-try:
-    from replication.messages import ProduceReply, ProduceRequest
-except ImportError:  # pragma: no cover
-    ProduceReply = ProduceRequest = None  # type: ignore[assignment,misc]
+from replication.messages import ProduceReply, ProduceRequest
+from replication.partition import Role
 
 if TYPE_CHECKING:
     from simulation.world import World
@@ -464,13 +460,7 @@ class InvariantMonitor:
                 f.write(json.dumps(v) + "\n")
 
 
-LEADER_ROLE: Any = LEADER
-try:  # the Role enum member, so the hot path compares by identity
-    from replication.partition import Role
-
-    LEADER_ROLE = Role.LEADER
-except ImportError:  # pragma: no cover
-    pass
+LEADER_ROLE: Any = Role.LEADER  # the enum member, so the hot path compares by identity
 
 
 def _bisect(a: list[int], x: int) -> int:

@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from replication.messages import decode_request
 from replication.net import ConnectFailed, ConnectionLost, split_address
 
 CLIENT_HOST = "client"
@@ -228,7 +229,6 @@ def wire_copy(msg: Any, request: Any = None) -> Any:
         return json.loads(json.dumps(msg))
     wire = json.loads(json.dumps(to_wire()))
     if request is None:
-        from replication.messages import decode_request  # type: ignore[attr-defined]
         return decode_request(wire)
     reply_from_wire = getattr(request, "reply_from_wire", None)
     return reply_from_wire(wire) if reply_from_wire is not None else wire

@@ -44,19 +44,11 @@ from typing import TYPE_CHECKING, Any
 
 from replication.broker import Broker, started_event
 from replication.controller import Controller
+from replication.messages import FetchRequest
 from replication.net import ConnectionLost
-from replication.outputs import Event, Persist, Reply, Send
+from replication.outputs import Event, Persist, Reply, Send, Sync
 from simulation.disk import NodeDisk
 from simulation.network import Network, Pool, Process, Stream, Timer
-
-try:  # the storage port (replication/outputs.py); absent before it existed
-    from replication.outputs import Sync
-except ImportError:  # pragma: no cover
-    Sync = None  # type: ignore[assignment,misc]
-try:
-    from replication.messages import FetchRequest
-except ImportError:  # pragma: no cover
-    FetchRequest = None  # type: ignore[assignment,misc]
 
 if TYPE_CHECKING:
     from simulation.world import World

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from checkers.check import RUN_HISTORY, check_path, exit_code, output_paths
 from checkers.exitcodes import Exit, UserError
+from checkers.jepsen_kafka import is_jepsen_kafka, translate
 from checkers.linear.check import check, run_local
 from checkers.linear.cli import add_model_options, model_from_args, spark_runner_from_args
 from checkers.linear.history import pair
 from checkers.linear.importers import read_events
 from checkers.linear.models import MODELS
 from checkers.linear.search import Budget
+from checkers.linear.visualize import write_visualization
 from control.files import write_text_atomic
 
 NAME = "check"
@@ -49,8 +51,6 @@ def _linearizable(args: argparse.Namespace) -> int:
     summary = {"valid": verdict["valid"], "model": args.model, "engine": verdict["engine"],
                "results": str(out)}
     if verdict["valid"] is False:
-        from checkers.linear.visualize import write_visualization
-
         html = args.path.parent / f"{args.path.stem}.linearizability.html"
         write_visualization(html, ops, model, verdict)
         summary["visualization"] = str(html)
@@ -59,8 +59,6 @@ def _linearizable(args: argparse.Namespace) -> int:
 
 
 def _jepsen_kafka(args: argparse.Namespace) -> int:
-    from checkers.jepsen_kafka import is_jepsen_kafka, translate
-
     if not is_jepsen_kafka(args.path):
         raise UserError(f"{args.path} is not a Jepsen Kafka history (no :send/:poll/:txn ops "
                         f"with micro-op values): check other objects with --model "
