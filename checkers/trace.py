@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -231,7 +232,7 @@ class TraceChecker:
                 self.acked_at[op.get("value")] = (o, epoch)
                 if o < part.true_hwm and _committed_epoch(part, o) == epoch:
                     c = part.acked.committed
-                    c.append(o) if not c or o >= c[-1] else c.insert(_bisect(c, o), o)
+                    c.append(o) if not c or o >= c[-1] else c.insert(bisect_right(c, o), o)
                 else:
                     part.acked.other[(o, epoch)] = rec
             elif self.acks == "1":
@@ -331,16 +332,6 @@ def _committed_epoch(part: _Partition, offset: int) -> int | None:
         return None
     return epoch_at(part.committed, offset)
 
-
-def _bisect(a: list[int], x: int) -> int:
-    lo, hi = 0, len(a)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 # ---- files ---------------------------------------------------------------------------------------

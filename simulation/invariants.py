@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import json
+from bisect import bisect_right
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -307,7 +308,7 @@ class InvariantMonitor:
                         if not offsets or o >= offsets[-1]:
                             offsets.append(o)
                         else:
-                            offsets.insert(_bisect(offsets, o), o)
+                            offsets.insert(bisect_right(offsets, o), o)
                     else:
                         other[(o, rec.epoch)] = rec
             else:
@@ -462,16 +463,6 @@ class InvariantMonitor:
 
 LEADER_ROLE: Any = Role.LEADER  # the enum member, so the hot path compares by identity
 
-
-def _bisect(a: list[int], x: int) -> int:
-    lo, hi = 0, len(a)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[mid] <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def _raise(e: BaseException) -> None:

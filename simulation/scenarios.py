@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replication.client import Client, ClientError
+from nemesis.faults import metadata_topology
 from simulation.loop import SimLoop
 from simulation.world import World
 from workloads.history import read_history
@@ -23,17 +23,8 @@ Faults = Callable[[World, SimLoop], Awaitable[Any] | None]
 
 async def partition_state(world: World, topic: str, partition: int = 0) -> dict | None:
     """The partition's live state from the cluster's metadata, as the nemesis resolves it."""
-    client = Client(world.bootstrap(), request_timeout_s=2, pool=world.pool())
-    try:
-        md = await client.metadata(refresh=True)
-    except ClientError:
-        return None
-    finally:
-        await client.close()
-    for p in md["partitions"]:
-        if p["topic"] == topic and p["partition"] == partition:
-            return p
-    return None
+    topology = metadata_topology(world.nodes, world.bootstrap(), topic, pool_factory=world.pool)
+    return await topology.partition_state(partition)
 
 
 def _note(world: World, f: str, value: Any) -> None:

@@ -159,3 +159,14 @@ faults = ["kill"]
     state = json.loads((folder / "campaign.json").read_text())
     assert [c["status"] for c in state["cells"]] == ["done", "done"], state["cells"]
     assert state["verdict"] == "pass" and (folder / "index.html").exists()
+
+
+@pytest.mark.spark
+def test_a_search_runs_on_spark_with_the_same_rows_as_locally():
+    config = small(limit=6)
+    local = search(config, range(1, 3), jobs=1)
+    spark = search(config, range(1, 3), spark_master="local[1]")
+    assert spark.runs == local.runs == 2
+    key = ("seed", "valid", "anomalies", "lost", "acked")
+    assert [{k: r[k] for k in key} for r in spark.rows] == \
+        [{k: r[k] for k in key} for r in local.rows]
