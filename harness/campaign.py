@@ -149,13 +149,14 @@ def newest_unfinished(root: Path, name: str) -> Path | None:
 
 
 def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None = None,
-                 run_test: RunTest | None = None, results_root: Path | None = None) -> Path:
+                 run_test: RunTest | None = None, results_root: Path | None = None,
+                 seeds: str | None = None, only: list[str] | None = None) -> Path:
     """Run (or with `resume`, continue) the campaign in `file`; returns the campaign folder.
 
     The last line printed is the path of the campaign's index.html."""
     file = Path(file)
     root = Path(results_root) if results_root is not None else default_results_dir()
-    name, cells = load_spec(file)
+    name, cells = load_spec(file, seeds, only)
     campaign = _open_or_create(root, name, file, cells, resume)
     if [c["id"] for c in campaign.state["cells"]] != [c.id for c in cells]:
         print(f"note: {file} changed since this campaign started; resuming its own matrix",

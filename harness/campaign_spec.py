@@ -67,8 +67,13 @@ def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def load_spec(path: Path) -> tuple[str, list[Cell]]:
-    """Parse and validate `path`; returns the campaign name and its cells in run order."""
+def load_spec(path: Path, seeds: str | None = None,
+              only: list[str] | None = None) -> tuple[str, list[Cell]]:
+    """Parse and validate `path`; returns the campaign name and its cells in run order.
+
+    `seeds` ("A-B" or "1,2,5") replaces the file's top-level seeds (a config with seeds of
+    its own keeps them); `only` keeps just the named configs. Both let one file serve a
+    short nightly and a long measurement without a copy of its configs."""
     path = Path(path)
     data = _read(path)
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -76,12 +81,12 @@ def load_spec(path: Path) -> tuple[str, list[Cell]]:
         raise CampaignError(f"{path}: unknown key(s) {unknown}; known: {sorted(_TOP_KEYS)}")
     name = _name(data.get("name", path.stem), path, "name")
     base = _base(data.get("base"), path)
-    seeds = _seeds(data.get("seeds"), path)
+    seeds = _seeds(data.get("seeds") if seeds is None else _seed_option(seeds), path)
     limits = _time_limits(data.get("time_limit"), path)
     common = _overrides(data.get("set", {}), path, "set")
     if "hosts" in data:
         common["hosts.provider"] = _hosts(data["hosts"], path, "hosts")
-    configs = _entries(data.get("config"), path, "config")
+    configs = _only(_entries(data.get("config"), path, "config"), only, path)
     nemeses = _entries(data.get("nemesis"), path, "nemesis")
     cells = []
     for config in configs:
@@ -174,6 +179,28 @@ def _seeds(value: Any, path: Path) -> list[int]:
         raise CampaignError(f"{path}: seeds must be a non-empty list of distinct integers >= 0, "
                             f"got {value!r}")
     return value
+
+
+def _seed_option(value: str) -> str | list[int]:
+    """`--seeds` text: a range "A-B" as in the file, or a comma-separated list."""
+    if "," not in value:
+        return value
+    try:
+        return [int(part) for part in value.split(",")]
+    except ValueError:
+        raise CampaignError(f"--seeds must be a range \"A-B\" or a list \"1,2,5\", "
+                            f"got {value!r}") from None
+
+
+def _only(configs: list[dict[str, Any]], only: list[str] | None,
+          path: Path) -> list[dict[str, Any]]:
+    if not only:
+        return configs
+    names = [c.get("name") for c in configs]
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise CampaignError(f"{path}: no config named {unknown}; configs: {names}")
+    return [c for c in configs if c.get("name") in only]
 
 
 def _time_limits(value: Any, path: Path) -> list[float]:
