@@ -4,10 +4,16 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.bootstrapped
 APT_PKGS := openssh-server iptables iproute2 fuse3 libfuse3-dev procps psmisc openjdk-17-jre-headless chromium chromium-driver
+# Toxiproxy (docs/toxiproxy.md), built from its Go module at this tag into .venv/bin, where the
+# harness looks first; control/toxiproxy.py says the same version.
+TOXIPROXY_VERSION := 2.12.0
+TOXIPROXY_STAMP := $(VENV)/.toxiproxy-v$(TOXIPROXY_VERSION)
+# go on the PATH, else the usual install place (a non-login shell may not have it on the PATH)
+GO ?= $(firstword $(shell command -v go 2>/dev/null) $(wildcard /usr/local/go/bin/go))
 
 .PHONY: bootstrap test test-slow campaign lint clean-hosts
 
-bootstrap: $(STAMP)
+bootstrap: $(STAMP) $(TOXIPROXY_STAMP)
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -19,6 +25,19 @@ $(STAMP): pyproject.toml
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# -trimpath and a fixed -ldflags: the same tag gives the same binary on every machine with
+# the same Go. Go >= 1.23 is needed (Toxiproxy's go.mod); GOTOOLCHAIN=auto fetches it from
+# the module proxy when the installed go is older.
+$(TOXIPROXY_STAMP): $(STAMP)
+	@[ -n "$(GO)" ] || { echo "make bootstrap: Go (>= 1.23, or an older one with GOTOOLCHAIN=auto) is needed to build Toxiproxy; install it or put a toxiproxy-server v$(TOXIPROXY_VERSION) in $(VENV)/bin (docs/toxiproxy.md)" >&2; exit 1; }
+	rm -rf $(VENV)/.toxiproxy-build
+	GOBIN=$(abspath $(VENV))/.toxiproxy-build GOTOOLCHAIN=auto GOFLAGS=-trimpath $(GO) install \
+	  -ldflags="-s -w -X github.com/Shopify/toxiproxy/v2.Version=$(TOXIPROXY_VERSION)" \
+	  github.com/Shopify/toxiproxy/v2/cmd/server@v$(TOXIPROXY_VERSION)
+	mv $(VENV)/.toxiproxy-build/server $(VENV)/bin/toxiproxy-server
+	rm -rf $(VENV)/.toxiproxy-build
+	touch $@
 
 test: bootstrap
 	$(VENV)/bin/lint-imports

@@ -1,12 +1,16 @@
-"""Checker throughput: ingest, Spark check on local[2], and the single-process reference.
+"""Checker throughput, stage by stage: native ingest, Spark session start, the Spark check on
+local[2], and the single-process pandas reference, each size run 3 times (medians).
 
 Generates synthetic Kafka histories shaped like workloads/kafka.py's (producers, tailing
 consumers, then a final read that reads each partition whole until two reads agree), with a
-few injected anomalies (lost writes, reads of failed sends, stale reads), then prints ops/s
-for each stage and the Spark/reference ratio.
+few injected anomalies (lost writes, reads of failed sends, stale reads), then prints each
+stage's time per run and the median, the Spark/pandas ratio, and the peak memory of this
+process (ingest and pandas) and of the Spark driver JVM.
 
-    .venv/bin/python benchmarks/checker_throughput.py                 # 1M and 10M ops
-    .venv/bin/python benchmarks/checker_throughput.py --sizes 100000  # quick
+    .venv/bin/python benchmarks/checker_throughput.py --sizes 1000000,10000000 --no-linearizability
+    .venv/bin/python benchmarks/checker_throughput.py --sizes 100000 --runs 1   # quick
+    ... --exact-ingest     # also time the exact (line-by-line Python) ingest path, once
+    ... --no-pandas        # skip the reference (it needs about 1 GB per million ops)
 
 At the end it runs benchmarks/linearizability_bench.py's main() when that exists.
 """
@@ -16,8 +20,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import os
 import random
+import resource
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -116,9 +123,9 @@ def generate(path: Path, n_ops: int) -> Generator:
     return g
 
 
-def timed(fn, *args):
+def timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - t
 
 
@@ -128,30 +135,77 @@ def summary(out) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
-def bench(size: int, work: Path, spark) -> None:
+def peak_rss_mib(pid: int | None = None) -> float:
+    """Peak resident memory (VmHWM) of a process, this one by default."""
+    if pid is None:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def jvm_pid(spark) -> int | None:
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    return getattr(proc, "pid", None)
+
+
+def stage(name: str, times: list[float], n: int) -> float:
+    med = statistics.median(times)
+    runs = " / ".join(f"{t:.1f}" for t in times)
+    print(f"{name:34s} median {med:7.1f} s  {n / med:12,.0f} ops/s   runs: {runs} s")
+    return med
+
+
+def bench(size: int, work: Path, spark, args: argparse.Namespace) -> None:
     hist = work / f"history-{size}.jsonl"
     g, t_gen = timed(generate, hist, size)
-    ing, t_ing = timed(ingest, hist, work / f"pq-{size}")
+    pq_dir = work / f"pq-{size}"
+    ingests = []
+    for _ in range(args.runs):
+        shutil.rmtree(pq_dir, ignore_errors=True)
+        ing, t = timed(ingest, hist, pq_dir)
+        assert ing.path == "native", ing.path
+        ingests.append(t)
     n = ing.ops
     print(f"\n== {n:,} ops ({ing.reads:,} records read), history {hist.stat().st_size >> 20} MiB,"
-          f" generated in {t_gen:.1f} s; injected {g.injected}")  # fmt: skip
-    print(f"ingest (jsonl -> parquet)      {t_ing:8.1f} s  {n / t_ing:12,.0f} ops/s")
-    s_out, t_spark = timed(spark_checks.run, spark, ing.ops_path, ing.reads_path, "all")
+          f" generated in {t_gen:.1f} s; injected {g.injected}; load average "
+          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    t_ing = stage("ingest, native (jsonl -> parquet)", ingests, n)
+    if args.exact_ingest:
+        exact_dir = work / f"exact-{size}"
+        _, t = timed(ingest, hist, exact_dir, native=False)
+        stage("ingest, exact path (before)", [t], n)
+        shutil.rmtree(exact_dir)
+    sparks = []
+    for _ in range(args.runs):
+        s_out, t = timed(spark_checks.run, spark, ing.ops_path, ing.reads_path, "all")
+        sparks.append(t)
     s_sum = summary(s_out)
-    print(f"check, Spark local[2]          {t_spark:8.1f} s  {n / t_spark:12,.0f} ops/s")
-    r_out, t_ref = timed(reference.run, ing.ops_path, ing.reads_path, "all")
-    r_sum = summary(r_out)
-    print(f"check, single-process pandas   {t_ref:8.1f} s  {n / t_ref:12,.0f} ops/s")
-    print(f"Spark speed-up over pandas     {t_ref / t_spark:8.2f}x")
+    t_spark = stage("check, Spark local[2] (warm)", sparks, n)
+    ends = [a + b for a, b in zip(ingests, sparks, strict=True)]
+    stage("end to end: ingest + Spark check", ends, n)
+    if not args.no_pandas:
+        refs = []
+        for _ in range(args.runs):
+            r_out, t = timed(reference.run, ing.ops_path, ing.reads_path, "all")
+            refs.append(t)
+        t_ref = stage("check, single-process pandas", refs, n)
+        print(f"{'Spark speed-up over pandas':34s} {t_ref / t_spark:7.2f}x (medians)")
+        r_sum = summary(r_out)
+        if r_sum != s_sum:
+            print(f"MISMATCH (reference) {r_sum}")
+        del r_out
+    print(f"{'Spark / ingest share of end to end':34s} {t_spark / (t_ing + t_spark):.0%} / "
+          f"{t_ing / (t_ing + t_spark):.0%}")
+    print(f"peak memory: this process {peak_rss_mib():,.0f} MiB, Spark driver JVM "
+          f"{peak_rss_mib(jvm_pid(spark)):,.0f} MiB (so far)")
     print(f"anomalies (Spark)     {s_sum}")
     missed = {k: (n, s_sum.get(k, 0)) for k, n in g.injected.items() if s_sum.get(k, 0) != n}
     print(f"MISSED injected anomalies (injected, found): {missed}" if missed
           else "every injected anomaly found")  # fmt: skip
-    if r_sum != s_sum:
-        print(f"MISMATCH (reference) {r_sum}")
-    del r_out
     hist.unlink()
-    shutil.rmtree(work / f"pq-{size}")
+    shutil.rmtree(pq_dir)
 
 
 def run_linearizability_bench() -> None:
@@ -173,16 +227,20 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sizes", default="1000000,10000000",
                     help="comma-separated history sizes in operations")  # fmt: skip
+    ap.add_argument("--runs", type=int, default=3, help="runs of each stage (median)")
+    ap.add_argument("--master", default="local[2]", help="Spark master")
     ap.add_argument("--workdir", type=Path, help="where to write histories (default: a temp dir)")
+    ap.add_argument("--exact-ingest", action="store_true",
+                    help="also time the exact (line-by-line) ingest path once")
+    ap.add_argument("--no-pandas", action="store_true", help="skip the pandas reference")
     ap.add_argument("--no-linearizability", action="store_true")
     args = ap.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")]
-    t = time.perf_counter()
-    spark = get_session("local[2]")
-    print(f"Spark session (local[2]) started in {time.perf_counter() - t:.1f} s")
+    spark, t = timed(get_session, args.master)
+    print(f"session start, Spark {args.master}: {t:.1f} s (once; every check below reuses it)")
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         for size in sizes:
-            bench(size, Path(tmp), spark)
+            bench(size, Path(tmp), spark, args)
     if not args.no_linearizability:
         run_linearizability_bench()
 

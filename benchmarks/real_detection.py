@@ -108,6 +108,12 @@ def main() -> None:
               f"          {_median([r['violation_s'] for r in both]):>9s} "
               f"{_median([r.get('truncation_s') for r in both]):>10s} "
               f"{_median([r.get('loss_known_s') for r in both]):>10s}")
+        timed = [r for r in both if r["violation_s"] is not None and r.get("truncation_s")]
+        if timed:
+            first = sum(r["violation_s"] <= r["truncation_s"] for r in timed)
+            ahead = [r["loss_known_s"] - r["violation_s"] for r in both if r["violation_s"]]
+            print(f"{'':22s} violation no later than the first lost truncation in {first}/"
+                  f"{len(timed)} runs; median lead over `loss known`: {_median(ahead).strip()} s")
         names = Counter(name for r in group for name in r["invariants"])
         if names:
             print(f"{'':22s} violated: " + ", ".join(f"{n[len('invariant:'):]} {c}"

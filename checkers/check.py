@@ -16,6 +16,8 @@ import json
 import math
 import os
 import shutil
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,12 +30,19 @@ from checkers.definitions import EXAMPLES
 from checkers.exitcodes import Exit, UserError
 from checkers.forensics import forensics
 from checkers.ingest import ACKS, HistoryError, ingest
-from checkers.spark import get_session
+from checkers.spark import get_session, resolve_master
 from checkers.trace import findings as invariant_findings
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import atomic_outputs, make_private_tempdir, write_json_atomic
 
 RUN_HISTORY = "history.jsonl"
+# Below `[checker] spark_min_ops` operations (0 by default: every check on Spark, the
+# contract of docs/architecture.md), and unless the Spark master is a cluster's, the checks
+# run in this process (checkers/reference.py, held to the Spark checks' exact results by the
+# tests): a Spark check has a fixed cost of dozens of small jobs, 53 s for 100,000 operations
+# on a warm session against 1.4 s for pandas, side by side on a loaded machine
+# (docs/checkers.md), so campaigns of short runs may well opt in.
+SPARK_MIN_OPS = 0
 
 LOSS_EXAMPLE_COLUMNS = [
     "kind", "partition", "offset", "value", "ack_time", "node", "epoch", "storage",
@@ -108,6 +117,10 @@ def load_config(run_dir: Path, notes: list[str]) -> dict:
         raise UserError(f"{test_json}: config.checker.allow must be a list of anomaly names")
     if not isinstance(checker.get("spark_master") or "", str):
         raise UserError(f"{test_json}: config.checker.spark_master must be a string")
+    min_ops = checker.get("spark_min_ops", 0)
+    if isinstance(min_ops, bool) or not isinstance(min_ops, int) or min_ops < 0:
+        raise UserError(f"{test_json}: config.checker.spark_min_ops must be an integer >= 0, "
+                        f"got {min_ops!r:.60}")
     acks = _table(test_json, config, "workload").get("acks", "all")
     if isinstance(acks, bool) or not isinstance(acks, str | int) or acks not in ACKS:
         raise UserError(f'{test_json}: config.workload.acks must be "0", "1" or "all", '
@@ -173,19 +186,40 @@ def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes:
     return results
 
 
-def check_path(path: Path, spark_master: str | None = None, *, backend: str = "spark") -> dict:
+def check_path(path: Path, spark_master: str | None = None, *, backend: str = "spark",
+               spark_min_ops: int | None = None) -> dict:
     """Check a run folder or bare history.jsonl; write results.json + loss.parquet beside it.
 
     backend "reference" runs the single-process pandas checks instead of Spark (for
-    comparison and tests; only Spark scales past one machine's memory).
+    comparison and tests; only Spark scales past one machine's memory). With backend
+    "spark", a history of fewer than `spark_min_ops` operations (default: the run's
+    `[checker] spark_min_ops`, else SPARK_MIN_OPS) is checked in this process too, unless the
+    master is a cluster's. Each stage's time is
+    printed on stderr.
     """
     history, run_dir = locate(path)
     results_path, _ = output_paths(history)
     refuse_foreign_results(results_path, history)
     notes: list[str] = []
     config = load_config(run_dir, notes)
+    min_ops = spark_min_ops
+    if min_ops is None:
+        min_ops = int(config.get("checker", {}).get("spark_min_ops", SPARK_MIN_OPS))
     with _writing(history):
-        return _check(history, run_dir, config, notes, spark_master, backend)
+        return _check(history, run_dir, config, notes, spark_master, backend, min_ops)
+
+
+def _engine(backend: str, ops: int, min_ops: int, master: str) -> str:
+    """"spark" or "in-process" for a history of `ops` operations. A cluster master (anything
+    but local[...]) always gets Spark: whoever set one wants the work done there."""
+    if backend == "reference":
+        return "in-process"
+    local = master == "local" or master.startswith("local[")
+    return "spark" if ops >= min_ops or not local else "in-process"
+
+
+def _say(msg: str) -> None:
+    print(f"[checker] {msg}", file=sys.stderr, flush=True)
 
 
 # Errors of a disk that cannot take what the checker writes: said in one line, with the place.
@@ -204,13 +238,14 @@ def _writing(history: Path) -> Iterator[None]:
 
 
 def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
-           spark_master: str | None, backend: str) -> dict:
+           spark_master: str | None, backend: str, min_ops: int) -> dict:
     results_path, _ = output_paths(history)
     partitions = config.get("topic", {}).get("partitions")
     # The history's tables: a new folder of our own, readable by Spark workers, removed after.
     scratch = make_private_tempdir(".check-", run_dir)
     try:
         os.chmod(scratch, 0o755)
+        started = time.perf_counter()
         try:
             ing = ingest(history, scratch, partitions)
         except HistoryError as e:
@@ -226,13 +261,27 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
             write_results(results_path, results)
             return results
         notes += ing.notes
+        ingested = time.perf_counter()
+        how = "native" if ing.path == "native" else f"exact path: {ing.path}"
+        _say(f"ingest of {ing.ops:,} ops and {ing.reads:,} records: "
+             f"{ingested - started:.1f} s ({how})")
         acks = ACKS[config.get("workload", {}).get("acks", "all")]
-        if backend == "reference":
+        configured = config.get("checker", {}).get("spark_master")
+        engine = _engine(backend, ing.ops, min_ops, resolve_master(spark_master, configured))
+        where = "in this process"
+        if engine == "in-process":
             out = reference.run(ing.ops_path, ing.reads_path, acks)
         else:
-            spark = get_session(spark_master, config.get("checker", {}).get("spark_master"))
+            spark = get_session(spark_master, configured)
+            where = (f"on Spark {spark.sparkContext.master}, after "
+                     f"{time.perf_counter() - ingested:.1f} s for its session")
+            ingested = time.perf_counter()
             out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
-        return finish(out, config, history, ing.ops_path, notes)
+        checked = time.perf_counter()
+        results = finish(out, config, history, ing.ops_path, notes)
+        _say(f"check {checked - ingested:.1f} s {where}; forensics and results "
+             f"{time.perf_counter() - checked:.1f} s")
+        return results
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -1,8 +1,15 @@
-"""Convert history.jsonl to two flat Parquet tables, streaming in bounded batches.
+"""Convert history.jsonl to two flat Parquet tables.
 
-The pass is sequential anyway, so it also records each read's and each ack's predecessor
-from the same process and partition: the order-dependent checks then become filters
-instead of a shuffle and sort of every record.
+`ingest` reads the history natively first (`checkers.native_ingest`: DuckDB's multi-threaded
+JSON reader and window functions, memory bounded by spilling to disk). That path screens
+every line for what this module rejects; if any line fails the screen, or its reader stops
+(bad JSON, a torn last line), this module's exact path reads the history instead, line by
+line, in bounded batches: it names each bad line by file and line, or, for a line the screen
+was only unsure of (a \\u escape, an integer written as -0), converts the history itself.
+Both paths write the same tables (tests/checkers/test_checker_ingest.py compares them).
+
+Both record each read's and each ack's predecessor from the same process and partition: the
+order-dependent checks then become filters instead of a shuffle and sort of every record.
 
 `ops`   one row per history line (Jepsen operation), completions carry their invocation's
         index/time/offset so checkers never have to pair them again.
@@ -24,12 +31,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from checkers.native_ingest import NativeUnsure, native_ingest
 
 BATCH_OPS = 50_000
 MAX_REPORTED_ERRORS = 20
@@ -121,6 +131,8 @@ class IngestResult:
     ops: int = 0
     reads: int = 0
     notes: list[str] = field(default_factory=list)
+    # "native", or why the exact path read the history (NativeUnsure's message)
+    path: str = "native"
 
 
 def _short(v: Any, limit: int = 60) -> str:
@@ -140,6 +152,11 @@ def _int(op: dict, key: str, required: bool = False, lo: int = INT64_MIN,
     if not lo <= v <= hi:
         raise _BadLine(f"{key!r} is {_short(v)}, out of range [{lo}, {hi}]")
     return v
+
+
+def _compact(value: Any) -> str:
+    """JSON text as the native reader writes it (minified, UTF-8), so both paths agree."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _opt_str(v: Any) -> str | None:
@@ -331,7 +348,7 @@ class _Converter:
         o["f"].append(f)
         o["partition"].append(partition)
         o["value"].append(int_value)
-        o["value_json"].append(None if value is None or int_value is not None else json.dumps(value))
+        o["value_json"].append(None if value is None or int_value is not None else _compact(value))
         o["offset"].append(offset)
         o["node"].append(node)
         o["epoch"].append(epoch)
@@ -461,16 +478,29 @@ def validate(history: Path, partitions: int | None = None) -> list[str]:
     return [_truncated_note(history, truncated)] if truncated else []
 
 
-def ingest(history: Path, out_dir: Path, partitions: int | None = None) -> IngestResult:
+def ingest(history: Path, out_dir: Path, partitions: int | None = None, *,
+           native: bool = True) -> IngestResult:
     """Write out_dir/ops.parquet and out_dir/reads.parquet from `history`.
 
     Raises HistoryError naming every corrupt line (up to a cap), including lines that break
     the history contract; `partitions` (the topic's, when known) bounds the partition
     numbers. A last line that is cut short (no trailing newline, not parseable: the run
-    crashed mid-write) is skipped and reported in IngestResult.notes.
+    crashed mid-write) is skipped and reported in IngestResult.notes. `native=False` takes
+    the exact path at once (the tests compare the two).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     result = IngestResult(out_dir / "ops.parquet", out_dir / "reads.parquet")
+    if native:
+        scratch = out_dir / ".native"
+        scratch.mkdir(exist_ok=True)
+        try:
+            result.ops, result.reads = native_ingest(history, result.ops_path, result.reads_path,
+                                                     scratch, MAX_LINE_BYTES, partitions)
+            return result
+        except NativeUnsure as e:
+            result.path = str(e)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     batches = _Batches(result.ops_path, result.reads_path)
     conv = _Converter(batches, partitions)
     try:

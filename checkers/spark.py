@@ -5,6 +5,8 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -67,24 +69,46 @@ def resolve_master(explicit: str | None = None, configured: str | None = None) -
     return explicit or os.environ.get(MASTER_ENV) or configured or DEFAULT_MASTER
 
 
+# The process's warm session: a campaign, a simulate search or `harness serve` checks many
+# histories, and each new session costs a JVM start (10 to 20 s on two cores). It is kept here
+# rather than found through SparkSession.getActiveSession, which is per thread.
+_warm: SparkSession | None = None
+_lock = threading.Lock()
+
+
 def get_session(
     master: str | None = None,
     configured: str | None = None,
     driver_memory: str = "4g",
     shuffle_partitions: int = 8,
 ) -> SparkSession:
-    """Return a quiet, Arrow-enabled session.
-
-    An already running session is reused unless a master was asked for explicitly (argument
-    or environment) and differs from the running one: JVM start-up costs seconds, and tests
-    share one session.
-    """
-    active = SparkSession.getActiveSession()
-    wanted_explicitly = master or os.environ.get(MASTER_ENV)
-    if active is not None:
-        if not wanted_explicitly or active.sparkContext.master == wanted_explicitly:
+    """Return a quiet, Arrow-enabled session: the warm one of this process when it is alive
+    and on the master asked for (an explicit argument or HARNESS_SPARK_MASTER), else a new
+    one, whose start-up time is printed."""
+    global _warm
+    wanted = master or os.environ.get(MASTER_ENV)
+    with _lock:
+        if _warm is not None and _warm.sparkContext._jsc is not None:
+            if not wanted or _warm.sparkContext.master == wanted:
+                return _warm
+            _warm.stop()
+        _warm = None
+        active = SparkSession.getActiveSession()  # one a caller made itself (tests)
+        if active is not None and (not wanted or active.sparkContext.master == wanted):
+            _warm = active
             return active
-        active.stop()
+        if active is not None:
+            active.stop()
+        started = time.perf_counter()
+        _warm = _new_session(resolve_master(master, configured), driver_memory,
+                             shuffle_partitions)
+        print(f"[checker] Spark session ({_warm.sparkContext.master}) started in "
+              f"{time.perf_counter() - started:.1f} s; kept for this process's checks",
+              file=sys.stderr, flush=True)
+        return _warm
+
+
+def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> SparkSession:
     # Python workers run this interpreter, not whatever `python3` is first on PATH: it has
     # pyspark's dependencies and imports `checkers` (installed in it) from any directory.
     # PySpark reads PYSPARK_PYTHON when the context starts; an explicit setting wins.
@@ -95,7 +119,7 @@ def get_session(
     # directory too; executors elsewhere keep their own machine's default.
     driver_opts = f"{java_opts} -Djava.io.tmpdir={private_dir()}"
     session = (
-        SparkSession.builder.master(resolve_master(master, configured))
+        SparkSession.builder.master(master)
         .appName("harness-checker")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

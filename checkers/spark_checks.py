@@ -161,6 +161,7 @@ class SparkChecks:
             .withColumn("resolved", F.when(committed, F.coalesce("offset", "read_offset")))
         )
         self._unread: DataFrame | None = None
+        self._behind_df: DataFrame | None = None
         self._time_range: tuple[int, int] | None = None
 
     def _keep(self, df: DataFrame) -> DataFrame:
@@ -344,10 +345,9 @@ class SparkChecks:
             F.col("prev_send_op").alias("prev_op"), "prev_offset", "skipped_offset",
         )  # fmt: skip
 
-    def realtime_send_order(self) -> DataFrame:
-        """Committed sends that landed below a send acknowledged before they were invoked:
-        per partition, the highest offset acknowledged before each send's invocation is a
-        running maximum over time (computed as for hwm-behind stale reads)."""
+    def _committed_sends(self) -> DataFrame:
+        """Committed sends with their offsets (acked, or learned from reads), without the
+        records the loss check reports: the sends that realtime send order is about."""
         lost = F.broadcast(self.unread().select(F.col("ack_index").alias("index")))
         acked = self.acked.select(
             F.col("ack_index").alias("index"), P, F.col("ack_time").alias("time"),
@@ -356,20 +356,65 @@ class SparkChecks:
         other = self.other.filter(F.col("committed") & F.col("resolved").isNotNull()).select(
             "index", P, "time", "invoke_time", "resolved", "type"
         )
-        sends = acked.unionByName(other).join(lost, "index", "left_anti")
-        events = sends.filter(F.col("type") == "ok").select(
-            P, F.col("time").alias("t"), F.col("resolved").alias("off"), F.col("index").alias("e")
+        return acked.unionByName(other).join(lost, "index", "left_anti")
+
+    def _visible(self) -> DataFrame:
+        """Records read by someone and acked with acks=all: a later read must see them."""
+        return self.cells.filter(F.col("read") & F.col("ack_op").isNotNull() & F.col("acks_all"))
+
+    def _behind(self) -> DataFrame:
+        """Polls whose HWM (hwm-behind) and committed sends whose offset (realtime send
+        order) are behind the highest offset acknowledged before they began; cached.
+
+        Both need the same thing, a running maximum over each partition's time of the
+        offsets acked so far, of two sets of acks (visible records for polls, committed sends
+        for sends): ONE scan computes both maxima over the union of both sets' events and
+        both kinds of probes, so the second check costs no second sort of the history."""
+        if self._behind_df is not None:
+            return self._behind_df
+        none = F.lit(None).cast("long")
+        events = self._visible().select(
+            P, F.col("ack_time").alias("t"), F.col("offset").alias("h"), none.alias("r")
+        ).unionByName(
+            self._committed_sends().filter(F.col("type") == "ok").select(
+                P, F.col("time").alias("t"), none.alias("h"), F.col("resolved").alias("r")
+            )
         )
-        probes = sends.filter(F.col("invoke_time").isNotNull()).select(
-            P, F.col("invoke_time").alias("t"), F.col("index").alias("op"),
-            F.col("resolved").alias("offset"),
+        polls = self._polls().filter(F.col("hwm").isNotNull()).select(
+            P, F.col("invoke_time").alias("t"), F.col("index").alias("op"), "process", "hwm",
+            F.col("invoke_offset").alias("from_offset"), none.alias("offset"),
+            F.lit(True).alias("is_poll"),
         )  # fmt: skip
-        latest = self._max_before(events, probes)
-        behind = self._small(latest.filter(F.col("latest") > F.col("offset")))
+        sends = self._committed_sends().filter(F.col("invoke_time").isNotNull()).select(
+            P, F.col("invoke_time").alias("t"), F.col("index").alias("op"),
+            F.lit(None).cast("string").alias("process"), none.alias("hwm"),
+            none.alias("from_offset"), F.col("resolved").alias("offset"),
+            F.lit(False).alias("is_poll"),
+        )  # fmt: skip
+        scanned = self._max_before(events, polls.unionByName(sends), ["h", "r"])
+        poll_behind = (F.col("hwm") <= F.col("h")) & (
+            F.col("from_offset").isNull() | (F.col("from_offset") <= F.col("h"))
+        )
+        latest = F.when(F.col("is_poll"), F.col("h")).otherwise(F.col("r"))
+        self._behind_df = self._small(
+            scanned.filter(F.when(F.col("is_poll"), poll_behind).otherwise(F.col("r") > F.col("offset")))
+            .withColumn("latest", latest)
+            .drop("h", "r")
+        )
+        return self._behind_df
+
+    def realtime_send_order(self) -> DataFrame:
+        """Committed sends that landed below a send acknowledged before they were invoked:
+        per partition, the highest offset acknowledged before each send's invocation is a
+        running maximum over time (the scan shared with hwm-behind stale reads: _behind)."""
+        behind = self._behind().filter(~F.col("is_poll"))
+        events = self._committed_sends().filter(F.col("type") == "ok")
         # the example: the latest-acknowledged send at that offset acked before the invoke
-        earlier = events.select(P, F.col("off").alias("latest"),
-                                F.struct(F.col("t").alias("at"), F.col("e").alias("op")).alias("a"))
-        proc = self.done.select(F.col("index").alias("op"), "process")
+        earlier = events.select(
+            P, F.col("resolved").alias("latest"),
+            F.struct(F.col("time").alias("at"), F.col("index").alias("op")).alias("a"),
+        )  # fmt: skip
+        proc = self.done.select(F.col("index").alias("op"), F.col("process").alias("proc"))
         return (
             earlier.join(behind, [P, "latest"])
             .filter(F.col("a.at") < F.col("t"))
@@ -377,42 +422,41 @@ class SparkChecks:
             .agg(F.max("a").alias("a"))
             .join(proc, "op")
             .select(
-                "process", P, "op", "offset", F.col("t").alias("invoke_time"),
-                F.col("a.op").alias("earlier_op"), F.col("latest").alias("earlier_offset"),
-                F.col("a.at").alias("earlier_ack_time"),
+                F.col("proc").alias("process"), P, "op", "offset",
+                F.col("t").alias("invoke_time"), F.col("a.op").alias("earlier_op"),
+                F.col("latest").alias("earlier_offset"), F.col("a.at").alias("earlier_ack_time"),
             )
         )  # fmt: skip
 
-    def _max_before(self, events: DataFrame, probes: DataFrame) -> DataFrame:
-        """Probes (partition, t, ...) with `latest`: the highest `off` of the events
-        (partition, t, off) at a time strictly before the probe's. Computed per (partition,
-        time bucket) in parallel, each bucket seeded with the maximum of those before it."""
+    def _max_before(self, events: DataFrame, probes: DataFrame, values: list[str]) -> DataFrame:
+        """Probes (partition, t, ...) with, for each column v of `values`, the highest v of
+        the events (partition, t, *values) at a time strictly before the probe's. Computed
+        per (partition, time bucket) in parallel, each bucket seeded with the maxima of the
+        buckets before it."""
         bucket = self._bucket()
-        ev = events.select(P, "t", "off", bucket, F.lit(1).alias("kind_order"))
+        ev = events.select(P, "t", *values, bucket, F.lit(1).alias("kind_order"))
         pr = probes.select("*", bucket, F.lit(0).alias("kind_order"))
-        per_bucket = ev.groupBy(P, "b").agg(F.max("off").alias("off"), F.lit(1).alias("k"))
+        per_bucket = ev.groupBy(P, "b").agg(*[F.max(v).alias(v) for v in values],
+                                            F.lit(1).alias("k"))
         wanted = pr.select(P, "b").distinct().select("*", F.lit(0).alias("k"))
         before = Window.partitionBy(P).orderBy("b", "k").rowsBetween(
             Window.unboundedPreceding, Window.currentRow
         )
-        carry = (
-            wanted.unionByName(per_bucket, allowMissingColumns=True)
-            .withColumn("carry", F.max("off").over(before))
-            .filter(F.col("k") == 0)
-            .select(P, "b", "carry")
-        )
+        carry = wanted.unionByName(per_bucket, allowMissingColumns=True)
+        for v in values:
+            carry = carry.withColumn(f"c_{v}", F.max(v).over(before))
+        carry = carry.filter(F.col("k") == 0).select(P, "b", *[f"c_{v}" for v in values])
         # probes sort before events at the same instant: strictly before
         w = Window.partitionBy(P, "b").orderBy("t", "kind_order").rowsBetween(
             Window.unboundedPreceding, Window.currentRow
         )
         both = ev.unionByName(pr, allowMissingColumns=True)
-        both = both.withColumn("inb", F.max("off").over(w)).filter(F.col("kind_order") == 0)
-        return (
-            both.join(F.broadcast(carry), [P, "b"], "left")
-            .withColumn("latest", F.greatest(F.col("carry"), F.col("inb")))
-            .filter(F.col("latest").isNotNull())
-            .drop("off", "inb", "carry", "kind_order", "b")
-        )
+        for v in values:
+            both = both.withColumn(v, F.max(v).over(w))
+        both = both.filter(F.col("kind_order") == 0).join(F.broadcast(carry), [P, "b"], "left")
+        for v in values:
+            both = both.withColumn(v, F.greatest(F.col(f"c_{v}"), F.col(v)))
+        return both.drop("kind_order", "b", *[f"c_{v}" for v in values])
 
     def aborted_read(self) -> DataFrame:
         failed = self.sends.filter(
@@ -429,9 +473,7 @@ class SparkChecks:
         )
 
     def stale_read(self, steps: DataFrame, inconsistent: DataFrame) -> DataFrame:
-        visible = self.cells.filter(
-            F.col("read") & F.col("ack_op").isNotNull() & F.col("acks_all")
-        )
+        visible = self._visible()
         missed = F.struct("offset", "value", "ack_op", "ack_time").alias("missed")
         parts = [self._stale_hwm(visible)]
         if not inconsistent.isEmpty():
@@ -473,51 +515,9 @@ class SparkChecks:
         return F.floor((F.col("t") - F.lit(lo)) / F.lit(width)).alias("b")
 
     def _stale_hwm(self, visible: DataFrame) -> DataFrame:
-        """Polls whose reported HWM is at or below an acked record visible before they began.
-
-        For each poll, the highest offset of a visible record acked before the poll's invoke
-        time is a running maximum over time. Computed per (partition, time bucket) so the scan
-        runs in parallel, with each bucket seeded by the maximum of the buckets before it."""
-        bucket = self._bucket()
-        sends = visible.select(P, F.col("ack_time").alias("t"), F.col("offset").alias("off"))
-        sends = sends.select("*", bucket, F.lit(1).alias("kind_order"))
-        polls = (
-            self._polls()
-            .filter(F.col("hwm").isNotNull())
-            .select(
-                P, F.col("invoke_time").alias("t"), F.col("index").alias("op"), "process",
-                "hwm", F.col("invoke_offset").alias("from_offset"),
-            )  # fmt: skip
-            .select("*", bucket, F.lit(0).alias("kind_order"))
-        )
-        # carry: the highest offset acked in any earlier bucket of the partition
-        per_bucket = sends.groupBy(P, "b").agg(F.max("off").alias("off"), F.lit(1).alias("k"))
-        wanted = polls.select(P, "b").distinct().select("*", F.lit(0).alias("k"))
-        before = Window.partitionBy(P).orderBy("b", "k").rowsBetween(
-            Window.unboundedPreceding, Window.currentRow
-        )
-        carry = (
-            wanted.unionByName(per_bucket, allowMissingColumns=True)
-            .withColumn("carry", F.max("off").over(before))
-            .filter(F.col("k") == 0)
-            .select(P, "b", "carry")
-        )
-        # Polls sort before sends at the same instant: a read must begin strictly after the ack.
-        w = Window.partitionBy(P, "b").orderBy("t", "kind_order").rowsBetween(
-            Window.unboundedPreceding, Window.currentRow
-        )
-        ev = sends.unionByName(polls, allowMissingColumns=True)
-        ev = ev.withColumn("inb", F.max("off").over(w)).filter(F.col("kind_order") == 0)
-        latest = F.greatest(F.col("carry"), F.col("inb"))
-        behind = self._small(
-            ev.join(F.broadcast(carry), [P, "b"], "left")
-            .withColumn("latest", latest)
-            .filter(
-                (F.col("hwm") <= F.col("latest"))
-                & (F.col("from_offset").isNull() | (F.col("from_offset") <= F.col("latest")))
-            )
-            .drop("off", "inb", "carry", "kind_order", "b")
-        )
+        """Polls whose reported HWM is at or below an acked record visible before they began
+        (the running maximum of _behind)."""
+        behind = self._behind().filter(F.col("is_poll"))
         # the example: the visible record at that offset acked before the poll began
         v = visible.select(
             P, F.col("offset").alias("latest"),

@@ -1,7 +1,12 @@
 """The system under test on the run's hosts: which node runs where, starting and stopping it.
 
 n1 runs the controller, n2..nN the brokers with ids 1..N-1. Every action goes through the
-host's SSH `Remote`, exactly as it would on a VM."""
+host's SSH `Remote`, exactly as it would on a VM.
+
+With `toxiproxy` set (the path of toxiproxy-server on the hosts), each node listens on
+loopback and is reached only through its host's Toxiproxy (control.toxiproxy has the layout):
+its advertised address `host:9092` is a proxy to it, and a broker's own connections to its
+peers go through local proxies (`--route`)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from control import toxiproxy as tp
 from control.host import Host
 
 PORT = 9092
@@ -24,6 +30,7 @@ class Cluster:
     python: str = sys.executable
     lazyfs: bool = False
     down: set[str] = field(default_factory=set)  # hosts whose node is deliberately stopped
+    toxiproxy: str | None = None  # toxiproxy-server on the hosts; None: nodes listen directly
 
     @property
     def controller_host(self) -> Host:
@@ -59,14 +66,33 @@ class Cluster:
         return args
 
     def node_argv(self, host: Host) -> list[str]:
-        listen = f"{host.address}:{PORT}"
+        advertised = f"{host.address}:{PORT}"
+        listen = f"127.0.0.1:{tp.NODE_PORT}" if self.toxiproxy else advertised
         if host.name == self.controller_host.name:
             return [self.python, "-m", "replication", "controller", "--listen", listen,
                     "--data", str(host.data_dir), *self._config_args()]
         broker = self.broker_of(host)
+        proxied: list[str] = []
+        if self.toxiproxy:
+            proxied = ["--advertise", advertised]
+            for peer in self.hosts:
+                if peer.name != host.name:
+                    proxied += ["--route", f"{peer.address}:{PORT}=127.0.0.1:"
+                                           f"{tp.node_port(self._index(peer))}"]
         return [self.python, "-m", "replication", "broker", "--id", str(broker), "--listen", listen,
-                "--controller", self.controller_address, "--data", str(host.data_dir),
+                *proxied, "--controller", self.controller_address, "--data", str(host.data_dir),
                 *self._config_args()]
+
+    def start_toxiproxy(self, host: Host, seed: int = 0) -> None:
+        """The host's toxiproxy-server up with exactly its proxies, no toxics left over."""
+        assert self.toxiproxy, "this cluster runs without Toxiproxy"
+        host.remote.run(["mkdir", "-p", str(host.log_dir)])
+        tp.start(host, self.toxiproxy, seed)
+        peers = [] if host.name == self.controller_host.name else self.hosts
+        tp.ensure_proxies(host, tp.proxies_of(host, peers, PORT, self._index))
+
+    def _index(self, host: Host) -> int:
+        return self.hosts.index(host) + 1
 
     def lazyfs_paths(self, host: Host) -> tuple[PurePosixPath, PurePosixPath]:
         return host.work_dir / "backing", host.work_dir / LAZYFS_SOCK

@@ -8,6 +8,7 @@
     work_dir = "/var/lib/kch"        # on each host: <work_dir>/<name>/{data,run,logs}
     sudo = false                     # true: privileged commands run under `sudo -n`
     python = "python3"               # runs the nodes: an interpreter with this project installed
+    toxiproxy = "toxiproxy-server"   # Toxiproxy's server, for runs with toxic faults
 
     [[hosts]]
     name = "n1"
@@ -16,7 +17,7 @@
 Every value that ends up in a path or a command on a host is checked here, with an error
 naming the file and the key: a host name is one path component (`<work_dir>/<name>/data` is
 wiped with `rm -rf` on that host), the user a plain login name, work_dir an absolute,
-normalised path below the system directories, python one interpreter path or name.
+normalised path below the system directories, python (and toxiproxy) one program path or name.
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ class HostEntry:
     work_dir: PurePosixPath
     sudo: bool
     python: str
+    toxiproxy: str = "toxiproxy-server"
 
 
 _DEFAULTS: dict[str, Any] = {"port": 22, "user": "root", "work_dir": "/var/lib/kch", "sudo": False,
-                             "python": "python3"}
+                             "python": "python3", "toxiproxy": "toxiproxy-server"}
 _TYPES: dict[str, type] = {
     "name": str, "address": str, "port": int, "user": str, "key_file": str,
-    "known_hosts": str, "work_dir": str, "sudo": bool, "python": str,
+    "known_hosts": str, "work_dir": str, "sudo": bool, "python": str, "toxiproxy": str,
 }
 
 
@@ -91,6 +93,9 @@ def _check_values(path: Path, where: str, values: dict[str, Any]) -> None:
     if not PYTHON_RE.fullmatch(values["python"]) or values["python"].startswith("-"):
         raise bad("python", "must be one interpreter, a name on the PATH or an absolute path "
                             "(no blanks or shell characters)")
+    if not PYTHON_RE.fullmatch(values["toxiproxy"]) or values["toxiproxy"].startswith("-"):
+        raise bad("toxiproxy", "must be one program, a name on the PATH or an absolute path "
+                               "(no blanks or shell characters)")
 
 
 def _field(path: Path, where: str, merged: dict[str, Any], key: str) -> Any:
@@ -147,6 +152,6 @@ def load_inventory(path: Path) -> list[HostEntry]:
             user=values["user"], key_file=_local_path(path.parent, values["key_file"]),
             known_hosts=_local_path(path.parent, values["known_hosts"]),
             work_dir=PurePosixPath(values["work_dir"]), sudo=values["sudo"],
-            python=values["python"],
+            python=values["python"], toxiproxy=values["toxiproxy"],
         ))
     return entries

@@ -11,6 +11,7 @@ from control.host import Host
 from control.inventory import HostEntry, InventoryError
 from control.netns_provider import NetnsProvider
 from control.ssh_provider import SshProvider
+from control.toxiproxy import local_binary
 
 
 class Provider(Protocol):
@@ -20,11 +21,19 @@ class Provider(Protocol):
 
     def down(self) -> None: ...
 
+    def toxiproxy_server(self) -> str:
+        """toxiproxy-server on the hosts (a clear error when it cannot be there)."""
+        ...
+
 
 class LocalNetnsProvider(NetnsProvider):
-    """Netns hosts share this machine's filesystem, so they run our own interpreter."""
+    """Netns hosts share this machine's filesystem, so they run our own interpreter and the
+    toxiproxy-server `make bootstrap` built."""
 
     python = sys.executable
+
+    def toxiproxy_server(self) -> str:
+        return local_binary()
 
 
 class InventoryProvider(SshProvider):
@@ -37,6 +46,13 @@ class InventoryProvider(SshProvider):
                                  f"but the run needs nodes = {nodes}")
         self.entries = self.entries[:nodes]
         self.python = shared_python(self.inventory, self.entries)
+
+    def toxiproxy_server(self) -> str:
+        found = {e.toxiproxy for e in self.entries}
+        if len(found) != 1:
+            raise InventoryError(f"{self.inventory}: toxiproxy must be one path for all the "
+                                 "hosts a run uses (set it in [defaults])")
+        return found.pop()
 
 
 def shared_python(inventory: Path, entries: Sequence[HostEntry]) -> str:

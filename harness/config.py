@@ -13,6 +13,7 @@ output unchanged.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import re
 import tomllib
@@ -26,8 +27,9 @@ from checkers.definitions import ANOMALIES
 from checkers.invariants import INVARIANTS
 from control.inventory import InventoryError, load_inventory
 from control.provider import shared_python
-from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES
+from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, needs_toxiproxy
 from nemesis.kinds.links import LINK_DEFAULTS
+from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
 from replication.config import ConfigError as NodeConfigError
 from replication.config import NodeConfig
 
@@ -164,6 +166,24 @@ def _weights() -> Field:
                  check)
 
 
+def _toxics() -> Field:
+    def check(v: Any) -> dict[str, dict[str, Any]]:
+        try:
+            return check_tables(v)
+        except ToxicError as e:
+            raise _Invalid(str(e)) from None
+    return Field("a table of toxic fault -> its settings ([nemesis.toxics.<kind>] tables of "
+                 "direction, toxicity and Toxiproxy's attributes; docs/toxiproxy.md)", check)
+
+
+def _auto_bool() -> Field:
+    def check(v: Any) -> bool | str:
+        if v != "auto" and not isinstance(v, bool):
+            raise _Invalid
+        return v
+    return Field('true, false or "auto"', check)
+
+
 SCHEMA: dict[str, dict[str, Field]] = {
     TOP: {
         "name": _pattern(_NAME, "a name of letters, digits, '_', '.', '-' (not one of "
@@ -216,20 +236,27 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "link_jitter_ms": _number(0, 60_000, lo_ok=True),
         "link_loss_percent": _number(0, 100),
         "reset_probability": _fraction(),
+        "toxics": _toxics(),
     },
     "checker": {
         "allow": _names(KNOWN_ANOMALIES, "anomaly names"),
         "spark_master": _nonempty_str(),
+        "spark_min_ops": _int(0, _INT64),
     },
     "hosts": {
         "provider": _choice(*HOST_PROVIDERS),
         "inventory": _nonempty_str(),
+        # Toxiproxy beside every node: "auto" exactly when nemesis.faults lists a toxic kind
+        "toxiproxy": _auto_bool(),
     },
 }
 # Fields whose value is a table merged key by key across layers rather than replaced.
-_MERGED = {("nemesis", "weights")}
-# Keys that may be left out of their table ([system] keys all may, see validate()).
-_OPTIONAL = {("hosts", "inventory")} | {("nemesis", k) for k in LINK_DEFAULTS}
+_MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
+# Keys that may be left out of their table ([system] keys all may, see validate()); configs
+# stored before a key existed leave it out.
+_OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
+              ("checker", "spark_min_ops")}
+             | {("nemesis", k) for k in LINK_DEFAULTS})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
 _ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"}}
 
@@ -268,6 +295,17 @@ def load_config(path: str | Path | None = None, sets: Sequence[str] = (),
         _apply_layer(config, prov, _layer_from_dotted(key, value),
                      _Origin(f"{overrides_source} ({key})"), {})
     return validate(config, prov)
+
+
+def with_sets(config: Mapping[str, Any], sets: Sequence[str],
+              source: str = "--set") -> dict[str, Any]:
+    """A resolved config with `--set`-style items ("system.isr.update=controller") applied on
+    top, validated again (e.g. `harness shrink --against`: the same run with one switch back)."""
+    out = copy.deepcopy(dict(config))
+    for item in sets:
+        key, value = parse_set(item)
+        _apply_layer(out, {}, _layer_from_dotted(key, value), _Origin(f"{source} {item}"), {})
+    return validate(out, source=f"{source} {' '.join(sets)}")
 
 
 def from_args(args: Any) -> dict[str, Any]:
@@ -383,7 +421,12 @@ def _set(table: dict[str, Any], prov: Provenance, name: str, key: str, value: An
     if key not in SCHEMA[name]:
         raise _unknown(fk, origin, lines.get(fk))
     if (name, key) in _MERGED and isinstance(value, dict) and isinstance(table.get(key), dict):
-        table[key] = {**table[key], **value}
+        old = table[key]
+        # two levels for [nemesis.toxics.<kind>]: `--set nemesis.toxics.bandwidth.rate=8`
+        # keeps the direction a file gave bandwidth
+        table[key] = {**old, **{k: {**old[k], **v} if isinstance(v, dict)
+                                and isinstance(old.get(k), dict) else v
+                                for k, v in value.items()}}
     else:
         table[key] = value
     prov[fk] = _Origin(origin.source, lines.get(fk))
@@ -553,6 +596,11 @@ def _check_relations(c: Mapping[str, Any], prov: Provenance) -> None:
     if "outage" in nemesis["faults"] and n_brokers < 2:
         raise _relation_error("nemesis.faults", "outage hits several brokers at once and "
                               f"needs nodes >= 3, got nodes = {c['nodes']}", prov)
+    toxic = [f for f in nemesis["faults"] if f in TOXICS]
+    if toxic and c["hosts"].get("toxiproxy") is False:
+        culprit = _later("hosts.toxiproxy", "nemesis.faults", prov)
+        raise _relation_error(culprit, f"{', '.join(toxic)} act through Toxiproxy, but "
+                              "hosts.toxiproxy = false; set it to \"auto\" or true", prov)
 
 
 def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
@@ -632,18 +680,26 @@ class NemesisSettings:
     shrink_first: float
     weights: Mapping[str, float]
     link: Mapping[str, float]  # link_delay_ms, link_jitter_ms, link_loss_percent, ...
+    toxics: Mapping[str, Mapping[str, Any]]  # toxic fault kind -> its checked settings
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """What the nemesis hands the fault kinds: link settings and the toxics' tables."""
+        return {**self.link, "toxics": self.toxics}
 
 
 @dataclass(frozen=True)
 class CheckerSettings:
     allow: tuple[str, ...]
     spark_master: str | None
+    spark_min_ops: int = 0
 
 
 @dataclass(frozen=True)
 class HostsSettings:
     provider: str
     inventory: str | None
+    toxiproxy: bool  # "auto" resolved: Toxiproxy beside every node in this run
 
 
 @dataclass(frozen=True)
@@ -663,6 +719,16 @@ class TestConfig:
     def brokers(self) -> int:
         """Every node but n1, which runs the controller."""
         return self.nodes - 1
+
+
+def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
+    """Whether a run of this validated config puts Toxiproxy beside every node: as
+    hosts.toxiproxy says, and with "auto" (or left out) exactly when a toxic kind is listed,
+    so runs without toxics keep their direct, one-hop connections."""
+    setting = config["hosts"].get("toxiproxy", "auto")
+    if isinstance(setting, bool):
+        return setting
+    return needs_toxiproxy(config["nemesis"]["faults"])
 
 
 def node_config(system: Mapping[str, Any]) -> NodeConfig:
@@ -686,7 +752,9 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                   float(w["final_read_timeout"])),
         nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
-                                {k: float(n.get(k, v)) for k, v in LINK_DEFAULTS.items()}),
-        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
-        hosts=HostsSettings(h["provider"], h.get("inventory")),
+                                {k: float(n.get(k, v)) for k, v in LINK_DEFAULTS.items()},
+                                check_tables(n.get("toxics", {}))),
+        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master"),
+                                int(c.get("spark_min_ops", 0))),
+        hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config)),
     )

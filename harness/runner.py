@@ -24,6 +24,7 @@ from checkers.check import check_path
 from control import cleanup
 from control.cluster import Cluster
 from control.host import Host
+from control.parallel import on_hosts
 from control.provider import make_provider
 from harness import store
 from harness.report import report_path
@@ -51,11 +52,11 @@ def run_test(test: Test) -> Path:
                             latest=False)
     say(f"run folder {run_dir}")
     with HistoryWriter(run_dir / "history.jsonl", start_ns=clock.mono_start_ns) as history:
-        with hosts_phase(test, run_dir) as (hosts, python):
+        with hosts_phase(test, run_dir) as (hosts, python, toxiproxy):
             # Only a run that got its hosts becomes results/latest: one that failed before
             # (no free slot, a bad inventory) must not hide the last real run.
             store.update_latest(test.results_root, run_dir)
-            with cluster_phase(test, hosts, python, run_dir, clock) as cluster:
+            with cluster_phase(test, hosts, python, run_dir, clock, toxiproxy) as cluster:
                 asyncio.run(exercise(test, cluster, history, run_dir, clock))
     if test.check:
         verdict_phase(test, run_dir)
@@ -63,25 +64,30 @@ def run_test(test: Test) -> Path:
 
 
 @contextmanager
-def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], str]]:
+def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], str, str | None]]:
+    """The hosts, their python, and their toxiproxy-server when the run uses Toxiproxy."""
     # A fresh private cluster directory (mkdtemp, named after the run): unique even for runs
     # started in the same second with the same seed, removed when the provider goes down.
     provider = make_provider(test.config, name=run_dir.name)
+    # before any host is touched: a missing toxiproxy-server is one clear error
+    toxiproxy = provider.toxiproxy_server() if test.settings.hosts.toxiproxy else None
     try:
-        yield provider.up(), provider.python
+        yield provider.up(), provider.python, toxiproxy
     finally:
         provider.down()
 
 
 @contextmanager
 def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
-                  clock: RunClock) -> Iterator[Cluster]:
-    """Nodes up on healed hosts; whatever happens next, their logs, events and data are
-    collected and they are stopped."""
+                  clock: RunClock, toxiproxy: str | None = None) -> Iterator[Cluster]:
+    """Nodes up on healed hosts (each behind its Toxiproxy with `toxiproxy`); whatever happens
+    next, their logs, events and data are collected and they are stopped."""
     settings = test.settings
     cluster = Cluster(hosts, test.config["system"], python=python,
-                      lazyfs=needs_lazyfs(settings.nemesis.faults))
+                      lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy)
     try:
+        if cluster.toxiproxy:  # before the heal, which removes toxics a crashed run left
+            on_hosts(cluster.hosts, lambda h: cluster.start_toxiproxy(h, settings.seed))
         heal_network(cluster)
         if cluster.lazyfs:
             for h in cluster.hosts:
@@ -115,7 +121,7 @@ async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir
                                  s.topic.name)
     clock.mark_workload_start()
     nemesis = Nemesis(world, topology, history, schedule, clock.workload_seconds,
-                      s.nemesis.link)
+                      s.nemesis.settings)
     faults = ", ".join(s.nemesis.faults) or "none"
     say(f"workload for {s.time_limit:g} s with faults {faults} ({test.plan.source} plan)")
     loop = asyncio.get_running_loop()

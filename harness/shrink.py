@@ -44,7 +44,7 @@ from checkers.definitions import ANOMALIES
 from checkers.exitcodes import UserError
 from control.files import write_json_atomic
 from harness import store
-from harness.config import validate
+from harness.config import validate, with_sets
 from harness.report import report_path
 from harness.simulate import SIM, as_simulated, say, simulate_into, simulate_test, with_seed
 from harness.test import Plan, Test
@@ -170,11 +170,18 @@ class Budget:
 
 
 class Evaluator:
-    """Simulates and checks candidates (cached), keeping the target class as the predicate."""
+    """Simulates and checks candidates (cached), keeping the target class as the predicate.
+
+    With `against` (`--set`-style items, e.g. the weakness's switch at its safe value) the
+    predicate is differential: the class must recur with the candidate's config AND not with
+    `against` applied to it, same seed and schedule. Without it a schedule that loses data
+    under any setting (every replica losing power at once, with asynchronous flush) would be
+    a "minimal reproduction" of any weakness."""
 
     def __init__(self, target: str, budget: Budget, scratch: Path | None = None,
-                 bar: Any = None) -> None:
+                 bar: Any = None, against: Sequence[str] = ()) -> None:
         self.target = target
+        self.against = tuple(against)
         self.budget = budget
         self.scratch = scratch
         self.cache: dict[str, Outcome] = {}
@@ -216,8 +223,17 @@ class Evaluator:
         return out
 
     def fails(self, cand: Candidate) -> bool:
+        if not self._shows(cand):
+            return False
+        return not self.against or self._shows(self.twin(cand)) is False
+
+    def twin(self, cand: Candidate) -> Candidate:
+        return Candidate(with_sets(cand.config, self.against, "--against"), cand.entries)
+
+    def _shows(self, cand: Candidate) -> bool | None:
+        """Whether the target class occurs; None once the budget ran out before simulating."""
         out = self.outcome(cand)
-        return out is not None and self.target in out.classes
+        return None if out is None else self.target in out.classes
 
 
 # ---- the shrinker -------------------------------------------------------------------------------
@@ -237,6 +253,7 @@ class ShrinkResult:
     tries: list[dict[str, Any]] = field(default_factory=list)
     minimal_dir: Path | None = None
     budget_exhausted: bool = False
+    against: tuple[str, ...] = ()
 
 
 class Shrinker:
@@ -384,7 +401,7 @@ def start_candidate(run_dir: Path) -> tuple[Candidate, bool, list[str]]:
 
 def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None,
            results_root: Path | None = None, argv: Sequence[str] = ("harness", "shrink"),
-           log: Callable[[str], None] = say) -> ShrinkResult:
+           log: Callable[[str], None] = say, against: Sequence[str] = ()) -> ShrinkResult:
     run_dir = Path(run_dir)
     started = time.perf_counter()
     target = target_class(_results(run_dir))
@@ -396,9 +413,12 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     seed = int(start.config["seed"])
     tries = tries or (5 if real else 1)
     bar = tqdm(unit="candidate", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
-    ev = Evaluator(target, Budget(budget), bar=bar)
+    ev = Evaluator(target, Budget(budget), bar=bar, against=against)
+    if against:
+        ev.twin(start)  # a bad --against item fails here, before any simulation
     log(f"shrinking {run_dir} for {target}: {start.faults} fault(s)"
-        f"{' mapped from a real run' if real else ''}")
+        f"{' mapped from a real run' if real else ''}"
+        f"{' and not with ' + ' '.join(against) if against else ''}")
     # Reproduce first: the same seed (a simulated run), or `tries` seeds (timing differs).
     attempts = []
     chosen = None
@@ -415,15 +435,17 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     log(f"reproduced {target} in {hits}/{len(attempts)} seed(s)")
     if chosen is None:
         bar.close()
+        also = f", or it also did with {' '.join(against)}" if against else ""
         raise UserError(f"the schedule of {run_dir} did not reproduce {target} in the simulator "
-                        f"with {len(attempts)} seed(s); try more with --tries")
+                        f"with {len(attempts)} seed(s){also}; try more with --tries")
     before_outcome = ev.cache[chosen.key()]
     shrinker = Shrinker(ev, chosen, log)
     best = shrinker.run()
     bar.close()
     result = ShrinkResult(run_dir, target, int(best.config["seed"]), chosen, best,
                           before_outcome, ev.cache[best.key()], 0.0, ev.simulated,
-                          ev.cache_hits, attempts, budget_exhausted=ev.budget.exhausted())
+                          ev.cache_hits, attempts, budget_exhausted=ev.budget.exhausted(),
+                          against=tuple(against))
     result.minimal_dir = write_minimal(result, results_root or run_dir.parent.parent, argv)
     result.wall_s = time.perf_counter() - started
     _write_pointers(result)
@@ -457,6 +479,8 @@ def minimal_document(result: ShrinkResult, config: Mapping[str, Any]) -> dict[st
         "schedule": [dict(e) for e in result.after.entries],
         "original": str(result.original.resolve()),
         "real_hosts": real_hosts,  # where `harness reproduce --schedule` runs it (default netns)
+        # the settings under which the same seed and schedule do not show the anomaly
+        "against": list(result.against),
         "shrink": {
             "faults_before": result.before.faults, "faults_after": result.after.faults,
             "records_before": result.before_outcome.sends,

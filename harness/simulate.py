@@ -105,9 +105,11 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False) -> Sim
         schedule.finish("time limit reached")
 
 
-def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = False) -> Path:
+def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = False,
+                  spark_min_ops: int | None = None) -> Path:
     """One simulated run into a new run folder under the test's results root, checked (with
-    `backend`) and reported like a real run. Returns the folder."""
+    `backend`; `spark_min_ops` as checkers.check.check_path takes it) and reported like a
+    real run. Returns the folder."""
     config = as_simulated(test.config)
     test = Test.of(config, test.results_root, argv=test.argv, plan=test.plan, check=test.check)
     run_dir = store.new_run(test.results_root, config, list(test.argv))
@@ -118,7 +120,8 @@ def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = Fals
     if test.check:
         try:
             spark = test.settings.checker.spark_master
-            results = check_path(run_dir, spark_master=spark, backend=backend)
+            results = check_path(run_dir, spark_master=spark, backend=backend,
+                                 spark_min_ops=spark_min_ops)
             say(f"checker verdict: valid={results['valid']}")
         except Exception as e:  # the folder stays checkable with `harness check`
             say(f"checker failed: {e}")
@@ -272,9 +275,10 @@ def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | N
     print_summary(summary)
     for seed in sorted(summary.failing)[:keep]:
         row = next(r for r in summary.rows if r["seed"] == seed)
-        # keep_going as the search's rows had it, so both checkers judge the same history
+        # keep_going as the search's rows had it, so both checkers judge the same history;
+        # on Spark whatever its size: the point is a second, independent implementation
         run_dir = simulate_test(Test.of(with_seed(test.config, seed), test.results_root,
-                                        argv=test.argv), keep_going=True)
+                                        argv=test.argv), keep_going=True, spark_min_ops=0)
         agreed = _agrees(row, run_dir)
         print(f"seed {seed}: {run_dir / 'report.html'}  Spark checker "
               f"{'agrees' if agreed else 'DISAGREES'} with the in-process check")

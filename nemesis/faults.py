@@ -44,13 +44,14 @@ def metadata_topology(nodes: list[str], bootstrap: list[str], topic: str,
 class Nemesis:
     def __init__(self, world: World, topology: Topology, history: HistoryWriter,
                  schedule: ScheduleRecord, clock: Callable[[], float],
-                 settings: Mapping[str, float]) -> None:
+                 settings: Mapping[str, Any]) -> None:
         self.world = world
         self.topology = topology
         self.history = history
         self.schedule = schedule
         self.clock = clock  # seconds since the workload started
-        self.settings = settings  # the [nemesis] settings faults apply (link_delay_ms, ...)
+        # the [nemesis] settings faults apply: link_delay_ms, ..., and "toxics" (kind -> table)
+        self.settings = settings
 
     async def run_fault(self, fault: RealisedFault) -> None:
         kind = lookup(fault.kind)
@@ -72,7 +73,7 @@ class Nemesis:
         record = dict(value)
         described = kind.describe(self.settings)
         if described:
-            value["link"] = record["link"] = described
+            value[kind.record_key] = record[kind.record_key] = described
         self.schedule.started(fault.id, record, self.clock())
         try:
             details = await kind.apply(self.world, resolved, fault.target.get("pick", 0),

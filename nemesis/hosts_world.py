@@ -2,7 +2,8 @@
 
 Processes are signalled through the host's `Remote`, page-cache loss goes through the lossy
 filesystem's control socket, partitions and link faults are netfilter rules (nemesis.partition,
-nemesis.link). The SSH work blocks, so each verb runs it on a worker thread."""
+nemesis.link), toxics go to the host's Toxiproxy (control.toxiproxy). The SSH and HTTP work
+blocks, so each verb runs it on a worker thread."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from control import toxiproxy
 from control.cluster import Cluster
+from control.parallel import on_hosts
 from nemesis import link
 from nemesis import partition as grudges
 from nemesis.partition import Grudge
@@ -75,6 +78,18 @@ class HostsWorld:
     async def restore_link(self, node: str) -> None:
         await self._blocking(link.restore, self.cluster.host(node))
 
+    async def add_toxic(self, node: str, kind: str, toxic: Mapping[str, Any]) -> None:
+        if not self.cluster.toxiproxy:
+            raise RuntimeError(f"{kind} needs Toxiproxy, and this run has none (hosts.toxiproxy "
+                               "= false; docs/toxiproxy.md)")
+        await self._blocking(lambda: toxiproxy.add_toxic(
+            self.cluster.host(node), kind, toxic["type"], toxic["direction"],
+            toxic["attributes"], toxic["toxicity"]))
+
+    async def remove_toxic(self, node: str, kind: str) -> None:
+        if self.cluster.toxiproxy:
+            await self._blocking(toxiproxy.remove_toxics, self.cluster.host(node), kind)
+
     async def heal_network(self) -> None:
         """No partition or link fault anywhere (before a run too: a killed run on long-lived
         VMs leaves its rules behind)."""
@@ -84,3 +99,5 @@ class HostsWorld:
 def heal_network(cluster: Cluster) -> None:
     grudges.heal(cluster.hosts)
     link.heal(cluster.hosts)
+    if cluster.toxiproxy:
+        on_hosts(cluster.hosts, toxiproxy.remove_toxics)

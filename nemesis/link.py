@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from control.parallel import on_hosts
+from control.toxiproxy import API_PORT
 from nemesis import iptables
 from nemesis.kinds.links import LINK_DEFAULTS
 
@@ -38,8 +39,10 @@ def settings(nemesis: Mapping[str, Any]) -> dict[str, float]:
 
 
 def rule(kind: str, s: Mapping[str, float], ssh_port: int) -> str:
-    """The KCH-LINK rule spec for a fault of this kind."""
-    match = f"-p tcp -m multiport ! --ports {int(ssh_port)}"
+    """The KCH-LINK rule spec for a fault of this kind. Exempt: the SSH port and Toxiproxy's
+    API (the harness must keep control of the host), and loopback (a node behind Toxiproxy
+    talks to its proxy over it: one link, degraded once, where it enters the host)."""
+    match = f"! -i lo -p tcp -m multiport ! --ports {int(ssh_port)},{API_PORT}"
     if kind == "slow-link":
         return f"{match} -j NFQUEUE --queue-num {QUEUE} --queue-bypass"
     if kind == "lossy-link":

@@ -26,6 +26,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--listen", required=True, metavar="HOST:PORT")
     b.add_argument("--controller", required=True, metavar="HOST:PORT")
     b.add_argument("--data", required=True, type=Path, metavar="DIR")
+    # Behind a proxy (the harness's Toxiproxy) a broker listens on one address and is reached
+    # at another: --advertise is what it registers; --route sends its own outgoing connections
+    # to ADDRESS through VIA (a local proxy), so the proxy sees both ways of every link.
+    b.add_argument("--advertise", metavar="HOST:PORT",
+                   help="the address peers and clients reach this broker at (default: --listen)")
+    b.add_argument("--route", action="append", default=[], metavar="ADDRESS=VIA",
+                   help="connect to ADDRESS (a peer's HOST:PORT) through VIA instead")
     b.add_argument("--config", action="append", default=[], metavar="K=V")
 
     t = sub.add_parser("topics", help="create or describe topics")
@@ -56,6 +63,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def _node_config(pairs: list[str]) -> NodeConfig:
     return NodeConfig().with_overrides(parse_config_args(pairs))
+
+
+def _routes(items: list[str]) -> dict[str, str]:
+    """`--route A=B` items -> {A: B}; each side must be HOST:PORT."""
+    routes = {}
+    for item in items:
+        address, sep, via = item.partition("=")
+        if not sep or ":" not in address or ":" not in via:
+            raise ConfigError(f"--route {item!r}: expected ADDRESS=VIA, both HOST:PORT")
+        routes[address] = via
+    return routes
 
 
 def _list(xs) -> str:
@@ -138,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError("--id must be a positive integer")
             from replication.runtime import BrokerRuntime
             runtime = BrokerRuntime(args.id, args.listen, args.controller, args.data,
-                                    _node_config(args.config))
+                                    _node_config(args.config), advertise=args.advertise,
+                                    routes=_routes(args.route))
             asyncio.run(runtime.run())
             return 0
         handler = {"topics": _topics, "produce": _produce, "consume": _consume}[args.command]

@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -199,9 +200,13 @@ class ControllerRuntime(NodeRuntime):
 
 class BrokerRuntime(NodeRuntime):
     def __init__(self, broker_id: int, listen: str, controller: str, data_dir: Path,
-                 config: NodeConfig) -> None:
+                 config: NodeConfig, *, advertise: str | None = None,
+                 routes: Mapping[str, str] | None = None) -> None:
+        """`advertise`: the address registered for peers and clients (default `listen`);
+        `routes`: peer address -> the address this broker connects to it through (a proxy)."""
         super().__init__(listen, EventLog(data_dir, broker_id), config.request_timeout_ms / 1000)
         self.controller_address = controller
+        self.routes = dict(routes or {})
         self.store = BrokerStore(data_dir, LogConfig(config.flush_messages, config.flush_ms,
                                                      config.segment_bytes), defer_sync=True)
         # The storage port: every fsync of this broker runs here, off the loop.
@@ -211,7 +216,8 @@ class BrokerRuntime(NodeRuntime):
         self._checkpoint_busy = False
         clean_epoch = self.store.read_and_delete_clean_marker()
         checkpoint = {f"{t}-{p}": h for (t, p), h in self.store.read_hwm_checkpoint().items()}
-        self.machine = Broker(broker_id, listen, config, self._open_log, clean_epoch, checkpoint)
+        self.machine = Broker(broker_id, advertise or listen, config, self._open_log, clean_epoch,
+                              checkpoint)
         self.machine.controller_address = controller
         self.events.write(started_event(clean_epoch))
         self._last_checkpoint = 0
@@ -227,8 +233,10 @@ class BrokerRuntime(NodeRuntime):
 
     def address_of(self, dest: str | int) -> str | None:
         if dest == "controller":
-            return self.controller_address
-        return self.machine.broker_address(int(dest))
+            address: str | None = self.controller_address
+        else:
+            address = self.machine.broker_address(int(dest))
+        return self.routes.get(address, address) if address is not None else None
 
     async def started(self) -> None:
         self.carry_out(self.machine.start(now_ms()))

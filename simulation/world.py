@@ -399,6 +399,16 @@ class Verbs:
     async def heal_network(self) -> None:
         self.world.heal_network()
 
+    async def add_toxic(self, node: str, kind: str, toxic: Mapping[str, Any]) -> None:
+        # Never silently a no-op: the simulated network moves whole messages with no bytes,
+        # chunks or bandwidth, so a Toxiproxy toxic has nothing honest to act on. The toxic
+        # kinds say `simulated = False`, and `harness simulate` refuses them by name first.
+        raise NotImplementedError(f"{kind}: Toxiproxy toxics need real hosts; the simulated "
+                                  "world has no byte streams to apply them to")
+
+    async def remove_toxic(self, node: str, kind: str) -> None:
+        raise NotImplementedError(f"{kind}: Toxiproxy toxics need real hosts")
+
     async def clock_jump(self, node: str, delta_ms: float) -> None:
         self.world.clock_jump(node, delta_ms)
 

@@ -39,7 +39,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                         "(default: %(default)s)")
     p.add_argument("--spark-min-ops", type=int, default=None, metavar="N",
                    help="search kv keys on Spark only for histories of at least N ops "
-                        "(default: checkers.linear.parallel.SPARK_MIN_OPS; 0: always)")
+                        "(default: checkers.linear.parallel.SPARK_MIN_OPS; 0: always); "
+                        "`harness check` of a Kafka history: check it in this process below N "
+                        "ops (default: the run's [checker] spark_min_ops, 0: always Spark)")
 
 
 def model_from_args(args: argparse.Namespace) -> Model:

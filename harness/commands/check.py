@@ -70,7 +70,8 @@ def _jepsen_kafka(args: argparse.Namespace) -> int:
 
 def _kafka(path: Path, args: argparse.Namespace) -> int:
     results = check_path(path, spark_master=args.spark_master,
-                         backend="reference" if args.in_process else "spark")
+                         backend="reference" if args.in_process else "spark",
+                         spark_min_ops=args.spark_min_ops)
     for err in results.get("errors", []):
         print(err, file=sys.stderr)
     summary = {name: a.get("count") for name, a in results.get("anomalies", {}).items()}

@@ -25,10 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tries", type=int, metavar="K",
                         help="seeds tried on the full schedule (default 1 for a simulated run, "
                              "5 for a real one, whose timing the simulator cannot copy)")
+    parser.add_argument("--against", action="append", default=[], metavar="K=V",
+                        help="keep only candidates that do NOT show the anomaly with this "
+                             "setting (e.g. the weakness's switch at its safe value); repeatable")
 
 
 def main(args: argparse.Namespace) -> int:
-    r = shrink(args.run_dir, budget=args.budget, tries=args.tries, argv=sys.argv)
+    r = shrink(args.run_dir, budget=args.budget, tries=args.tries, argv=sys.argv,
+               against=args.against)
     hits = sum(t["reproduced"] for t in r.tries)
     print(f"anomaly: {r.target} (reproduced with {hits}/{len(r.tries)} seed(s))")
     print(f"faults: {r.before.faults} -> {r.after.faults}; records: "
@@ -37,6 +41,8 @@ def main(args: argparse.Namespace) -> int:
           f"{r.after_outcome.classes.get(r.target)}")
     print(f"{r.simulated} candidates simulated ({r.cache_hits} cache hits) in {r.wall_s:.1f} s"
           f"{'; budget exhausted' if r.budget_exhausted else ''}")
+    if r.against:
+        print(f"with {' '.join(r.against)} the minimal schedule shows no {r.target}")
     print(f"replay: harness simulate --replay {r.minimal_dir / MINIMAL}")
     print(r.minimal_dir / "report.html")
     return Exit.VALID

@@ -102,7 +102,15 @@ _VERBS = {"kill": "{} {} killed", "pause": "{} {} paused", "restart": "{} {} res
           "power-loss": "{} {} power", "torn-power-loss": "{} {} power mid-write (torn)",
           "page-cache-loss": "{} {} its page cache", "outage": "{} {} power together",
           "slow-link": "links to {} {} slowed", "lossy-link": "links to {} {} made lossy",
-          "reset-link": "links to {} {} reset"}
+          "reset-link": "links to {} {} reset",
+          # toxic faults (Toxiproxy) act on every connection into and out of the target
+          "bandwidth": "connections of {} {} bandwidth-capped",
+          "latency": "connections of {} {} delayed", "stall": "connections of {} {} stalled",
+          "slicer": "connections of {} {} sliced", "limit-data": "connections of {} {} cut "
+          "after a byte limit", "slow-close": "connections of {} {} closed slowly",
+          "reset-peer": "connections of {} {} reset"}
+_LINKLIKE = ("slow-link", "lossy-link", "reset-link", "bandwidth", "latency", "stall", "slicer",
+             "limit-data", "slow-close", "reset-peer")
 
 
 def _sides(grudge: dict[str, Any], pairs: list[tuple[str, str]]) -> list[list[str]]:
@@ -152,7 +160,7 @@ def _fault_text(fault: dict[str, Any], lost: dict[str, Any] | None) -> str:
             verb = "lose" if many else "loses"
         elif kind == "page-cache-loss":
             verb = "lose" if many else "loses"
-        elif kind in ("slow-link", "lossy-link", "reset-link"):
+        elif kind in _LINKLIKE:
             verb = "are"
         else:
             verb = "are" if many else "is"
@@ -244,8 +252,7 @@ def build_steps(folder: Path) -> list[str]:
         lost = lost_by_kind.pop(f"start-{f['kind']}", None)
         timeline.append((f["started_s"], 0, _fault_text(f, lost)))
         if f.get("ended_s") is not None and f["kind"] in ("pause", "partition", "kill",
-                                                          "slow-link", "lossy-link",
-                                                          "reset-link"):
+                                                          *_LINKLIKE):
             heal = {"pause": "resume", "partition": "the network heals",
                     "kill": "restarts"}.get(f["kind"], "the link heals")
             nodes = (f.get("resolved") or {}).get("nodes") or []

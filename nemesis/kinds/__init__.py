@@ -21,9 +21,14 @@ KNOWN_FAULTS: tuple[str, ...] = tuple(k.name for k in all_kinds())
 LOSSY_FS_FAULTS: tuple[str, ...] = tuple(k.name for k in all_kinds() if k.needs_lazyfs)
 
 __all__ = ["KNOWN_FAULTS", "LOSSY_FS_FAULTS", "TARGET_MODES", "FaultKind", "Resolved",
-           "Topology", "World", "all_kinds", "lookup", "needs_lazyfs"]
+           "Topology", "World", "all_kinds", "lookup", "needs_lazyfs", "needs_toxiproxy"]
 
 
 def needs_lazyfs(faults: list[str] | tuple[str, ...]) -> bool:
     """Whether a run with these faults needs the lossy filesystem under its data dirs."""
     return any(lookup(f).needs_lazyfs for f in faults)
+
+
+def needs_toxiproxy(faults: list[str] | tuple[str, ...]) -> bool:
+    """Whether a run with these faults needs Toxiproxy beside every node (a toxic kind)."""
+    return any(lookup(f).family == "toxic" for f in faults)

@@ -47,6 +47,8 @@ class World(Protocol):
                            pick: int) -> None: ...
     async def restore_link(self, node: str) -> None: ...
     async def heal_network(self) -> None: ...
+    async def add_toxic(self, node: str, kind: str, toxic: Mapping[str, Any]) -> None: ...
+    async def remove_toxic(self, node: str, kind: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class FaultKind:
     """One kind of fault. Subclasses set the class attributes and override what differs."""
 
     name: ClassVar[str]
-    family: ClassVar[str]  # process | host | partition | link | outage | disk
+    family: ClassVar[str]  # process | host | partition | link | outage | toxic | disk
     # Selectors drawn from in the "auto" targets mode, with weights (leaders matter most),
     # and what each other targets mode means for this kind.
     auto_targets: ClassVar[Mapping[str, float]]
@@ -83,6 +85,8 @@ class FaultKind:
     needs_lazyfs: ClassVar[bool] = False  # the data directory must be the lossy filesystem
     simulated: ClassVar[bool] = True  # the simulated world can apply it
     settings_keys: ClassVar[tuple[str, ...]] = ()  # [nemesis] settings it applies
+    # Where the history and schedule.json record what describe() returns.
+    record_key: ClassVar[str] = "link"
 
     def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
         """A symbolic target, resolved against live metadata when the fault starts."""
@@ -111,14 +115,14 @@ class FaultKind:
         return await resolve_selector(topology, target)
 
     async def apply(self, world: World, resolved: Resolved, pick: int,
-                    settings: Mapping[str, float]) -> dict[str, Any]:
+                    settings: Mapping[str, Any]) -> dict[str, Any]:
         """Inflict the fault; returns details for the history (e.g. what was lost)."""
         raise NotImplementedError
 
     async def heal(self, world: World, resolved: Resolved) -> None:
         """Undo the fault (a node killed is started again, a link restored, ...)."""
 
-    def describe(self, settings: Mapping[str, float]) -> dict[str, float]:
+    def describe(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         """The settings a fault of this kind applies, for the history and schedule.json."""
         return {k: settings[k] for k in self.settings_keys}
 

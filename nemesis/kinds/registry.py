@@ -5,7 +5,7 @@ from __future__ import annotations
 from nemesis.kinds.base import FaultKind
 
 # Families in the order kinds are listed to users (configs, docs, error messages).
-FAMILIES = ("process", "partition", "host", "outage", "link", "disk")
+FAMILIES = ("process", "partition", "host", "outage", "link", "toxic", "disk")
 _KINDS: dict[str, FaultKind] = {}
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from histories import History
+from histories import History, merge
+from test_checker_anomalies import SCENARIOS
 
 from checkers import ingest as ingest_mod
+from checkers import native_ingest
 from checkers.check import check_path, exit_code
 from checkers.ingest import HistoryError, ingest
 
@@ -45,7 +48,7 @@ def test_streams_in_bounded_batches(tmp_path, monkeypatch):
     for i in range(100):
         h.send(i % 3, i % 2, i, i // 2)
     run = h.write(tmp_path)
-    res = ingest(run / "history.jsonl", tmp_path / "pq")
+    res = ingest(run / "history.jsonl", tmp_path / "pq", native=False)
     meta = pq.ParquetFile(res.ops_path).metadata
     assert meta.num_rows == 200 and meta.num_row_groups == 20
 
@@ -86,3 +89,59 @@ def test_complete_but_invalid_last_line_is_an_error(tmp_path):
         fh.write('{"index": 7, "time": "late", "process": 1, "type": "invoke", "f": "send"}')
     with pytest.raises(HistoryError, match="history.jsonl:8: 'time' must be an integer"):
         ingest(run / "history.jsonl", tmp_path / "pq")
+
+
+def _same_tables(native, exact) -> None:
+    for a, b in ((native.ops_path, exact.ops_path), (native.reads_path, exact.reads_path)):
+        assert pq.read_table(a).equals(pq.read_table(b)), a.name
+
+
+def test_native_and_exact_paths_write_the_same_tables(tmp_path):
+    """Every anomaly scenario at once (Jepsen operations of several sends, reads from
+    offsets, final reads, info sends, nemesis ops): the native tables are the exact ones."""
+    run = merge([s() for s in SCENARIOS]).write(tmp_path / "zoo")
+    native = ingest(run / "history.jsonl", tmp_path / "native")
+    assert native.path == "native"
+    _same_tables(native, ingest(run / "history.jsonl", tmp_path / "exact", native=False))
+
+
+def test_native_path_on_a_workload_shaped_history(tmp_path):
+    """The benchmark's generator: producers, tailing consumers, final reads of whole
+    partitions, injected losses and stale reads; bigger than one row group."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from checker_throughput import generate
+
+    generate(tmp_path / "history.jsonl", 300_000)
+    native = ingest(tmp_path / "history.jsonl", tmp_path / "native")
+    assert native.path == "native" and native.ops >= 300_000 and native.reads > 500_000
+    _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
+
+
+def test_a_torn_last_line_takes_the_exact_path_and_is_a_note(tmp_path):
+    run = small().write(tmp_path)
+    with open(run / "history.jsonl", "a") as fh:
+        fh.write('{"index": 7, "time": 8000000, "process": 1, "ty')
+    res = ingest(run / "history.jsonl", tmp_path / "pq")
+    assert res.path.startswith("the native reader stopped")
+    assert res.ops == 7 and "history.jsonl:8: last line is truncated" in res.notes[0]
+
+
+def test_a_line_past_the_readers_first_bound_is_read_on_a_second_try(tmp_path, monkeypatch):
+    """The reader's buffers are sized for an eighth of the file at first (DuckDB reads at
+    least 32 MB whatever the bound): a final read of a whole partition in one longer line
+    makes it try again with the exact path's limit."""
+    monkeypatch.setattr(native_ingest, "MIN_OBJECT", 1 << 20)
+    bounds = []
+    run_once = native_ingest._run
+
+    def spy(history, ops, reads, scratch, max_line, partitions):
+        bounds.append(max_line)
+        return run_once(history, ops, reads, scratch, max_line, partitions)
+
+    monkeypatch.setattr(native_ingest, "_run", spy)
+    h = History()
+    h.final(9, 0, [(o, o) for o in range(2_500_000)])  # one line of about 40 MB
+    run = h.write(tmp_path)
+    res = ingest(run / "history.jsonl", tmp_path / "pq")
+    assert res.path == "native" and res.reads == 2_500_000
+    assert bounds == [(run / "history.jsonl").stat().st_size // 8, ingest_mod.MAX_LINE_BYTES]

@@ -67,3 +67,14 @@ def test_bad_inventories_name_file_and_key(tmp_path, body, message):
 def test_missing_file(tmp_path):
     with pytest.raises(InventoryError, match="cannot read inventory"):
         load_inventory(tmp_path / "nope.toml")
+
+
+def test_toxiproxy_server_path_defaults_to_the_path_and_is_checked(tmp_path):
+    hosts = '[[hosts]]\nname = "n1"\naddress = "a"\nkey_file = "k"\nknown_hosts = "k"\n'
+    (n1,) = load_inventory(_write(tmp_path, hosts))
+    assert n1.toxiproxy == "toxiproxy-server"
+    (n1,) = load_inventory(_write(tmp_path, '[defaults]\ntoxiproxy = "/opt/tp/toxiproxy-server"\n'
+                                            + hosts))
+    assert n1.toxiproxy == "/opt/tp/toxiproxy-server"
+    with pytest.raises(InventoryError, match=r"hosts\[0\]\.toxiproxy: .* must be one program"):
+        load_inventory(_write(tmp_path, hosts + 'toxiproxy = "toxiproxy-server; rm -rf /"\n'))

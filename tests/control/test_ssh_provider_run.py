@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from control import NetnsProvider
+from control import toxiproxy as tp
 from harness.config import load_config
 from harness.runner import run_test
-from harness.test import Test
+from harness.test import Plan, Test
 from nemesis import link
 from nemesis import partition as P
 from workloads.history import read_history
@@ -102,7 +103,8 @@ def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
     assert all(link.rules(h) == [] and P.rules(h) == [] for h in hosts[:3])
 
     test = json.loads((run_dir / "test.json").read_text())
-    assert test["config"]["hosts"] == {"provider": "ssh", "inventory": str(inventory)}
+    assert test["config"]["hosts"] == {"provider": "ssh", "inventory": str(inventory),
+                                       "toxiproxy": "auto"}
     ops = read_history(run_dir / "history.jsonl")
     assert any(op["f"] == "send" and op["type"] == "ok" for op in ops)
     assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
@@ -125,3 +127,45 @@ def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
     # Torn down: no node left running on any host, hosts still reachable for the next run.
     for h in hosts[:3]:
         assert not h.remote.run(["pgrep", "-f", str(work / h.name)], check=False).ok
+
+
+def test_toxic_faults_over_the_ssh_provider(netns_hosts, tmp_path):
+    """Toxiproxy started over SSH beside each node from the inventory's `toxiproxy` path, the
+    toxic applied and recorded, every server stopped with the nodes."""
+    try:
+        binary = tp.local_binary()
+    except tp.ToxiproxyError as e:
+        pytest.skip(str(e))
+    provider, hosts = netns_hosts
+    inv = _vagrant_inventory()
+    calls = tmp_path / "python-calls.log"
+    python = _logging_python(tmp_path / "python", calls)
+    vms = [inv.VmHost(h.name, h.address, provider.ssh_dir / "id_ed25519",
+                      inv.verified_key(h.name, h.address, _reported_key(provider, h.name)))
+           for h in hosts]
+    work = tmp_path / "work"
+    inventory = tmp_path / "inventory.toml"
+    inv.write_inventory(inventory, vms, user="root", python=str(python), work_dir=str(work))
+    text = inventory.read_text()
+    inventory.write_text(text.replace("[defaults]\n", f"[defaults]\ntoxiproxy = {binary!r}\n", 1))
+    config = load_config("fast", [
+        "nodes=3", "topic.replication_factor=2", "time_limit=6", "seed=3",
+        "nemesis.faults=['latency']", "workload.final_read_timeout=30",
+        "hosts.provider=ssh", f"hosts.inventory={str(inventory)!r}",
+    ])
+    plan = [{"id": 0, "kind": "latency", "start_s": 1.0, "duration_s": 3.0,
+             "target": {"select": "leader", "partition": 0, "pick": 1}}]
+    run_dir = run_test(Test.of(config, tmp_path / "results", plan=Plan.scripted(plan),
+                               check=False))
+    ops = read_history(run_dir / "history.jsonl")
+    start = next(op for op in ops if op["f"] == "start-latency")
+    assert "error" not in start["value"] and start["value"]["toxic"]["type"] == "latency"
+    assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
+    lines = calls.read_text().splitlines()
+    assert sum("--advertise" in line for line in lines if "-m replication broker" in line) >= 2
+    for h in hosts[:3]:
+        assert (work / h.name / "logs" / "toxiproxy.log").exists()
+        assert (run_dir / "nodes" / h.name / "toxiproxy.log").exists()
+        # stopped with the nodes: nothing answers on the host's API port any more
+        assert not h.remote.run(["pgrep", "-f", f"toxiproxy-server -host {h.address} "],
+                                check=False).ok

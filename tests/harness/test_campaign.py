@@ -247,6 +247,19 @@ def test_shipped_campaign_files_are_valid() -> None:
     assert load_spec(root / "nightly.toml")[1]
 
 
+def test_seeds_and_config_options_reshape_the_matrix() -> None:
+    validation = TESTS.parents[1] / "campaigns" / "validation.toml"
+    _, every = load_spec(validation)
+    _, wide = load_spec(validation, seeds="1-10")
+    assert len(wide) == len(every) // 3 * 10  # the file's 3 seeds per config became 10
+    _, safe = load_spec(validation, seeds="4,9", only=["safe"])
+    assert [(c.config, c.seed) for c in safe] == [("safe", 4), ("safe", 9)]
+    with pytest.raises(CampaignError, match=r"no config named \['nope'\]"):
+        load_spec(validation, only=["nope"])
+    with pytest.raises(CampaignError, match="--seeds must be"):
+        load_spec(validation, seeds="1,x")
+
+
 def test_classify() -> None:
     assert classify("no-loss", True, 0) == "ok"
     assert classify("no-loss", False, 0) == "regression"

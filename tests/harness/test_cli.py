@@ -110,7 +110,8 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     night = tmp_path / "night"
     night.mkdir()
     (night / "campaign.json").write_text('{"verdict": "regression"}')
-    monkeypatch.setattr(campaign_cmd, "run_campaign", lambda *a: calls.append(a) or night)
+    monkeypatch.setattr(campaign_cmd, "run_campaign",
+                        lambda *a, **kw: calls.append((*a, kw)) or night)
     monkeypatch.setattr(reproduce_cmd, "reproduce", lambda d: calls.append(d) or 0)
     monkeypatch.setattr(serve_cmd, "serve", lambda d, p: calls.append((d, p)))
     monkeypatch.setattr(report_cmd, "report_path", lambda p: p / "report.html")
@@ -118,11 +119,12 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
         "lost-write": {"count": 2, "examples": []}}})
     assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 1
     (night / "campaign.json").write_text('{"verdict": "pass"}')
-    assert cli.main(["campaign", "c.toml"]) == 0
-    calls.pop()
+    assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 0
+    assert calls.pop() == (Path("c.toml"), False, None, {"seeds": "1-10", "only": ["safe"]})
     assert cli.main(["reproduce", "r"]) == 0
     assert cli.main(["serve", "--port", "8123"]) == 0
-    assert calls == [(Path("c.toml"), True, 1800), Path("r"), (Path("results"), 8123)]
+    assert calls == [(Path("c.toml"), True, 1800, {"seeds": None, "only": None}), Path("r"),
+                     (Path("results"), 8123)]
     assert cli.main(["report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "report.html")
     assert cli.main(["check", str(tmp_path)]) == 1

@@ -32,7 +32,7 @@ def test_default_matches_the_shared_shape():
     assert c["nemesis"]["faults"] == ["kill", "partition"]
     assert (c["nemesis"]["interval"], c["nemesis"]["duration"]) == (10, 5)
     assert c["nemesis"]["targets"] == "auto"
-    assert c["checker"] == {"allow": [], "spark_master": "local[2]"}
+    assert c["checker"] == {"allow": [], "spark_master": "local[2]", "spark_min_ops": 0}
     assert c["system"]["min.insync.replicas"] == 2
 
 

@@ -24,7 +24,7 @@ def _inventory(path: Path, hosts: int, defaults: str = 'python = "/opt/kch/.venv
 
 def test_default_is_netns_without_inventory():
     c = load_config()
-    assert c["hosts"] == {"provider": "netns"}
+    assert c["hosts"] == {"provider": "netns", "toxiproxy": "auto"}
     assert validate(json.loads(json.dumps(c))) == c
 
 
@@ -84,7 +84,7 @@ def test_relative_inventory_is_relative_to_the_config_file(tmp_path, monkeypatch
     test_file.write_text('[hosts]\nprovider = "ssh"\ninventory = "inventory.toml"\n')
     monkeypatch.chdir(tmp_path)
     c = load_config(test_file)
-    assert c["hosts"] == {"provider": "ssh", "inventory": str(inv)}
+    assert c["hosts"] == {"provider": "ssh", "inventory": str(inv), "toxiproxy": "auto"}
     # From the command line it is relative to the working directory.
     assert load_config(sets=["hosts.provider=ssh", "hosts.inventory=vms/inventory.toml"]) == c
     # Stored absolute, so a reproduction from elsewhere finds the same file.

@@ -21,6 +21,8 @@ from typing import Any
 
 from harness.config import SCHEMA, TOP
 from nemesis.kinds import KNOWN_FAULTS, all_kinds
+from nemesis.kinds.toxics import TOXICS as TOXIC_TABLES
+from nemesis.kinds.toxics import defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = ROOT / "harness" / "profiles" / "default.toml"
@@ -28,6 +30,7 @@ FORMATS = ROOT / "docs" / "formats.md"
 NEMESIS = ROOT / "docs" / "nemesis.md"
 REPLICATION = ROOT / "replication"
 WEIGHTS = "nemesis.weights"  # a table of fault kind -> weight, not of schema keys
+TOXICS = "nemesis.toxics"  # [nemesis.toxics.<kind>] tables: one toxic fault's settings each
 
 
 # ---- harness/profiles/default.toml ---------------------------------------------------------------
@@ -39,7 +42,10 @@ def _flat(table: str, data: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]
         if isinstance(value, dict) and table == "system":
             for sub, v in _flat_dotted(key, value):
                 yield table, sub, v
-        elif isinstance(value, dict) and table != WEIGHTS:
+        elif isinstance(value, dict) and table != WEIGHTS and not table.startswith(TOXICS):
+            if f"{table}.{key}" == TOXICS:  # tomllib's view: one key, nemesis.toxics
+                yield "nemesis", "toxics", value
+                continue
             yield from _flat(f"{table}.{key}" if table else key, value)
         else:
             yield table, key, value
@@ -67,6 +73,8 @@ def _profile_lines(text: str) -> tuple[dict[tuple[str, str], Any], dict[tuple[st
             parent, _, field = table.rpartition(".")
             if parent in SCHEMA and field in SCHEMA[parent]:  # [nemesis.weights] lists weights
                 active[(parent, field)] = {}
+            if parent == TOXICS:  # [nemesis.toxics.bandwidth]: part of the nemesis.toxics key
+                active[("nemesis", "toxics")] = {}
             continue
         is_comment = stripped.startswith("#")
         body = stripped.lstrip("#").strip() if is_comment else stripped
@@ -93,7 +101,8 @@ def test_default_profile_lists_every_schema_key() -> None:
     missing = sorted(full for full in schema - listed)
     assert not missing, f"{PROFILE.name} does not list {missing}: add each (commented out " \
                         "when its default is unset) with a one-line comment"
-    unknown = sorted(k for k in listed - schema if k[0] != WEIGHTS)
+    unknown = sorted(k for k in listed - schema
+                     if k[0] != WEIGHTS and not k[0].startswith(TOXICS + "."))
     assert not unknown, f"{PROFILE.name} lists keys the schema does not know: {unknown}"
     both = sorted(set(active) & set(commented))
     assert not both, f"{PROFILE.name} both sets and comments out {both}"
@@ -102,8 +111,19 @@ def test_default_profile_lists_every_schema_key() -> None:
 def test_default_profile_commented_examples_are_valid_values() -> None:
     _, commented = _profile_lines(PROFILE.read_text(encoding="utf-8"))
     for (table, key), value in commented.items():
-        if table != WEIGHTS:
+        if table != WEIGHTS and not table.startswith(TOXICS + "."):
             SCHEMA[table][key].check(value)  # raises on a value the schema would refuse
+
+
+def test_default_profile_gives_every_toxic_kind_its_full_table() -> None:
+    active, _ = _profile_lines(PROFILE.read_text(encoding="utf-8"))
+    listed: dict[str, set[str]] = {}
+    for table, key in active:
+        if table.startswith(TOXICS + "."):
+            listed.setdefault(table[len(TOXICS) + 1:], set()).add(key)
+    expected = {kind: set(defaults(kind)) for kind in TOXIC_TABLES}
+    assert listed == expected, f"[{TOXICS}.<kind>] tables should list every setting of every " \
+                               "toxic kind"
 
 
 def test_default_profile_weighs_every_fault_kind() -> None:

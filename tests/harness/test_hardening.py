@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from checkers import __main__ as checkers_main
@@ -24,6 +25,7 @@ from checkers import spark as spark_mod
 from checkers.check import check_path, exit_code, output_paths
 from checkers.exitcodes import UserError
 from checkers.ingest import HistoryError, ingest, validate
+from checkers.native_ingest import NativeUnsure, native_ingest
 from control import files
 from control.files import UnsafePathError
 from control.inventory import InventoryError, load_inventory
@@ -173,6 +175,18 @@ def test_a_broken_history_is_an_error_naming_its_line(tmp_path, capsys, case, mu
     assert results["errors"] and exit_code(results) == 3
 
 
+@pytest.mark.parametrize(("case", "mutate", "line", "says"), BROKEN_HISTORIES,
+                         ids=[c[0] for c in BROKEN_HISTORIES])
+def test_the_native_reader_defers_every_broken_history(tmp_path, case, mutate, line, says):
+    """The native path's screen is the only thing between a broken line and a verdict: it
+    must hand every broken history to the exact path, which names the line."""
+    history = run_folder(tmp_path, mutate(good_ops())) / "history.jsonl"
+    (tmp_path / "pq").mkdir()
+    with pytest.raises(NativeUnsure):
+        native_ingest(history, tmp_path / "pq" / "ops.parquet", tmp_path / "pq" / "reads.parquet",
+                      tmp_path / "pq", ingest_mod.MAX_LINE_BYTES, None)
+
+
 def test_partitions_past_the_topic_are_an_error(tmp_path):
     ops = good_ops()
     ops[3]["partition"] = ops[4]["partition"] = 2  # the topic of test.json has 2 partitions
@@ -222,7 +236,12 @@ def test_odd_but_well_formed_histories_pass(tmp_path, case, mutate):
     run = run_folder(tmp_path, mutate(good_ops()))
     assert validate(run / "history.jsonl") == []
     res = ingest(run / "history.jsonl", tmp_path / "pq")
-    assert res.ops >= 5
+    assert res.ops >= 5 and res.path == "native"
+    # the native path's tables are the exact path's
+    exact = ingest(run / "history.jsonl", tmp_path / "exact", native=False)
+    for native_table, exact_table in ((res.ops_path, exact.ops_path),
+                                      (res.reads_path, exact.reads_path)):
+        assert pq.read_table(native_table).equals(pq.read_table(exact_table)), res.path
 
 
 def test_a_torn_last_line_is_still_a_note(tmp_path):

@@ -11,8 +11,20 @@ from pathlib import Path
 import pytest
 
 from harness.commands.simulate import campaign_config
+from harness.config import ConfigError, load_config
 from harness.report.story import build_story, story_text
-from harness.shrink import MINIMAL, SHRUNK, Budget, ddmin, replay_test, shrink, target_class
+from harness.shrink import (
+    MINIMAL,
+    SHRUNK,
+    Budget,
+    Candidate,
+    Evaluator,
+    Outcome,
+    ddmin,
+    replay_test,
+    shrink,
+    target_class,
+)
 from harness.simulate import as_simulated, digest_files, simulate_test
 from harness.test import Plan, Test
 
@@ -69,6 +81,34 @@ def test_budget_parses_seconds_and_candidates():
     assert Budget("80c").candidates == 80 and Budget("80c").seconds is None
     assert Budget("30s").seconds == 30 and Budget("30").seconds == 30
     assert not Budget(None).exhausted()
+
+
+class _Table(Evaluator):
+    """An Evaluator whose outcomes come from a table keyed by workload.acks (no simulation):
+    the predicate logic alone."""
+
+    def __init__(self, losing: set[str], **kw) -> None:
+        super().__init__("lost-write", Budget(None), **kw)
+        self.losing = losing
+
+    def outcome(self, cand):
+        lost = cand.config["workload"]["acks"] in self.losing
+        return Outcome({"lost-write": 3} if lost else {}, 10, 10, 0.0)
+
+
+def test_against_keeps_only_candidates_whose_safe_twin_passes():
+    weak = Candidate(load_config(overrides={"workload.acks": "1"}), ())
+    assert _Table({"1"}).fails(weak)
+    assert _Table({"1"}, against=["workload.acks=all"]).fails(weak)
+    # a schedule that loses under the safe setting too is no reproduction of the weakness
+    assert not _Table({"1", "all"}, against=["workload.acks=all"]).fails(weak)
+    assert not _Table(set(), against=["workload.acks=all"]).fails(weak)
+
+
+def test_against_with_an_unknown_key_is_a_config_error():
+    weak = Candidate(load_config(), ())
+    with pytest.raises(ConfigError, match="unknown key 'system.nope'"):
+        _Table({"1"}, against=["system.nope=1"]).twin(weak)
 
 
 def test_target_class_takes_loss_classes_first():

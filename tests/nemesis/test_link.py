@@ -27,10 +27,13 @@ LINK_FAULTS = tuple(k.name for k in all_kinds() if k.family == "link")
 def test_settings_fill_in_defaults_and_each_kind_has_its_rule():
     s = link.settings({"link_delay_ms": 300, "link_jitter_ms": 0, "link_loss_percent": 2.5})
     assert s["reset_probability"] == 0.05
+    # SSH and Toxiproxy's API are exempt (the harness keeps control), and loopback (a node
+    # talks to its own Toxiproxy over it)
     assert link.rule("slow-link", s, 22) == (
-        "-p tcp -m multiport ! --ports 22 -j NFQUEUE --queue-num 7341 --queue-bypass")
+        "! -i lo -p tcp -m multiport ! --ports 22,8474 -j NFQUEUE --queue-num 7341 "
+        "--queue-bypass")
     assert link.rule("lossy-link", s, 2222).endswith(
-        "! --ports 2222 -m statistic --mode random --probability 0.025000 -j DROP")
+        "! --ports 2222,8474 -m statistic --mode random --probability 0.025000 -j DROP")
     assert link.rule("reset-link", s, 22).endswith(
         "--probability 0.050000 -j REJECT --reject-with tcp-reset")
     assert lookup("slow-link").describe(s) == {"link_delay_ms": 300, "link_jitter_ms": 0}
