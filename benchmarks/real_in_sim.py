@@ -51,13 +51,11 @@ def run_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
     return [(c, p) for c, p in out if (p / "results.json").exists()]
 
 
-def try_seed(run_dir: Path, target: str, k: int) -> dict[str, Any]:
-    start, _real, notes = start_candidate(run_dir)
-    ev = Evaluator(target, Budget(None))
+def try_seed(start: Candidate, target: str, k: int) -> dict[str, Any]:
+    """The mapped schedule simulated with seed + k, checked as `harness shrink` checks it."""
     cand = Candidate(with_seed(start.config, int(start.config["seed"]) + k), start.entries)
-    out = ev.outcome(cand)
-    return {"hit": target in out.classes, "classes": sorted(out.classes), "s": out.wall_s,
-            "faults": start.faults, "notes": notes}
+    out = Evaluator(target, Budget(None)).outcome(cand)
+    return {"hit": target in out.classes, "classes": sorted(out.classes), "s": out.wall_s}
 
 
 def main() -> None:
@@ -81,15 +79,16 @@ def main() -> None:
                 rows.append({"config": config, "run": str(run_dir), "target": None,
                              "real": real_classes})
                 continue
-            tries = list(pool.map(try_seed, [run_dir] * args.tries, [target] * args.tries,
+            start, _real, notes = start_candidate(run_dir)  # read once, simulated `tries` times
+            tries = list(pool.map(try_seed, [start] * args.tries, [target] * args.tries,
                                   range(args.tries)))
             hits = sum(t["hit"] for t in tries)
             sim_classes = sorted({c for t in tries for c in t["classes"]})
             rows.append({"config": config, "run": str(run_dir), "target": target, "hits": hits,
-                         "tries": args.tries, "faults": tries[0]["faults"], "real": real_classes,
-                         "sim": sim_classes, "notes": tries[0]["notes"]})
+                         "tries": args.tries, "faults": start.faults, "real": real_classes,
+                         "sim": sim_classes, "notes": notes})
             print(f"{config:22s} {run_dir.name:26s} {target:22s} {hits}/{args.tries}  "
-                  f"faults {tries[0]['faults']:2d}  real {real_classes}  sim {sim_classes}",
+                  f"faults {start.faults:2d}  real {real_classes}  sim {sim_classes}",
                   flush=True)
     print(f"\n{len(rows)} runs in {time.perf_counter() - started:.0f} s; per config "
           "(failing real runs, reproduced at least once, mean probability):")

@@ -692,7 +692,6 @@ class NemesisSettings:
 class CheckerSettings:
     allow: tuple[str, ...]
     spark_master: str | None
-    spark_min_ops: int = 0
 
 
 @dataclass(frozen=True)
@@ -754,7 +753,6 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, v)) for k, v in LINK_DEFAULTS.items()},
                                 check_tables(n.get("toxics", {}))),
-        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master"),
-                                int(c.get("spark_min_ops", 0))),
+        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
         hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config)),
     )
