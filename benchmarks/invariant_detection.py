@@ -12,8 +12,9 @@ final read lacks an acknowledged value: simulation.scenarios.acknowledged_loss),
 `--mode episodes` (default) uses the scripted episode aimed at each weakness (the twins of
 tests/simulation/test_invariants_sim.py); `--mode campaign` uses campaigns/validation.toml's configs
 under their own randomised nemesis mix (harness.simulate), the safe one included. `--trace`
-also runs the trace checker (checkers/trace.py) on each run's events.jsonl and history.jsonl
-and counts the runs where it found a violation. Nothing is asserted.
+also runs the trace checker (checkers/trace.py) on each run's events.jsonl and history.jsonl,
+counts the runs where it found a violation, prints the invariants it found (runs) and the
+runs where its set of violated invariants differs from the simulator's. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -66,11 +67,13 @@ def main() -> int:
     print(f"{'weakness':40} {'runs':>4} {'invariant':>9} {'lost':>5} {'both':>5} "
           f"{'lost, no inv':>12}{'  trace':>8}  invariants (runs)", flush=True)
     for name, runner in _rows(args.mode):
-        if only and name not in only:
+        if only and name.split(" ")[0] not in only:
             continue
         started = time.perf_counter()
         violated = lost = both = missed = traced = 0
         classes: Counter = Counter()
+        trace_classes: Counter = Counter()
+        differ = 0
         runs = 0
         for seed in seeds:
             for _seed, (found, n_lost, config, folder) in runner(seed):
@@ -83,10 +86,17 @@ def main() -> int:
                 if args.trace:
                     report = check_run(folder, config)
                     traced += bool(report and report.violations)
+                    seen = {str(v["name"]).removeprefix("invariant:")
+                            for v in (report.violations if report else [])}
+                    trace_classes.update(seen)
+                    differ += seen != {x.removeprefix("invariant:") for x in found}
                 shutil.rmtree(folder, ignore_errors=True)
         trace = f"{traced:>8}" if args.trace else f"{'':>8}"
         print(f"{name:40} {runs:>4} {violated:>9} {lost:>5} {both:>5} {missed:>12}{trace}  "
               f"{dict(sorted(classes.items()))}  ({time.perf_counter() - started:.0f} s)", flush=True)
+        if args.trace:
+            print(f"{'':40} trace: {dict(sorted(trace_classes.items()))}; runs whose trace found "
+                  f"another set of invariants than the simulator: {differ}", flush=True)
     return 0
 
 

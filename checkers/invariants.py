@@ -364,15 +364,16 @@ def replication_quorum_superset(p: PartitionSnapshot) -> list[Violation]:
         if not r.alter_pending and maximal != set(r.isr):
             out.append(_v("ReplicationQuorumSuperset", m, f"leader {b} (epoch {r.leader_epoch}) has "
                           f"no AlterPartition pending but acts on ISR {sorted(maximal)}, not its "
-                          f"committed ISR {list(r.isr)}", b, r.leader_epoch, tuple(sorted(maximal)), r.isr))
+                          f"committed ISR {list(r.isr)}", "unproposed", b, r.leader_epoch,
+                          tuple(sorted(maximal)), r.isr))
         if len(r.isr) >= m.min_isr:
             needed = set(m.isr) | set(m.elr)
             if not needed <= maximal:
                 out.append(_v("ReplicationQuorumSuperset", m, f"leader {b} (epoch {r.leader_epoch}) "
                               f"with committed ISR {list(r.isr)} >= MinISR {m.min_isr} computes its "
                               f"HWM over {sorted(maximal)}, which lacks controller ISR+ELR member(s) "
-                              f"{sorted(needed - maximal)}", b, r.leader_epoch, tuple(sorted(maximal)),
-                              tuple(sorted(needed))))
+                              f"{sorted(needed - maximal)}", "not-superset", b, r.leader_epoch,
+                              tuple(sorted(maximal)), tuple(sorted(needed))))
     return out
 
 

@@ -24,13 +24,18 @@ clock) and rebuilds, as far as they tell, the snapshot checkers.invariants reads
   are the ok sends (offset, and the epoch of the acknowledging leader, which is the record's);
   records consumers read are checked by the epoch their acknowledgement names.
 
+- what each replica acts on (`partition-state`: MetadataLogMatching, against the controller's
+  `partition-change` events), each leader's ISR views (`isr-view`: the maximal ISR, the
+  committed one and whether an AlterPartition is pending: ReplicationQuorumSuperset), and when
+  a restarted follower's log is reconciled with its leader (`reconciled`, or `become-leader`):
+  until then its checkpointed HWM is no stable prefix, as in the simulator.
+
 The invariants are evaluated after every event of a node, for the partitions it concerns,
 and once at the end. What a trace cannot decide, said in the report's `undecided`:
 
-- ReplicationQuorumSuperset: a leader's proposed ("maximal") ISR and whether its
-  AlterPartition is pending are not in the trace;
-- MetadataLogMatching: the partition state a broker acts on is not in the trace beyond its
-  leader and leader epoch;
+- in traces written before the nodes emitted `partition-state`, `isr-view` and `reconciled`
+  (no `partition-state` in the file): ReplicationQuorumSuperset and MetadataLogMatching, and
+  LogMatching then holds every replica's reported HWM;
 - everything between two reports of a replica's log end (a state held for less than the
   report interval, 200 ms, may go unseen).
 
@@ -62,15 +67,18 @@ from checkers.invariants import (
     Rec,
     ReplicaState,
     epoch_at,
+    metadata_key,
 )
 
+# Undecided in a trace without view events (written by nodes older than isr-view,
+# partition-state and reconciled).
 UNDECIDABLE = {
-    "ReplicationQuorumSuperset": "a leader's proposed (maximal) ISR and its pending AlterPartition "
-                                 "are not in events.jsonl",
-    "MetadataLogMatching": "the partition state a broker acts on is not in events.jsonl beyond "
-                           "its leader and leader epoch",
+    "ReplicationQuorumSuperset": "this events.jsonl has no isr-view events: a leader's maximal "
+                                 "ISR and its pending AlterPartition are unknown",
+    "MetadataLogMatching": "this events.jsonl has no partition-state events: the partition state "
+                           "a broker acts on is unknown beyond its leader and leader epoch",
 }
-DECIDED = tuple(i for i in INVARIANTS if i.name not in UNDECIDABLE)
+VIEW_EVENTS = "partition-state"  # present when the trace carries the replicas' views
 DEATHS = ("kill", "power-loss", "torn-power-loss", "outage")
 LOSSY = ("power-loss", "torn-power-loss", "outage")
 WITH_LOG_END = ("log-open", "become-leader", "become-follower", "truncate", "log-progress")
@@ -84,6 +92,10 @@ class _Replica:
     epochs: list[tuple[int, int]] = field(default_factory=list)
     role: str = NONE
     leader_epoch: int = -1
+    reconciled: bool = False  # its log agrees with a leader's (reconciled or become-leader)
+    metadata: tuple | None = None  # the partition state it acts on (metadata_key form)
+    isr_view: tuple[int, tuple[int, ...], tuple[int, ...] | None, bool] | None = None
+    # (leader epoch, maximal ISR, committed ISR, AlterPartition pending) as leader
 
 
 @dataclass
@@ -95,6 +107,7 @@ class _Partition:
     acked: Acks = field(default_factory=lambda: Acks([], {}))
     acked1: dict[tuple[int, int], Rec] = field(default_factory=dict)
     reads: dict[tuple[int, int], Rec] = field(default_factory=dict)
+    history: dict[int, tuple] = field(default_factory=dict)  # partition epoch -> metadata_key
 
 
 @dataclass
@@ -107,7 +120,12 @@ class TraceReport:
 
 
 class TraceChecker:
-    def __init__(self, *, min_isr: int = 1, elr_enabled: bool = True, acks: str = "all") -> None:
+    def __init__(self, *, min_isr: int = 1, elr_enabled: bool = True, acks: str = "all",
+                 views: bool = True) -> None:
+        """`views`: the trace has the replicas' view events (module docstring); without them
+        the invariants that need them are undecided."""
+        self.views = views
+        self.decided = INVARIANTS if views else tuple(i for i in INVARIANTS if i.name not in UNDECIDABLE)
         self.min_isr = min_isr
         self.elr_enabled = elr_enabled
         self.acks = acks
@@ -118,7 +136,7 @@ class TraceChecker:
         self.fenced: set[int] = set()
         self.host_broker: dict[str, int] = {}
         self.acked_at: dict[Any, tuple[int, int]] = {}  # value -> (offset, epoch) at acks=all
-        self.report = TraceReport()
+        self.report = TraceReport(undecided={} if views else dict(UNDECIDABLE))
         self._seen: set[tuple] = set()
 
     # ---- events ------------------------------------------------------------------------------
@@ -136,11 +154,16 @@ class TraceChecker:
             assert part is not None
             # partition-change does not repeat the replicas: the first one (create) has them all
             # in the ISR
-            replicas = part.meta.replicas if part.meta is not None else tuple(e["isr"])
+            # in the ISR (events written before `replicas` was added to partition-change)
+            replicas = tuple(e["replicas"]) if "replicas" in e else (
+                part.meta.replicas if part.meta is not None else tuple(e["isr"]))
             part.meta = PartitionMeta(
                 e["topic"], e["partition"], replicas, e["leader"], e["leader_epoch"],
                 e["partition_epoch"], tuple(e["isr"]), tuple(e["elr"]), tuple(e["last_known_elr"]),
                 frozenset(self.fenced), self.min_isr, self.elr_enabled)
+            part.history[e["partition_epoch"]] = metadata_key(
+                e["partition_epoch"], e["leader"], e["leader_epoch"], e["isr"], e["elr"],
+                e["last_known_elr"], replicas)
         elif kind == "broker-registered":
             b = e["broker"]
             self.controller_epochs[b] = e["broker_epoch"]
@@ -155,10 +178,11 @@ class TraceChecker:
             self.registered[node] = False
             for p in self.parts.values():
                 if node in p.replicas:
-                    p.replicas[node].known = False  # until its log-open
+                    _forget(p.replicas[node], log=True)  # a new process: unknown until log-open
         elif kind == "broker-stop" and isinstance(node, int):
             self.alive[node] = False
             self.registered[node] = False
+            self._died(node, lossy=False)
         elif key is not None and isinstance(node, int):
             subject = node
             r = part.replicas.setdefault(node, _Replica())
@@ -166,11 +190,22 @@ class TraceChecker:
                 r.known, r.leo, r.hwm = True, e["log_end_offset"], e["hwm"]
                 r.epochs = [tuple(x) for x in e["epochs"]]
                 r.role, r.leader_epoch = NONE, -1
+                r.reconciled = False
             elif kind in ("become-leader", "become-follower"):
                 r.role = LEADER if kind == "become-leader" else FOLLOWER
                 r.leader_epoch = e["leader_epoch"]
+                r.reconciled = r.reconciled or kind == "become-leader"
                 if "log_end_offset" in e:
                     r.leo, r.hwm = e["log_end_offset"], e["hwm"]
+            elif kind == "reconciled":
+                r.reconciled = True
+            elif kind == "partition-state":
+                r.metadata = metadata_key(e["partition_epoch"], e["leader"], e["leader_epoch"],
+                                          e["isr"], e["elr"], e["last_known_elr"], e["replicas"])
+            elif kind == "isr-view":
+                committed = e["committed_isr"]
+                r.isr_view = (e["leader_epoch"], tuple(e["isr"]),
+                              None if committed is None else tuple(committed), bool(e["alter_pending"]))
             elif kind == "log-progress":
                 r.role, r.leader_epoch = e["role"], e["leader_epoch"]
                 r.leo, r.hwm = e["log_end_offset"], e["hwm"]
@@ -209,10 +244,14 @@ class TraceChecker:
                 continue
             self.alive[b] = False
             self.registered[b] = False
-            if lossy:
-                for p in self.parts.values():
-                    if b in p.replicas:
-                        p.replicas[b].known = False
+            self._died(b, lossy)
+
+    def _died(self, b: int, lossy: bool) -> None:
+        """Broker b's process ended: what it acted on goes with it (a lossy end: its log too,
+        until the next log-open)."""
+        for p in self.parts.values():
+            if b in p.replicas:
+                _forget(p.replicas[b], log=lossy)
 
     # ---- the history's facts -------------------------------------------------------------------
 
@@ -290,7 +329,7 @@ class TraceChecker:
             return
         snap = self.snapshot(part, exact)
         checks = self.report.checks
-        for inv in DECIDED:
+        for inv in self.decided:
             checks[inv.name] = checks.get(inv.name, 0) + 1
             for v in inv.check(snap):
                 ident = (v.name, v.topic, v.partition, v.key)
@@ -309,12 +348,23 @@ class TraceChecker:
             running = bool(self.alive.get(b, False) and self.registered.get(b, False)
                            and self.controller_epochs.get(b) is not None)
             if r is None or not r.known:
-                replicas[b] = ReplicaState(b, running, leo=0, leo_known=False)
+                replicas[b] = ReplicaState(b, running, leo=0, leo_known=False,
+                                           metadata=r.metadata if r is not None else None)
                 continue
-            replicas[b] = ReplicaState(b, running, r.role, r.leader_epoch, r.leo, r.hwm, None,
-                                       tuple(r.epochs), leo_known=b == exact)
+            # Until its log is reconciled with a leader, a restarted replica's checkpointed HWM
+            # may cover records an unclean shutdown brought back: no stable prefix yet.
+            hwm = r.hwm if r.reconciled or not self.views else 0
+            committed = maximal = None
+            pending = False
+            view = r.isr_view
+            if view is not None and r.role == LEADER and view[0] == r.leader_epoch:
+                _, maximal, committed, pending = view
+            replicas[b] = ReplicaState(b, running, r.role, r.leader_epoch, r.leo, hwm, None,
+                                       tuple(r.epochs), committed, maximal, pending, r.metadata,
+                                       leo_known=b == exact)
         acked1 = Acks([], dict(part.acked1))
-        facts = Facts(part.true_hwm, None, part.committed, part.acked, acked1, part.reads, None)
+        facts = Facts(part.true_hwm, None, part.committed, part.acked, acked1, part.reads,
+                      part.history if self.views else None)
         return PartitionSnapshot(m, replicas, facts)
 
     def finish(self) -> TraceReport:
@@ -325,6 +375,15 @@ class TraceChecker:
 
 def _with(m: PartitionMeta, **changes: Any) -> PartitionMeta:
     return replace(m, **changes)
+
+
+def _forget(r: _Replica, *, log: bool) -> None:
+    """A replica's process is gone: its views go; with `log`, its log is unknown too."""
+    r.metadata = r.isr_view = None
+    r.reconciled = False
+    r.role, r.leader_epoch = NONE, -1
+    if log:
+        r.known = False
 
 
 def _committed_epoch(part: _Partition, offset: int) -> int | None:
@@ -356,7 +415,9 @@ def check_trace(events: Iterable[Mapping[str, Any]], history: Iterable[Mapping[s
                 acks: str = "all") -> TraceReport:
     """Replay node events and history operations (each in time order) and check the
     invariants; see the module docstring."""
-    checker = TraceChecker(min_isr=min_isr, elr_enabled=elr_enabled, acks=acks)
+    events = list(events)
+    views = any(e.get("kind") == VIEW_EVENTS for e in events)
+    checker = TraceChecker(min_isr=min_isr, elr_enabled=elr_enabled, acks=acks, views=views)
     # Events before operations at the same instant: an operation completes after what served it.
     merged = heapq.merge(((e.get("time", 0), 0, i, e) for i, e in enumerate(events)),
                          ((o.get("time", 0), 1, i, o) for i, o in enumerate(history)))
@@ -419,10 +480,12 @@ def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8
         if report is None:
             return {}, [], {}
         violations = report.violations
+        undecided = ("; not decidable from this trace: "
+                     + "; ".join(f"{k} ({v})" for k, v in sorted(report.undecided.items()))
+                     if report.undecided else "; every invariant decidable from it")
         notes = report.notes + [
             f"protocol invariants checked on the trace (events.jsonl with the history) at "
-            f"{max(report.checks.values(), default=0)} state(s); not decidable from a trace: "
-            + "; ".join(f"{k} ({v})" for k, v in sorted(report.undecided.items()))]
+            f"{max(report.checks.values(), default=0)} state(s){undecided}"]
         stats = {"source": "trace", "violations": len(violations), "events": report.events,
                  "checks": report.checks, "undecided": sorted(report.undecided)}
     for v in violations:

@@ -47,7 +47,7 @@ from replication.messages import (
     invalid_request,
 )
 from replication.messages import AlterPartitionRequest as AlterPartition
-from replication.outputs import Event, Output, Reply, Send
+from replication.outputs import Event, Output, Reply, Send, events_first
 from replication.partition import Replica
 
 
@@ -118,7 +118,7 @@ class Broker:
             case FetchRequest(topic=t, partition=p), _:
                 if (replica := self.replicas.get((t, p))) is not None:
                     out += replica.on_fetch_response(request, response, now) + replica.next_fetch(now)
-        return out + self._sync_outputs()
+        return self._observed(out + self._sync_outputs())
 
     def on_send_failed(self, dest: str | int, request: Request | dict, now: int) -> list[Output]:
         match as_request(request):
@@ -133,7 +133,7 @@ class Broker:
             case FetchRequest(topic=t, partition=p):
                 if (replica := self.replicas.get((t, p))) is not None:
                     replica.on_fetch_failed(now)
-        return []
+        return self._observed([])
 
     def _on_heartbeat(self, response: Message, now: int) -> list[Output]:
         self.heartbeat_in_flight = False
@@ -222,7 +222,7 @@ class Broker:
                                                  "epoch": replica.log.latest_epoch(), "start_offset": end}))
         else:
             out = replica.fetch(token, request, now)
-        return out + replica.sync_outputs()
+        return events_first(replica.view_events(), out + replica.sync_outputs())
 
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []
@@ -232,7 +232,7 @@ class Broker:
         for replica in self.replicas.values():
             out += replica.tick(now)
             out += replica.next_fetch(now)
-        return out + self._sync_outputs()
+        return self._observed(out + self._sync_outputs())
 
     # ---- storage -------------------------------------------------------------------------------------
 
@@ -241,10 +241,15 @@ class Broker:
         replica = self.replicas.get((topic, partition))
         if replica is None:
             return []
-        return replica.on_synced(job, now) + replica.sync_outputs()
+        return events_first(replica.view_events(), replica.on_synced(job, now) + replica.sync_outputs())
 
     def _sync_outputs(self) -> list[Output]:
         return [o for replica in self.replicas.values() for o in replica.sync_outputs()]
+
+    def _observed(self, out: list[Output]) -> list[Output]:
+        """`out` with every replica's view events (Replica.view_events) ahead of its sends."""
+        views = [e for replica in self.replicas.values() for e in replica.view_events()]
+        return events_first(views, out)
 
     def hwm_snapshot(self) -> dict[str, int]:
         """{"topic-partition": hwm} of every replica, for the runtime's HWM checkpoint."""

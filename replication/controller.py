@@ -141,7 +141,8 @@ class Controller:
             "topic": state.topic, "partition": state.partition, "leader": state.leader,
             "leader_epoch": state.leader_epoch, "partition_epoch": state.partition_epoch,
             "isr": list(state.isr), "elr": list(state.elr),
-            "last_known_elr": list(state.last_known_elr), "reason": change.reason}))
+            "last_known_elr": list(state.last_known_elr), "replicas": list(state.replicas),
+            "reason": change.reason}))
         if change.unclean_election:
             out.append(Event("unclean-election", {
                 "topic": state.topic, "partition": state.partition, "leader": state.leader,

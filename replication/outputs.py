@@ -62,3 +62,18 @@ class Sync:
 
 
 Output = Reply | Send | Event | Persist | Sync
+
+
+def events_first(events: list[Output], outputs: list[Output]) -> list[Output]:
+    """`outputs` with `events` inserted before the first output that is not an Event.
+
+    Observations of the state a step leaves must reach events.jsonl before anything the step
+    sends: a peer that reacts to a Reply or Send writes its own events on another host's
+    loop, and the trace checker orders events by time (checkers/trace.py)."""
+    if not events:
+        return outputs
+    i = 0
+    n = len(outputs)
+    while i < n and outputs[i].__class__ is Event:
+        i += 1
+    return outputs[:i] + events + outputs[i:]

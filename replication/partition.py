@@ -102,6 +102,12 @@ class Replica:
         # follower
         self.fetch_in_flight = False
         self.fetch_backoff_until = 0
+        # What view_events last told: the partition state acted on (the object, then its
+        # content), the leader's ISR view, and whether the log was reconciled.
+        self._told_state_obj: PartitionState | None = None
+        self._told_state: tuple | None = None
+        self._told_isr: tuple | None = None
+        self._told_reconciled = False
         # the last log-progress event: when, and the (log end, HWM) it reported
         self._progress_at: int | None = None
         self._progress_mark = (log.end_offset, self.hwm)
@@ -132,6 +138,45 @@ class Replica:
 
     def _min_isr_met(self) -> bool:
         return len(self._quorum()) >= self.config.min_insync_replicas
+
+    def view_events(self) -> list[Output]:
+        """Events for the state a real run's trace cannot otherwise rebuild (checkers/trace.py),
+        each said when it changes, so a step costs a few comparisons:
+
+        - `partition-state`: the partition state this replica acts on (MetadataLogMatching);
+        - `isr-view`: as leader, the ISR its HWM is computed over, the committed ISR it knows,
+          and whether an AlterPartition is pending (ReplicationQuorumSuperset);
+        - `reconciled`: as follower, its log was found to agree with the leader's (a fetch
+          answered without divergence); LogMatching holds a restarted replica's checkpointed
+          HWM to the others only from then on, as the simulator does (a leader's
+          `become-leader` says the same)."""
+        out: list[Output] = []
+        s = self.state
+        if s is not None and s is not self._told_state_obj:
+            self._told_state_obj = s
+            told = (s.partition_epoch, s.leader, s.leader_epoch, s.isr, s.elr, s.last_known_elr,
+                    s.replicas)
+            if told != self._told_state:
+                self._told_state = told
+                out.append(self._ev("partition-state", partition_epoch=s.partition_epoch,
+                                    leader=s.leader, leader_epoch=s.leader_epoch, isr=list(s.isr),
+                                    elr=list(s.elr), last_known_elr=list(s.last_known_elr),
+                                    replicas=list(s.replicas)))
+        if self.role == Role.LEADER:
+            committed = s.isr if s is not None else None
+            view = (self.leader_epoch, self.isr, committed, self.alter_in_flight)
+            if view != self._told_isr:
+                self._told_isr = view
+                out.append(self._ev("isr-view", leader_epoch=self.leader_epoch, isr=list(self.isr),
+                                    committed_isr=None if committed is None else list(committed),
+                                    alter_pending=self.alter_in_flight))
+        else:
+            self._told_isr = None  # a later leadership is told afresh
+        if self.reconciled != self._told_reconciled:
+            self._told_reconciled = self.reconciled
+            if self.role == Role.FOLLOWER:
+                out.append(self._ev("reconciled", leader_epoch=self.leader_epoch))
+        return out
 
     # ---- metadata ----------------------------------------------------------------------------
 

@@ -292,10 +292,82 @@ def base_trace() -> list[dict]:
     return out
 
 
+def ps(t, b, leader, epoch, pepoch, isr, elr=(), lkelr=(), replicas=(1, 2, 3)):
+    """A broker's partition-state event: the partition state it now acts on."""
+    return ev(t, b, "partition-state", topic="t", partition=0, partition_epoch=pepoch,
+              leader=leader, leader_epoch=epoch, isr=list(isr), elr=list(elr),
+              last_known_elr=list(lkelr), replicas=list(replicas))
+
+
+def isr_view(t, b, epoch, isr, committed, pending):
+    return ev(t, b, "isr-view", topic="t", partition=0, leader_epoch=epoch, isr=list(isr),
+              committed_isr=list(committed), alter_pending=pending)
+
+
+def viewed_trace() -> list[dict]:
+    """base_trace as today's nodes write it: with partition-state, isr-view, replicas."""
+    out = base_trace()
+    create = next(e for e in out if e["kind"] == "partition-change")
+    create["replicas"] = [1, 2, 3]
+    at = out.index(create) + 1
+    out[at:at] = [ps(0.25, b, 1, 0, 0, (1, 2, 3)) for b in (1, 2, 3)]
+    out.insert(out.index(next(e for e in out if e["kind"] == "become-leader")) + 1,
+               isr_view(0.31, 1, 0, (1, 2, 3), (1, 2, 3), False))
+    return out
+
+
 def test_a_trace_without_faults_violates_nothing():
     report = check_trace(base_trace(), min_isr=2)
     assert report.violations == [] and report.checks["LeaderCompleteness"] > 0
+    # written before the nodes said what they act on: two invariants stay undecided
     assert set(report.undecided) == {"ReplicationQuorumSuperset", "MetadataLogMatching"}
+    assert "ReplicationQuorumSuperset" not in report.checks
+    report = check_trace(viewed_trace(), min_isr=2)
+    assert report.violations == [] and report.undecided == {}
+    assert report.checks["ReplicationQuorumSuperset"] > 0 and report.checks["MetadataLogMatching"] > 0
+
+
+def test_a_trace_decides_replication_quorum_superset_from_isr_views():
+    # leader 1 proposes to drop 3 (pending, maximal ISR unchanged): fine
+    ok = viewed_trace() + [isr_view(1.1, 1, 0, (1, 2, 3), (1, 2, 3), True)]
+    assert check_trace(ok, min_isr=2).violations == []
+    # ... but acting on [1, 2] with nothing pending while its committed ISR is [1, 2, 3]
+    bad = viewed_trace() + [isr_view(1.1, 1, 0, (1, 2), (1, 2, 3), False)]
+    found = [v for v in check_trace(bad, min_isr=2).violations]
+    assert {v["name"] for v in found} == {"invariant:ReplicationQuorumSuperset"}
+    assert any("lacks controller ISR+ELR member(s) [3]" in v["detail"] for v in found)
+    # a view of an earlier leadership says nothing about this one
+    stale = viewed_trace() + [isr_view(1.1, 1, 7, (1, 2), (1, 2, 3), False)]
+    assert check_trace(stale, min_isr=2).violations == []
+
+
+def test_a_trace_decides_metadata_log_matching_from_partition_states():
+    good = viewed_trace() + [pc(1.1, 1, 0, 1, (1, 2)), ps(1.2, 2, 1, 0, 1, (1, 2))]
+    assert check_trace(good, min_isr=2).violations == []
+    # broker 2 acts on partition epoch 1 with an ISR the controller never committed there
+    bad = viewed_trace() + [pc(1.1, 1, 0, 1, (1, 2)), ps(1.2, 2, 1, 0, 1, (1, 3))]
+    (v,) = check_trace(bad, min_isr=2).violations
+    assert v["name"] == "invariant:MetadataLogMatching" and "replica 2" in v["detail"]
+    # a killed broker acts on nothing: its stale state is forgotten
+    gone = viewed_trace() + [
+        {"time": int(1.05e9), "process": "nemesis", "type": "info", "f": "start-kill",
+         "value": {"nodes": ["n3"]}}]
+    gone_events = [e for e in gone if "kind" in e] + [pc(1.1, 1, 0, 1, (1, 2))]
+    hist = [e for e in gone if "kind" not in e]
+    assert check_trace(gone_events, hist, topic="t", min_isr=2).violations == []
+
+
+def test_a_trace_holds_a_restarted_follower_to_log_matching_only_once_reconciled():
+    # broker 3 restarts; its checkpoint says HWM 10 but its log holds epoch 5 records from an
+    # unsynced truncation undone: until a fetch reconciles it, that is no stable prefix
+    events = viewed_trace() + [pc(1.9, 1, 0, 1, (1, 2))] + start(2.0, 3) + [
+        opened(2.1, 3, 10, [[0, 0], [5, 4]], hwm=10),
+        ps(2.1, 3, 1, 0, 1, (1, 2)),
+        ev(2.2, 3, "become-follower", topic="t", partition=0, leader_epoch=0, leader=1)]
+    assert check_trace(events, min_isr=2).violations == []
+    reconciled = events + [ev(2.3, 3, "reconciled", topic="t", partition=0, leader_epoch=0)]
+    found = {v["name"] for v in check_trace(reconciled, min_isr=2).violations}
+    assert "invariant:LogMatching" in found
 
 
 def test_a_trace_catches_a_leader_elected_without_the_committed_records():
@@ -360,7 +432,7 @@ def test_a_run_folder_with_events_gets_the_trace_check(tmp_path):
             f.write(json.dumps(e) + "\n")
     found, notes, stats = findings(tmp_path, {"system": {"min.insync.replicas": 2}})
     assert found == {} and stats["source"] == "trace" and stats["events"] == len(base_trace())
-    assert "not decidable from a trace" in notes[-1]
+    assert "not decidable from this trace" in notes[-1]
     assert findings(tmp_path / "nothing-here", {}) == ({}, [], {})
 
 
