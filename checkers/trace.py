@@ -6,7 +6,8 @@ share one kernel clock, so node events order across hosts; the history is on the
 clock) and rebuilds, as far as they tell, the snapshot checkers.invariants reads:
 
 - the controller's metadata: exact, from `partition-change`, `broker-fenced`/`-unfenced` and
-  `broker-registered`;
+  `broker-registered`, each controller batch (`batch`, `batch_size`: one call's atomic change)
+  applied whole, so no state inside a batch is judged;
 - who is running: a `broker-start` begins an incarnation, its `broker-registered` makes it
   running; a nemesis `start-kill`, `start-power-loss`, `start-torn-power-loss`, `start-outage`
   or a `broker-stop` ends it (a power loss also makes its log unknown until the next
@@ -138,11 +139,35 @@ class TraceChecker:
         self.acked_at: dict[Any, tuple[int, int]] = {}  # value -> (offset, epoch) at acks=all
         self.report = TraceReport(undecided={} if views else dict(UNDECIDABLE))
         self._seen: set[tuple] = set()
+        self._batch: list[Mapping[str, Any]] = []  # a controller batch not yet complete
 
     # ---- events ------------------------------------------------------------------------------
 
     def event(self, e: Mapping[str, Any]) -> None:
+        """One node event. A controller batch (`batch`, `batch_size`: what one controller call
+        committed) is held until it is complete and then applied at once: the states inside
+        it were never the controller's, though other nodes' events come between its lines."""
         self.report.events += 1
+        if e.get("node") == "controller" and "batch" in e:
+            if self._batch and self._batch[0]["batch"] != e["batch"]:
+                self._apply_batch()  # the rest of that batch never came: its controller died
+            self._batch.append(e)
+            if len(self._batch) >= int(e["batch_size"]):
+                self._apply_batch()
+            return
+        self._apply(e, evaluate=True)
+
+    def _apply_batch(self) -> None:
+        batch, self._batch = self._batch, []
+        for e in batch:
+            self._apply(e, evaluate=False)
+        touched = {(e["topic"], e["partition"]) for e in batch if "topic" in e and "partition" in e}
+        fencing = any(e.get("kind") in ("broker-fenced", "broker-unfenced") for e in batch)
+        for key, part in list(self.parts.items()):
+            if fencing or key in touched:
+                self._evaluate(part, batch[-1], None)
+
+    def _apply(self, e: Mapping[str, Any], *, evaluate: bool) -> None:
         kind = e.get("kind")
         node = e.get("node")
         if isinstance(node, int) and isinstance(e.get("host"), str):
@@ -152,9 +177,8 @@ class TraceChecker:
         subject: int | None = None
         if kind == "partition-change":
             assert part is not None
-            # partition-change does not repeat the replicas: the first one (create) has them all
-            # in the ISR
-            # in the ISR (events written before `replicas` was added to partition-change)
+            # Older partition-change events do not repeat the replicas: the first one (create)
+            # has them all in the ISR.
             replicas = tuple(e["replicas"]) if "replicas" in e else (
                 part.meta.replicas if part.meta is not None else tuple(e["isr"]))
             part.meta = PartitionMeta(
@@ -222,10 +246,10 @@ class TraceChecker:
             if r.role == LEADER and r.known and r.hwm > part.true_hwm:
                 self._commit(part, r, r.hwm)
         exact = subject if kind in WITH_LOG_END else None
-        if kind in ("broker-registered", "broker-fenced", "broker-unfenced"):
-            # Not evaluated here: the partition states this changes follow as events of the
-            # same controller step, each written only once the one before is fsynced, while
-            # other nodes' events may come in between. Each is evaluated at its own event.
+        if not evaluate or kind in ("broker-registered", "broker-fenced", "broker-unfenced"):
+            # Registrations and fencing without batch numbers (older traces): the partition
+            # states they change follow as events of the same controller step, each written
+            # once the one before is fsynced; each is evaluated at its own event.
             return
         if part is not None:
             self._evaluate(part, e, exact)
@@ -368,6 +392,8 @@ class TraceChecker:
         return PartitionSnapshot(m, replicas, facts)
 
     def finish(self) -> TraceReport:
+        if self._batch:
+            self._apply_batch()
         for p in self.parts.values():
             self._evaluate(p, {"kind": "end"}, None)
         return self.report

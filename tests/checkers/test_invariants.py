@@ -407,6 +407,45 @@ def test_a_trace_sees_the_fenced_last_replica_standing():
     assert v["name"] == "invariant:ValidControllerState"
 
 
+def batch(n: int, *events: dict) -> list[dict]:
+    """Controller events of one call, numbered as the controller numbers them."""
+    return [{**e, "batch": n, "batch_size": len(events)} for e in events]
+
+
+def test_a_trace_never_judges_the_state_inside_a_controller_batch():
+    # broker 2 fenced and moved out of the ISR in one call; the two lines are an fsync apart
+    # and the leader's log-progress falls between them
+    between = ev(2.05, 1, "log-progress", topic="t", partition=0, role="leader", leader_epoch=0,
+                 log_end_offset=12, hwm=12)
+    fence, shrink = batch(7, ev(2.0, "controller", "broker-fenced", broker=2, reason="session-timeout"),
+                          pc(2.1, 1, 0, 1, (1, 3), reason="fence"))
+    assert check_trace(viewed_trace() + [fence, between, shrink], min_isr=2).violations == []
+    # the same lines without batch numbers (older traces) are judged line by line
+    old = [{k: v for k, v in e.items() if k not in ("batch", "batch_size")} for e in (fence, shrink)]
+    (v,) = check_trace(viewed_trace() + [old[0], between, old[1]], min_isr=2).violations
+    assert v["name"] == "invariant:ValidControllerState"
+
+
+def test_a_controller_batch_is_judged_by_the_state_it_leaves():
+    # the last ISR member fenced and, in the same call, an unclean leader elected: only the
+    # end state counts ...
+    fenced_last = pc(2.1, None, 1, 1, (1,), reason="fence-last-isr-member")
+    elected = pc(2.2, 2, 2, 2, (2,), reason="unclean-election")
+    fence = ev(2.0, "controller", "broker-fenced", broker=1, reason="session-timeout")
+    found = check_trace(base_trace() + batch(3, fence, fenced_last, elected), min_isr=2,
+                        elr_enabled=False).violations
+    assert "invariant:ValidControllerState" not in {v["name"] for v in found}
+    # ... and an end state with the fenced broker in the ISR is a violation
+    (v,) = check_trace(base_trace() + batch(3, fence, fenced_last), min_isr=2,
+                       elr_enabled=False).violations
+    assert v["name"] == "invariant:ValidControllerState"
+    # a batch cut short (its controller died mid-way) is applied when the next one begins
+    cut = batch(3, fence, fenced_last, elected)[:2]
+    nxt = batch(4, ev(3.0, "controller", "broker-unfenced", broker=1))
+    found = check_trace(base_trace() + cut + nxt, min_isr=2, elr_enabled=False).violations
+    assert [v["name"] for v in found] == ["invariant:ValidControllerState"]
+
+
 # ---- results.json ----------------------------------------------------------------------------------
 
 def test_invariant_violations_make_a_run_invalid_unless_allowed(tmp_path):

@@ -56,8 +56,10 @@ class Driver:
         return [(f["leader"], tuple(f["isr"]), tuple(f["elr"]), tuple(f["last_known_elr"]))
                 for k, f in self.events if k == "partition-change"]
 
-    def kinds(self, kind: str) -> list[dict]:
-        return [f for k, f in self.events if k == kind]
+    def kinds(self, kind: str, *, batches: bool = False) -> list[dict]:
+        """Events of a kind; without their batch numbers unless `batches`."""
+        return [f if batches else {x: v for x, v in f.items() if x not in ("batch", "batch_size")}
+                for k, f in self.events if k == kind]
 
     def view(self) -> tuple:
         s = self.c.partitions[("t", 0)]
@@ -121,6 +123,11 @@ def test_seed_000_balanced_recovery_example() -> None:
     #     offset and is elected; the recovery is reported as potential data loss.
     d.heartbeat(3, now=SESSION_MS + 5010, log_info=_log_info(0, 6))
     assert d.view() == (2, (2,), (), (3,))
+    # the recovery's election and its report are one call's change: one batch of two events
+    (batched,) = d.kinds("unclean-recovery", batches=True)
+    change = d.kinds("partition-change", batches=True)[-1]
+    assert (batched["batch"], batched["batch_size"]) == (change["batch"], 2)
+    assert change["batch"] > d.kinds("partition-change", batches=True)[-2]["batch"]
     (rec,) = d.kinds("unclean-recovery")
     assert rec == {"topic": "t", "partition": 0, "strategy": "balanced", "leader": 2,
                    "leader_epoch": 4, "complete": True, "potential_data_loss": True,
