@@ -1,16 +1,22 @@
-"""Checker throughput, stage by stage: native ingest, Spark session start, the Spark check on
-local[2], and the single-process pandas reference, each size run 3 times (medians).
+"""Checker throughput, stage by stage: native ingest, Spark session start, the Spark check,
+and two single-process baselines on the same Parquet tables, DuckDB and pandas; each stage
+of each size run 3 times (medians).
 
 Generates synthetic Kafka histories shaped like workloads/kafka.py's (producers, tailing
 consumers, then a final read that reads each partition whole until two reads agree), with a
 few injected anomalies (lost writes, reads of failed sends, stale reads), then prints each
-stage's time per run and the median, the Spark/pandas ratio, and the peak memory of this
-process (ingest and pandas) and of the Spark driver JVM.
+stage's time per run and the median, Spark against the best single-process baseline, and the
+peak memory of this process (ingest, DuckDB and pandas), of the Spark driver JVM and of the
+executors. Every backend must find every injected anomaly, and they must agree.
 
     .venv/bin/python benchmarks/checker_throughput.py --sizes 1000000,10000000 --no-linearizability
     .venv/bin/python benchmarks/checker_throughput.py --sizes 100000 --runs 1   # quick
     ... --exact-ingest     # also time the exact (line-by-line Python) ingest path, once
-    ... --no-pandas        # skip the reference (it needs about 1 GB per million ops)
+    ... --no-pandas        # skip the pandas reference (about 1 GB per million ops)
+    ... --standalone 2     # a standalone cluster from the installed pyspark: master and 2
+                           # workers on 127.0.0.1, instead of local[2]
+    ... --history H.jsonl --injected '{"lost-write": 910, ...}'   # an existing history
+    ... --tables DIR --injected ...   # existing ops/reads Parquet tables: no ingest stage
 
 At the end it runs benchmarks/linearizability_bench.py's main() when that exists.
 """
@@ -18,21 +24,27 @@ At the end it runs benchmarks/linearizability_bench.py's main() when that exists
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import inspect
+import json
 import os
 import random
 import resource
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checkers import reference, spark_checks  # noqa: E402
+from checkers import duck_checks, reference, spark_checks  # noqa: E402
 from checkers.ingest import ingest  # noqa: E402
 from checkers.spark import get_session  # noqa: E402
 from checkers.verdict import classify_unread  # noqa: E402
@@ -123,7 +135,7 @@ def generate(path: Path, n_ops: int) -> Generator:
     return g
 
 
-def timed(fn, *args, **kwargs):
+def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
     t = time.perf_counter()
     out = fn(*args, **kwargs)
     return out, time.perf_counter() - t
@@ -139,9 +151,12 @@ def peak_rss_mib(pid: int | None = None) -> float:
     """Peak resident memory (VmHWM) of a process, this one by default."""
     if pid is None:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return float("nan")
 
 
@@ -150,62 +165,166 @@ def jvm_pid(spark) -> int | None:
     return getattr(proc, "pid", None)
 
 
+def executors(workers: list[int]) -> list[int]:
+    """The executor JVMs that the standalone workers `workers` launched (their children)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid in workers and b"CoarseGrainedExecutorBackend" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def du_mib(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / (1 << 20)
+
+
 def stage(name: str, times: list[float], n: int) -> float:
     med = statistics.median(times)
     runs = " / ".join(f"{t:.1f}" for t in times)
-    print(f"{name:34s} median {med:7.1f} s  {n / med:12,.0f} ops/s   runs: {runs} s")
+    print(f"{name:38s} median {med:7.1f} s  {n / med:12,.0f} ops/s   runs: {runs} s", flush=True)
     return med
 
 
-def bench(size: int, work: Path, spark, args: argparse.Namespace) -> None:
-    hist = work / f"history-{size}.jsonl"
-    g, t_gen = timed(generate, hist, size)
-    pq_dir = work / f"pq-{size}"
-    ingests = []
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def standalone(workers: int, memory: str, work: Path) -> Iterator[tuple[str, list[int]]]:
+    """A standalone Spark cluster from the installed pyspark: a master and `workers`
+    workers of one core each, every server bound to 127.0.0.1. Yields (master URL, worker
+    pids); stops them all on the way out."""
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
+               SPARK_LOG_DIR=str(work / "spark-logs"), SPARK_WORKER_DIR=str(work / "spark-work"),
+               PYSPARK_PYTHON=sys.executable)  # fmt: skip
+    url = f"spark://127.0.0.1:{_free_port()}"
+    procs: list[subprocess.Popen] = []
+
+    def start(cls: str, args: list[str], log: Path, ready: str) -> None:
+        out = open(log, "w")  # noqa: SIM115 - the server writes to it until stopped
+        procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), cls, *args], env=env,
+                                      stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
+        deadline = time.monotonic() + 180
+        while ready not in log.read_text(errors="replace"):
+            if procs[-1].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{cls} did not start:\n{log.read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    try:
+        t = time.perf_counter()
+        host, port = url.removeprefix("spark://").split(":")
+        start("org.apache.spark.deploy.master.Master",
+              ["--host", host, "--port", port, "--webui-port", str(_free_port())],
+              work / "master.log", "I have been elected leader")  # fmt: skip
+        for i in range(workers):
+            start("org.apache.spark.deploy.worker.Worker",
+                  ["--host", host, "--cores", "1", "--memory", memory,
+                   "--webui-port", str(_free_port()), url],
+                  work / f"worker-{i}.log", "Successfully registered with master")  # fmt: skip
+        print(f"standalone cluster {url}: master and {workers} worker(s) of 1 core and {memory}"
+              f" started in {time.perf_counter() - t:.1f} s")  # fmt: skip
+        yield url, [p.pid for p in procs[1:]]
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any) -> tuple[Any, list[float]]:
+    times = []
+    out = None
     for _ in range(args.runs):
-        shutil.rmtree(pq_dir, ignore_errors=True)
-        ing, t = timed(ingest, hist, pq_dir)
+        out, t = timed(fn, *a)
+        times.append(t)
+    return out, times
+
+
+def bench(history: Path | None, tables: Path | None, injected: dict[str, int], work: Path,
+          spark, workers: list[int], args: argparse.Namespace) -> None:
+    """Every stage of one history (or of its tables, already ingested), args.runs times."""
+    ingests: list[float] = []
+    if tables is None:
+        assert history is not None
+        tables = work / "tables"
+
+        def ingest_once() -> Any:
+            shutil.rmtree(tables, ignore_errors=True)
+            return ingest(history, tables)
+
+        ing, ingests = _runs(args, ingest_once)
         assert ing.path == "native", ing.path
-        ingests.append(t)
-    n = ing.ops
-    print(f"\n== {n:,} ops ({ing.reads:,} records read), history {hist.stat().st_size >> 20} MiB,"
-          f" generated in {t_gen:.1f} s; injected {g.injected}; load average "
-          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
-    t_ing = stage("ingest, native (jsonl -> parquet)", ingests, n)
-    if args.exact_ingest:
-        exact_dir = work / f"exact-{size}"
-        _, t = timed(ingest, hist, exact_dir, native=False)
+        n, reads = ing.ops, ing.reads
+    else:
+        import pyarrow.parquet as pq
+
+        n = pq.read_metadata(tables / "ops.parquet").num_rows
+        reads = pq.read_metadata(tables / "reads.parquet").num_rows
+    ops_path, reads_path = tables / "ops.parquet", tables / "reads.parquet"
+    size = f", history {history.stat().st_size >> 20:,} MiB" if history else ""
+    print(f"\n== {n:,} ops ({reads:,} records read){size}, tables {du_mib(tables):,.0f} MiB;"
+          f" injected {injected}; load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    t_ing = stage("ingest, native (jsonl -> parquet)", ingests, n) if ingests else 0.0
+    if args.exact_ingest and history is not None:
+        exact_dir = work / "exact"
+        _, t = timed(ingest, history, exact_dir, native=False)
         stage("ingest, exact path (before)", [t], n)
         shutil.rmtree(exact_dir)
-    sparks = []
-    for _ in range(args.runs):
-        s_out, t = timed(spark_checks.run, spark, ing.ops_path, ing.reads_path, "all")
-        sparks.append(t)
-    s_sum = summary(s_out)
-    t_spark = stage("check, Spark local[2] (warm)", sparks, n)
-    ends = [a + b for a, b in zip(ingests, sparks, strict=True)]
-    stage("end to end: ingest + Spark check", ends, n)
+    master = spark.sparkContext.master
+    s_out, sparks = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all")
+    t_spark = stage(f"check, Spark {master} (warm)", sparks, n)
+    found = {"Spark": summary(s_out)}
+    del s_out
+    if ingests:
+        stage("end to end: ingest + Spark check",
+              [a + b for a, b in zip(ingests, sparks, strict=True)], n)  # fmt: skip
+    baselines: dict[str, float] = {}
+    if not args.no_duckdb:
+        d_out, ducks = _runs(args, duck_checks.run, ops_path, reads_path, "all")
+        baselines["DuckDB"] = stage("check, single-process DuckDB", ducks, n)
+        found["DuckDB"] = summary(d_out)
+        del d_out
+        if ingests:
+            stage("end to end: ingest + DuckDB check",
+                  [a + b for a, b in zip(ingests, ducks, strict=True)], n)  # fmt: skip
     if not args.no_pandas:
-        refs = []
-        for _ in range(args.runs):
-            r_out, t = timed(reference.run, ing.ops_path, ing.reads_path, "all")
-            refs.append(t)
-        t_ref = stage("check, single-process pandas", refs, n)
-        print(f"{'Spark speed-up over pandas':34s} {t_ref / t_spark:7.2f}x (medians)")
-        r_sum = summary(r_out)
-        if r_sum != s_sum:
-            print(f"MISMATCH (reference) {r_sum}")
+        r_out, refs = _runs(args, reference.run, ops_path, reads_path, "all")
+        baselines["pandas"] = stage("check, single-process pandas", refs, n)
+        found["pandas"] = summary(r_out)
         del r_out
-    print(f"{'Spark / ingest share of end to end':34s} {t_spark / (t_ing + t_spark):.0%} / "
-          f"{t_ing / (t_ing + t_spark):.0%}")
-    print(f"peak memory: this process {peak_rss_mib():,.0f} MiB, Spark driver JVM "
-          f"{peak_rss_mib(jvm_pid(spark)):,.0f} MiB (so far)")
-    print(f"anomalies (Spark)     {s_sum}")
-    missed = {k: (n, s_sum.get(k, 0)) for k, n in g.injected.items() if s_sum.get(k, 0) != n}
-    print(f"MISSED injected anomalies (injected, found): {missed}" if missed
-          else "every injected anomaly found")  # fmt: skip
-    hist.unlink()
-    shutil.rmtree(pq_dir)
+    for name, t in baselines.items():
+        print(f"{'Spark speed-up over ' + name:38s} {t / t_spark:7.2f}x (medians)")
+    if ingests:
+        print(f"{'Spark / ingest share of end to end':38s} {t_spark / (t_ing + t_spark):.0%} / "
+              f"{t_ing / (t_ing + t_spark):.0%}")
+    executor_peaks = ", ".join(f"{peak_rss_mib(p):,.0f}" for p in executors(workers))
+    print(f"peak memory: this process (ingest, DuckDB, pandas) {peak_rss_mib():,.0f} MiB, Spark "
+          f"driver JVM {peak_rss_mib(jvm_pid(spark)):,.0f} MiB"
+          + (f", executors {executor_peaks} MiB" if workers else "") + " (so far)")  # fmt: skip
+    for name, s in found.items():
+        print(f"anomalies ({name}){' ' * (8 - len(name))}{s}")
+        missed = {k: (v, s.get(k, 0)) for k, v in injected.items() if s.get(k, 0) != v}
+        if missed:
+            print(f"MISSED by {name}: injected anomalies (injected, found): {missed}")
+    agree = all(s == found["Spark"] for s in found.values())
+    print(f"every injected anomaly found by {', '.join(found)}; they agree" if agree
+          and not any(s.get(k, 0) != v for s in found.values() for k, v in injected.items())
+          else "MISMATCH between backends or injected anomalies missed (above)")  # fmt: skip
+    if history is not None and args.tables is None:
+        shutil.rmtree(tables, ignore_errors=True)
 
 
 def run_linearizability_bench() -> None:
@@ -229,18 +348,47 @@ def main(argv: list[str] | None = None) -> None:
                     help="comma-separated history sizes in operations")  # fmt: skip
     ap.add_argument("--runs", type=int, default=3, help="runs of each stage (median)")
     ap.add_argument("--master", default="local[2]", help="Spark master")
+    ap.add_argument("--standalone", type=int, metavar="WORKERS",
+                    help="start a standalone cluster of this many 1-core workers on 127.0.0.1")
+    ap.add_argument("--worker-memory", default="6g", help="memory of each standalone worker")
+    ap.add_argument("--executor-memory", default="5g", help="of each standalone executor")
+    ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--workdir", type=Path, help="where to write histories (default: a temp dir)")
+    ap.add_argument("--history", type=Path, help="check this history instead of generating")
+    ap.add_argument("--tables", type=Path,
+                    help="check these ops/reads Parquet tables (no ingest stage)")
+    ap.add_argument("--injected", type=json.loads, default=None,
+                    help="the anomalies injected into --history/--tables, as JSON")
     ap.add_argument("--exact-ingest", action="store_true",
                     help="also time the exact (line-by-line) ingest path once")
     ap.add_argument("--no-pandas", action="store_true", help="skip the pandas reference")
+    ap.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB baseline")
     ap.add_argument("--no-linearizability", action="store_true")
     args = ap.parse_args(argv)
-    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")]
-    spark, t = timed(get_session, args.master)
-    print(f"session start, Spark {args.master}: {t:.1f} s (once; every check below reuses it)")
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        for size in sizes:
-            bench(size, Path(tmp), spark, args)
+    if (args.history or args.tables) and args.injected is None:
+        ap.error("--history and --tables need --injected (the generator prints it)")
+    print(f"load average at the start {os.getloadavg()}")
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.workdir)))
+        master, workers = args.master, []
+        if args.standalone:
+            master, workers = stack.enter_context(
+                standalone(args.standalone, args.worker_memory, tmp))
+            os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver binds to loopback too
+            os.environ["PYSPARK_SUBMIT_ARGS"] = (
+                f"--conf spark.executor.memory={args.executor_memory} pyspark-shell")
+        spark, t = timed(get_session, master, driver_memory=args.driver_memory)
+        print(f"session start, Spark {master}: {t:.1f} s (once; every check below reuses it)")
+        if args.history or args.tables:
+            bench(args.history, args.tables, args.injected, tmp, spark, workers, args)
+        else:
+            for size in [int(s.replace("_", "")) for s in args.sizes.split(",")]:
+                hist = tmp / f"history-{size}.jsonl"
+                g, t_gen = timed(generate, hist, size)
+                print(f"\ngenerated {size:,} ops in {t_gen:.1f} s")
+                bench(hist, None, g.injected, tmp, spark, workers, args)
+                hist.unlink()
+        spark.stop()
     if not args.no_linearizability:
         run_linearizability_bench()
 

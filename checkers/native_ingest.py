@@ -101,11 +101,13 @@ _READ = "f IN ('poll', 'final-poll') AND type = 'ok'"
 _LINES = f"""
     WITH t AS (SELECT *, {_READ} AS is_read FROM ({_TYPED})),
     r AS (
-        -- CAST, not TRY_CAST: past 64 bits, TRY_CAST nulls the one element, not the list;
-        -- the error sends the history to the exact path
+        -- Strict: past 64 bits it raises (a lenient cast would null the one element), and
+        -- the error sends the history to the exact path. It would coerce "2" and 2.5, but
+        -- such lists fail the screen's pattern. Transforming the parsed JSON is about 10x
+        -- faster than casting its text to BIGINT[][] (1.2x on the whole pass at 1M ops)
         SELECT *, CASE WHEN is_read
-                       THEN CAST(coalesce(j_records::VARCHAR, '[]') AS BIGINT[][]) END
-                  AS recs
+                       THEN json_transform_strict(coalesce(j_records, '[]'), '[["BIGINT"]]')
+                  END AS recs
         FROM t
     )
     SELECT index, time, process, type, f, partition, ivalue AS value,
