@@ -11,7 +11,7 @@ TOXIPROXY_STAMP := $(VENV)/.toxiproxy-v$(TOXIPROXY_VERSION)
 # go on the PATH, else the usual install place (a non-login shell may not have it on the PATH)
 GO ?= $(firstword $(shell command -v go 2>/dev/null) $(wildcard /usr/local/go/bin/go))
 
-.PHONY: bootstrap test test-slow campaign lint clean-hosts
+.PHONY: bootstrap test test-slow campaign lint clean-hosts vms vms-down test-vms
 
 bootstrap: $(STAMP) $(TOXIPROXY_STAMP)
 
@@ -54,3 +54,25 @@ campaign: bootstrap
 
 clean-hosts: bootstrap
 	$(VENV)/bin/harness run --cleanup-only
+
+# VM hosts (docs/vms.md): a Debian box built here, libvirt, vagrant; KVM when a guest boots
+# under it, else TCG. `make vms VMS=3 ACCEL=tcg` to choose; `make vms-down` removes them.
+VM_APT_PKGS := vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils debootstrap dnsmasq-base fdisk rsync openssh-client
+VMS   ?= 4
+ACCEL ?= auto
+
+vms: bootstrap
+	@missing=""; for p in $(VM_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	$(VPY) vagrant/vms.py up --vms $(VMS) --accel $(ACCEL)
+
+vms-down:
+	$(PY) vagrant/vms.py down
+
+# Needs `make vms` first: the tests run on the VMs of vagrant/inventory.toml (and skip, saying
+# so, without them).
+test-vms: bootstrap
+	$(VPY) -m pytest -q -m vms tests/vms

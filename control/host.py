@@ -18,6 +18,7 @@ class Host:
     run_dir: PurePosixPath  # pidfiles of daemons started through `remote`
     log_dir: PurePosixPath  # node logs, collected into results/.../nodes/<host>/
     remote: Remote
+    vm: str = ""  # the libvirt domain when the host is a VM (vm-power-off), else ""
 
     @property
     def work_dir(self) -> PurePosixPath:

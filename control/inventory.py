@@ -9,6 +9,7 @@
     sudo = false                     # true: privileged commands run under `sudo -n`
     python = "python3"               # runs the nodes: an interpreter with this project installed
     toxiproxy = "toxiproxy-server"   # Toxiproxy's server, for runs with toxic faults
+    libvirt_domain = ""              # per host: its libvirt VM (name or UUID), for vm-power-off
 
     [[hosts]]
     name = "n1"
@@ -45,13 +46,16 @@ class HostEntry:
     sudo: bool
     python: str
     toxiproxy: str = "toxiproxy-server"
+    libvirt_domain: str = ""  # the host is this libvirt VM (name or UUID), for vm-power-off
 
 
 _DEFAULTS: dict[str, Any] = {"port": 22, "user": "root", "work_dir": "/var/lib/kch", "sudo": False,
-                             "python": "python3", "toxiproxy": "toxiproxy-server"}
+                             "python": "python3", "toxiproxy": "toxiproxy-server",
+                             "libvirt_domain": ""}
 _TYPES: dict[str, type] = {
     "name": str, "address": str, "port": int, "user": str, "key_file": str,
     "known_hosts": str, "work_dir": str, "sudo": bool, "python": str, "toxiproxy": str,
+    "libvirt_domain": str,
 }
 
 
@@ -93,6 +97,9 @@ def _check_values(path: Path, where: str, values: dict[str, Any]) -> None:
     if not PYTHON_RE.fullmatch(values["python"]) or values["python"].startswith("-"):
         raise bad("python", "must be one interpreter, a name on the PATH or an absolute path "
                             "(no blanks or shell characters)")
+    if values["libvirt_domain"] and not NAME_RE.fullmatch(values["libvirt_domain"]):
+        raise bad("libvirt_domain", "is not a libvirt domain name or UUID (letters, digits, "
+                                    "'.', '_', '-')")
     if not PYTHON_RE.fullmatch(values["toxiproxy"]) or values["toxiproxy"].startswith("-"):
         raise bad("toxiproxy", "must be one program, a name on the PATH or an absolute path "
                                "(no blanks or shell characters)")
@@ -153,5 +160,6 @@ def load_inventory(path: Path) -> list[HostEntry]:
             known_hosts=_local_path(path.parent, values["known_hosts"]),
             work_dir=PurePosixPath(values["work_dir"]), sudo=values["sudo"],
             python=values["python"], toxiproxy=values["toxiproxy"],
+            libvirt_domain=values["libvirt_domain"],
         ))
     return entries

@@ -52,7 +52,7 @@ def _host(entry: HostEntry) -> Host:
     endpoint = Endpoint(entry.name, entry.address, entry.port, entry.user, entry.key_file,
                         entry.known_hosts, hdir / "run", sudo=entry.sudo)
     return Host(entry.name, entry.address, hdir / "data", hdir / "run", hdir / "logs",
-                Remote(endpoint))
+                Remote(endpoint), vm=entry.libvirt_domain)
 
 
 def _prepare(host: Host) -> None:
@@ -61,5 +61,9 @@ def _prepare(host: Host) -> None:
     # A FUSE data directory whose daemon died with the crashed run is a dead mount.
     data = shlex.quote(str(host.data_dir))
     host.remote.run(f"if mountpoint -q {data}; then fusermount3 -uz {data}; fi", sudo=True)
-    host.remote.run(["rm", "-rf", "--", str(host.data_dir), str(host.log_dir)])
+    # events.jsonl and lazyfs's backing directory (beside data/) too: a long-lived host keeps
+    # them from run to run otherwise, and the next run would collect the earlier runs' events
+    # with its own, and its nodes would find the earlier run's logs under their lazyfs mount.
+    host.remote.run(["rm", "-rf", "--", str(host.data_dir), str(host.log_dir),
+                     str(host.work_dir / "events.jsonl"), str(host.work_dir / "backing")])
     host.remote.run(["mkdir", "-p", "--", str(host.data_dir), str(host.run_dir), str(host.log_dir)])

@@ -36,6 +36,7 @@ class VmHost:
     address: str
     key_file: Path  # the private key `vagrant ssh` logs in with
     host_key: str  # "ssh-ed25519 AAAA...", verified against the private address
+    domain: str = ""  # the VM's libvirt domain (its UUID), for the vm-power-off fault
 
 
 def running_machines(status_output: str) -> list[str]:
@@ -118,6 +119,8 @@ def inventory_text(hosts: list[VmHost], *, user: str, python: str, work_dir: str
     for h in hosts:
         lines += ["", "[[hosts]]", f"name = {_toml_str(h.name)}",
                   f"address = {_toml_str(h.address)}", f"key_file = {_toml_str(h.key_file)}"]
+        if h.domain:
+            lines.append(f"libvirt_domain = {_toml_str(h.domain)}")
     return "\n".join(lines) + "\n"
 
 
@@ -139,10 +142,22 @@ def _vagrant(*args: str) -> str:
     return result.stdout
 
 
+def libvirt_domain(machine_dir: Path, name: str) -> str:
+    """The libvirt UUID vagrant-libvirt recorded for machine `name` ("" for other providers)."""
+    path = machine_dir / name / "libvirt" / "id"
+    if not path.exists():
+        return ""
+    uuid = path.read_text().strip()
+    if not re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid):
+        raise InventoryScriptError(f"{name}: {path} holds {uuid!r}, not a libvirt UUID")
+    return uuid
+
+
 def vm_host(name: str) -> VmHost:
     key_file = identity_file(_vagrant("ssh-config", name), name)
     address, reported = parse_report(_vagrant("ssh", name, "-c", _REPORT, "--", "-q"), name)
-    return VmHost(name, address, key_file, verified_key(name, address, reported))
+    return VmHost(name, address, key_file, verified_key(name, address, reported),
+                  libvirt_domain(HERE / ".vagrant" / "machines", name))
 
 
 def main(argv: list[str] | None = None) -> int:

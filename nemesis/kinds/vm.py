@@ -1,0 +1,213 @@
+"""VM faults: a host that is a libvirt VM (vagrant/, docs/vms.md) loses power for real.
+
+`vm-power-off` pulls the plug on the target's VM (`virsh destroy`: QEMU is killed, the guest
+gets no notice, its RAM -- the guest kernel's page cache with every write not yet written
+back -- is gone) and boots it again (`virsh start`), as a real power failure and restart
+would. What the guest had flushed survives: the Vagrantfile gives the disks cache=none, so a
+guest flush reaches the image file (docs/vms.md, "Power-off"). No lossy filesystem is
+involved: the loss is whatever the real guest kernel had not written back.
+
+apply() freezes the node (SIGSTOP: nothing changes between the measurement and the cut),
+records the guest kernel's Dirty and Writeback counters and copies the node's data directory
+as the node sees it (page cache included) to this machine, destroys and starts the VM, waits
+for its sshd, and copies the directory again; what each file lost (its content past the
+longest prefix both copies share) is in the fault's `lost` details. The node stays down until the
+fault is healed (heal() starts it), so the fault's duration is the node's downtime after the
+boot. A workload that ends during a boot waits for it before everything is healed. The history's `start-vm-power-off` operation is written when apply() returns (after the
+boot); schedule.json holds the time the power went off.
+
+The host must say which VM it is: `libvirt_domain` in the inventory (vagrant/inventory.py
+writes each VM's libvirt UUID). virsh runs on the machine that runs the harness, against
+$KCH_LIBVIRT_URI (default qemu:///system).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from control.cluster import Cluster
+from control.host import Host
+from control.remote import HostKeyMismatch, RemoteError
+from nemesis.hosts_world import HostsWorld
+from nemesis.kinds.base import FaultKind, Resolved, World, each
+from nemesis.kinds.power import HOST_AUTO, HOST_MODES
+from nemesis.kinds.registry import register
+
+CONTENT_LIMIT = 64 << 20  # bytes of data files compared by content; sizes only beyond
+BOOT_TIMEOUT_S = 900.0  # software emulation (TCG) boots in about a minute; KVM in seconds
+_VIRSH_TIMEOUT_S = 120.0
+
+
+def libvirt_uri() -> str:
+    return os.environ.get("KCH_LIBVIRT_URI", "qemu:///system")
+
+
+def virsh(*args: str) -> str:
+    """Run virsh on this machine (an argv list, no shell); its stdout, or a clear error."""
+    argv = ["virsh", "-c", libvirt_uri(), *args]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=_VIRSH_TIMEOUT_S)
+    except FileNotFoundError:
+        raise RuntimeError("vm-power-off needs virsh on the machine that runs the harness "
+                           "(apt-get install libvirt-clients; docs/vms.md)") from None
+    if result.returncode != 0:
+        raise RuntimeError(f"`{shlex.join(argv)}` failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def snapshot_command(data_dir: str) -> str:
+    """Shell line printing the guest's Dirty/Writeback counters and every data file's size."""
+    d = shlex.quote(data_dir)
+    return (f"grep -E '^(Dirty|Writeback):' /proc/meminfo; "
+            f"if [ -d {d} ]; then cd {d} && find . -type f -printf 'F %s %P\\n'; fi")
+
+
+def parse_snapshot(output: str) -> tuple[dict[str, int], dict[str, int]]:
+    """({"Dirty": kB, "Writeback": kB}, {relative path: size})."""
+    counters: dict[str, int] = {}
+    sizes: dict[str, int] = {}
+    for line in output.splitlines():
+        if line.startswith("F "):
+            _, size, path = line.split(" ", 2)
+            sizes[path] = int(size)
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            counters[key.strip()] = int(value.split()[0])
+    return counters, sizes
+
+
+def lost_bytes(before: dict[str, bytes], after: dict[str, bytes]) -> dict[str, int]:
+    """Per file, the bytes of its content before the power-off that are not there after the
+    boot: its length past the longest prefix both share (the files are appended to, so what
+    differs after the first difference is lost; a file that vanished lost all of it). A
+    file's size alone does not tell: ext4 may keep a size whose data never reached the disk,
+    and the file then reads as zeros there."""
+    lost = {}
+    for path, data in sorted(before.items()):
+        kept = after.get(path, b"")
+        n = min(len(data), len(kept))
+        same = n if data[:n] == kept[:n] else next(i for i in range(n) if data[i] != kept[i])
+        if same < len(data):
+            lost[path] = len(data) - same
+    return lost
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    """Every regular file below root, by path relative to it."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _snapshot(host: Host) -> tuple[dict[str, int], dict[str, int]]:
+    out = host.remote.run(["sh", "-c", snapshot_command(str(host.data_dir))], timeout=60).stdout
+    return parse_snapshot(out)
+
+
+def _wait_for_ssh(host: Host, deadline: float) -> None:
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            host.remote.run(["true"], timeout=30)
+            return
+        except HostKeyMismatch:
+            raise  # another key after a boot: not the VM we know; never retried into
+        except (RemoteError, OSError) as e:  # Unreachable is a RemoteError
+            last = e
+            host.remote.close()
+            time.sleep(2.0)
+    raise RuntimeError(f"{host.name}: no SSH {BOOT_TIMEOUT_S:.0f} s after `virsh start`: {last}")
+
+
+def power_cycle(cluster: Cluster, host: Host) -> dict[str, Any]:
+    """Power the host's VM off and on; what its data directory lost (blocking)."""
+    if not host.vm:
+        raise RuntimeError(f"{host.name} is not a VM: vm-power-off needs `libvirt_domain` for "
+                           "it in the inventory (vagrant/inventory.py writes it; docs/vms.md)")
+    cluster.signal(host, "STOP")  # frozen: no write between the measurement and the cut
+    tmp = Path(tempfile.mkdtemp(prefix=f"kch-vm-power-off-{host.name}-"))
+    try:
+        counters, sizes = _snapshot(host)
+        # The data files' content as the node sees it (the guest's page cache included),
+        # copied here to compare with what is on the disk after the boot. Small in tests;
+        # past CONTENT_LIMIT only sizes are compared.
+        compare = sum(sizes.values()) <= CONTENT_LIMIT
+        if compare:
+            host.remote.fetch_dir(host.data_dir, tmp / "before")
+        t0 = time.monotonic()
+        virsh("destroy", host.vm)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        cluster.signal(host, "CONT")  # no power-off after all: leave the node running
+        raise
+    cluster.down.add(host.name)
+    host.remote.close()  # the connection died with the guest; reconnect after the boot
+    t_off = time.monotonic()
+    virsh("start", host.vm)
+    _wait_for_ssh(host, time.monotonic() + BOOT_TIMEOUT_S)
+    t_up = time.monotonic()
+    # Pidfiles from before the power-off name processes that no longer exist (and pids a
+    # fresh boot may have given to others): nothing of ours runs on a freshly booted host.
+    run_dir = shlex.quote(str(host.run_dir))
+    host.remote.run(["sh", "-c", f"rm -f {run_dir}/*.pid"])
+    if cluster.lazyfs:  # the mount went with the power; the backing directory is on disk
+        cluster.mount_lazyfs(host)
+    if cluster.toxiproxy:
+        cluster.start_toxiproxy(host)
+    try:
+        _, sizes_after = _snapshot(host)
+        if compare:
+            host.remote.fetch_dir(host.data_dir, tmp / "after")
+            lost = lost_bytes(read_tree(tmp / "before"), read_tree(tmp / "after"))
+        else:
+            lost = {p: n - sizes_after.get(p, 0) for p, n in sizes.items() if n > sizes_after.get(p, 0)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "power_off": "virsh destroy + virsh start",
+        "dirty_kib": counters.get("Dirty"), "writeback_kib": counters.get("Writeback"),
+        "data_bytes_before": sum(sizes.values()), "data_bytes_after": sum(sizes_after.values()),
+        "lost_bytes": sum(lost.values()), "files": lost,
+        "compared": "content" if compare else "sizes",
+        "destroy_s": round(t_off - t0, 3), "boot_s": round(t_up - t_off, 3),
+    }
+
+
+@register
+class VmPowerOff(FaultKind):
+    """The VM's power is cut (`virsh destroy`) and it boots again; the node starts when healed."""
+
+    name = "vm-power-off"
+    family = "host"
+    auto_targets = HOST_AUTO
+    mode_targets = HOST_MODES
+    simulated = False  # a simulated world has no VMs to power off
+
+    async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
+        if not isinstance(world, HostsWorld):
+            raise TypeError(f"vm-power-off powers off libvirt VMs; it needs a HostsWorld, not "
+                            f"{type(world).__name__}")
+        cluster = world.cluster
+        loop = asyncio.get_running_loop()
+
+        async def cycle(node: str) -> dict[str, Any]:
+            job = loop.run_in_executor(None, power_cycle, cluster, cluster.host(node))
+            try:
+                return await asyncio.shield(job)
+            except asyncio.CancelledError:
+                # The workload ended mid-boot (the runner cancels the nemesis, then heals and
+                # starts every node): a thread cannot be cancelled, and starting the node on
+                # a VM still booting would fail. The boot is waited for, then the cancel goes on.
+                await asyncio.wait([job])
+                raise
+
+        return await each(resolved, cycle)
+
+    async def heal(self, world: World, resolved: Resolved) -> None:
+        await each(resolved, world.start)
