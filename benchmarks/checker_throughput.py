@@ -32,9 +32,7 @@ import os
 import random
 import resource
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checkers import duck_checks, reference, spark_checks  # noqa: E402
+from checkers import duck_checks, reference, spark_checks, spark_cluster  # noqa: E402
 from checkers.ingest import ingest  # noqa: E402
 from checkers.spark import get_session  # noqa: E402
 from checkers.verdict import classify_unread  # noqa: E402
@@ -190,58 +188,15 @@ def stage(name: str, times: list[float], n: int) -> float:
     return med
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def standalone(workers: int, memory: str, work: Path) -> Iterator[tuple[str, list[int]]]:
-    """A standalone Spark cluster from the installed pyspark: a master and `workers`
-    workers of one core each, every server bound to 127.0.0.1. Yields (master URL, worker
-    pids); stops them all on the way out."""
-    import pyspark
-
-    home = Path(pyspark.__file__).parent
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_LOG_DIR=str(work / "spark-logs"), SPARK_WORKER_DIR=str(work / "spark-work"),
-               PYSPARK_PYTHON=sys.executable)  # fmt: skip
-    url = f"spark://127.0.0.1:{_free_port()}"
-    procs: list[subprocess.Popen] = []
-
-    def start(cls: str, args: list[str], log: Path, ready: str) -> None:
-        out = open(log, "w")  # noqa: SIM115 - the server writes to it until stopped
-        procs.append(subprocess.Popen([str(home / "bin" / "spark-class"), cls, *args], env=env,
-                                      stdout=out, stderr=subprocess.STDOUT))  # fmt: skip
-        deadline = time.monotonic() + 180
-        while ready not in log.read_text(errors="replace"):
-            if procs[-1].poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{cls} did not start:\n{log.read_text()[-2000:]}")
-            time.sleep(0.5)
-
-    try:
-        t = time.perf_counter()
-        host, port = url.removeprefix("spark://").split(":")
-        start("org.apache.spark.deploy.master.Master",
-              ["--host", host, "--port", port, "--webui-port", str(_free_port())],
-              work / "master.log", "I have been elected leader")  # fmt: skip
-        for i in range(workers):
-            start("org.apache.spark.deploy.worker.Worker",
-                  ["--host", host, "--cores", "1", "--memory", memory,
-                   "--webui-port", str(_free_port()), url],
-                  work / f"worker-{i}.log", "Successfully registered with master")  # fmt: skip
-        print(f"standalone cluster {url}: master and {workers} worker(s) of 1 core and {memory}"
-              f" started in {time.perf_counter() - t:.1f} s")  # fmt: skip
-        yield url, [p.pid for p in procs[1:]]
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    """checkers.spark_cluster's cluster of `workers` one-core workers: (master URL, worker
+    pids), with its start time printed."""
+    t = time.perf_counter()
+    with spark_cluster.standalone(work, workers=workers, cores=1, memory=memory) as cluster:
+        print(f"standalone cluster {cluster.url}: master and {workers} worker(s) of 1 core and "
+              f"{memory} started in {time.perf_counter() - t:.1f} s")
+        yield cluster.url, cluster.worker_pids
 
 
 def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any) -> tuple[Any, list[float]]:

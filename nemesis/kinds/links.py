@@ -14,12 +14,16 @@ LINK_DEFAULTS = {"link_delay_ms": 200.0, "link_jitter_ms": 50.0, "link_loss_perc
                  "reset_probability": 0.05}  # fmt: skip
 
 
+# Whose links degrade: one node's, or several (Toxiproxy's toxics target the same way).
+LINK_AUTO = {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1, "majority": 1}
+LINK_MODES = {"leader": "leader", "controller": "controller", "random": "random-broker",
+              "majority": "majority"}
+
+
 class LinkFault(FaultKind):
     family = "link"
-    auto_targets = {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1,
-                    "majority": 1}
-    mode_targets = {"leader": "leader", "controller": "controller", "random": "random-broker",
-                    "majority": "majority"}
+    auto_targets = LINK_AUTO
+    mode_targets = LINK_MODES
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         return await each(resolved, lambda n: world.degrade_link(n, self.name, settings, pick))

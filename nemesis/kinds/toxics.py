@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from nemesis.kinds.base import FaultKind, Resolved, World, each
+from nemesis.kinds.links import LINK_AUTO, LINK_MODES
 from nemesis.kinds.registry import register
 
 DIRECTIONS = ("inbound", "outbound", "both")
@@ -96,10 +97,8 @@ def check_tables(tables: Any) -> dict[str, dict[str, Any]]:
 
 class ToxicFault(FaultKind):
     family = "toxic"
-    auto_targets = {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1,
-                    "majority": 1}
-    mode_targets = {"leader": "leader", "controller": "controller", "random": "random-broker",
-                    "majority": "majority"}
+    auto_targets = LINK_AUTO
+    mode_targets = LINK_MODES
     simulated = False  # only real hosts run Toxiproxy
     record_key = "toxic"
     toxic_type: ClassVar[str]

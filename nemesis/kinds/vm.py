@@ -13,8 +13,9 @@ as the node sees it (page cache included) to this machine, destroys and starts t
 for its sshd, and copies the directory again; what each file lost (its content past the
 longest prefix both copies share) is in the fault's `lost` details. The node stays down until the
 fault is healed (heal() starts it), so the fault's duration is the node's downtime after the
-boot. A workload that ends during a boot waits for it before everything is healed. The history's `start-vm-power-off` operation is written when apply() returns (after the
-boot); schedule.json holds the time the power went off.
+boot. A workload that ends during a boot waits for it before everything is healed. The
+history's `start-vm-power-off` operation is written when apply() returns (after the boot);
+schedule.json holds the time the power went off.
 
 The host must say which VM it is: `libvirt_domain` in the inventory (vagrant/inventory.py
 writes each VM's libvirt UUID). virsh runs on the machine that runs the harness, against

@@ -66,6 +66,22 @@ def _logging_python(path: Path, log: Path) -> Path:
     return path
 
 
+def _write_inventory(netns_hosts, tmp_path: Path) -> tuple[Path, Path, Path]:
+    """vagrant/inventory.py's inventory of the netns hosts, each key verified, with a python
+    that logs its calls: (inventory, the calls' log, the hosts' work directory)."""
+    provider, hosts = netns_hosts
+    inv = _vagrant_inventory()
+    calls = tmp_path / "python-calls.log"
+    python = _logging_python(tmp_path / "python", calls)
+    vms = [inv.VmHost(h.name, h.address, provider.ssh_dir / "id_ed25519",
+                      inv.verified_key(h.name, h.address, _reported_key(provider, h.name)))
+           for h in hosts]
+    work = tmp_path / "work"
+    inventory = tmp_path / "inventory.toml"
+    inv.write_inventory(inventory, vms, user="root", python=str(python), work_dir=str(work))
+    return inventory, calls, work
+
+
 def test_host_key_is_taken_only_when_it_matches(netns_hosts):
     provider, hosts = netns_hosts
     inv = _vagrant_inventory()
@@ -78,16 +94,8 @@ def test_host_key_is_taken_only_when_it_matches(netns_hosts):
 
 
 def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
-    provider, hosts = netns_hosts
-    inv = _vagrant_inventory()
-    calls = tmp_path / "python-calls.log"
-    python = _logging_python(tmp_path / "python", calls)
-    vms = [inv.VmHost(h.name, h.address, provider.ssh_dir / "id_ed25519",
-                      inv.verified_key(h.name, h.address, _reported_key(provider, h.name)))
-           for h in hosts]
-    work = tmp_path / "work"
-    inventory = tmp_path / "inventory.toml"
-    inv.write_inventory(inventory, vms, user="root", python=str(python), work_dir=str(work))
+    hosts = netns_hosts[1]
+    inventory, calls, work = _write_inventory(netns_hosts, tmp_path)
 
     config = load_config("fast", [
         "nodes=3", "topic.replication_factor=2", "time_limit=8", "seed=3",
@@ -136,16 +144,8 @@ def test_toxic_faults_over_the_ssh_provider(netns_hosts, tmp_path):
         binary = tp.local_binary()
     except tp.ToxiproxyError as e:
         pytest.skip(str(e))
-    provider, hosts = netns_hosts
-    inv = _vagrant_inventory()
-    calls = tmp_path / "python-calls.log"
-    python = _logging_python(tmp_path / "python", calls)
-    vms = [inv.VmHost(h.name, h.address, provider.ssh_dir / "id_ed25519",
-                      inv.verified_key(h.name, h.address, _reported_key(provider, h.name)))
-           for h in hosts]
-    work = tmp_path / "work"
-    inventory = tmp_path / "inventory.toml"
-    inv.write_inventory(inventory, vms, user="root", python=str(python), work_dir=str(work))
+    hosts = netns_hosts[1]
+    inventory, calls, work = _write_inventory(netns_hosts, tmp_path)
     text = inventory.read_text()
     inventory.write_text(text.replace("[defaults]\n", f"[defaults]\ntoxiproxy = {binary!r}\n", 1))
     config = load_config("fast", [
