@@ -1,110 +1,149 @@
 """How fast the simulated world runs the validation campaign's configuration.
 
-    .venv/bin/python benchmarks/sim_speed.py [--config safe] [--runs 3] [--faults none|tour]
-                                             [--time-limit S] [--profile N] [--invariants on|off]
+    .venv/bin/python benchmarks/sim_speed.py [--config safe|all] [--faults none|campaign|tour]
+        [--runs 3] [--check] [--real RESULTS...] [--profile N] [--pingpong N] [--invariants on|off]
 
-The configuration is read from campaigns/validation.toml and the profiles it builds on
-(harness/profiles/default.toml, then its `base`, then its [set], then the named [[config]]'s
-set), exactly the keys a real run of that campaign uses: nodes, topic partitions and
-replication factor, the workload (acks, rate, producers, consumers, request timeout, final
-read timeout), the [system] node config and the time limit. Each run is a whole simulated
-test (start, topic creation, workload, heal, final read) into a temporary folder.
+The test is a cell of campaigns/validation.toml (`--campaign` for another file), resolved as
+`harness simulate --campaign FILE --cell NAME` resolves it: nodes, topic, the workload (acks,
+rate, producers, consumers, timeouts), the [system] node config and the time limit. Each run is
+a whole simulated test (start, topic creation, workload, heal, final read) into a temporary
+folder, through harness.simulate.simulate_into as a search runs it.
 
-Prints, per run and as the best of the runs: simulated seconds per wall second and per CPU
-second of this process, and runs per hour (one run: its wall time). `--faults tour` adds one
-fault of each kind in turn (simulation.scenarios.tour) in place of the campaign's randomised
-nemesis schedule. `--profile N` profiles one more run with cProfile and prints the N
-functions with the most own time, then the own time per source file. `--pingpong N`
-first times N request/answer round trips through the simulated network alone (an echo
-process, the callback form the nodes use): the simulator's own cost per message.
-`--invariants off` runs without the protocol invariants checked after every step
-(simulation/invariants.py; on by default, as run_simulation has it): the two side by side
-measure the checking's cost. No assertions.
+`--faults none` (the default) runs without a nemesis: full throughput all the time, the most
+work per simulated second. `--faults campaign` runs the cell's own nemesis mix, as searches and
+the soak do. `--faults tour` runs one fault of each kind in turn (simulation.scenarios.tour).
+
+Prints per run and as medians: simulated seconds per wall second and per CPU second of this
+process, and runs per hour. `--check` also checks each run as a search checks each seed (the
+single-process reference checker over history.jsonl) and prints search runs per hour per core.
+`--config all` runs every [[config]] of the campaign and prints one line each.
+`--real RESULTS...` reads real-host runs of the same config from campaign results folders
+(`harness campaign` output) and prints their wall time per run and runs per hour beside the
+simulator's. `--profile N` profiles one more run with cProfile and prints the N functions with
+the most own time, then the own time per source file. `--pingpong N` first times N
+request/answer round trips through the simulated network alone. `--invariants off` runs without
+the protocol invariants checked after every step (on by default): the two side by side measure
+the checking's cost. No assertions.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import cProfile
+import io
+import json
 import pstats
+import re
+import statistics
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from checkers.check import check_path  # noqa: E402
+from harness import store  # noqa: E402
+from harness.campaign_spec import load_spec  # noqa: E402
+from harness.simulate import as_simulated, simulate_into, with_seed  # noqa: E402
+from harness.test import Test  # noqa: E402
 from simulation.loop import SimLoop  # noqa: E402
 from simulation.network import ClientProcess, Network, Pool, Process  # noqa: E402
 from simulation.run import run_simulation  # noqa: E402
 from simulation.scenarios import tour  # noqa: E402
 from workloads.kafka import WorkloadParams  # noqa: E402
 
-
-def _flat(table: dict) -> dict[str, Any]:
-    """{"topic": {"partitions": 1}} -> {"topic.partitions": 1}; top-level scalars stay."""
-    out: dict[str, Any] = {}
-    for k, v in table.items():
-        if isinstance(v, dict):
-            out.update({f"{k}.{kk}": vv for kk, vv in _flat_system(v).items()})
-        else:
-            out[k] = v
-    return out
+VALIDATION = ROOT / "campaigns" / "validation.toml"
 
 
-def _flat_system(table: dict, prefix: str = "") -> dict[str, Any]:
-    """Kafka names contain dots: TOML may have read them as nested tables."""
-    out: dict[str, Any] = {}
-    for k, v in table.items():
-        if isinstance(v, dict):
-            out.update(_flat_system(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+def cell_config(campaign: Path, name: str, faults: str) -> dict[str, Any]:
+    """The resolved test config of `name`'s first cell in `campaign` (as `harness simulate
+    --campaign FILE --cell NAME` takes it), with its nemesis mix or, for faults "none" and
+    "tour", no nemesis schedule."""
+    _, cells = load_spec(campaign)
+    for cell in cells:
+        if cell.config == name:
+            config = as_simulated(cell.resolved)
+            if faults != "campaign":
+                config["nemesis"]["faults"] = []
+            return config
+    raise SystemExit(f"no [[config]] named {name!r} in {campaign}: "
+                     f"{sorted({c.config for c in cells})}")
 
 
-def validation_config(name: str = "safe") -> dict[str, Any]:
-    """The flat settings ("topic.partitions", "system.min.insync.replicas", ...) of one
-    [[config]] of campaigns/validation.toml."""
-    campaign = tomllib.loads((ROOT / "campaigns" / "validation.toml").read_text())
-    profiles = ROOT / "harness" / "profiles"
-    settings = _flat(tomllib.loads((profiles / "default.toml").read_text()))
-    base = campaign.get("base")
-    if base:
-        settings.update(_flat(tomllib.loads((profiles / f"{base}.toml").read_text())))
-    settings["time_limit"] = campaign.get("time_limit", settings.get("time_limit"))
-    settings.update(_flat_system(campaign.get("set", {})))
-    configs = {c["name"]: c for c in campaign.get("config", [])}
-    if name not in configs:
-        raise SystemExit(f"no [[config]] named {name!r} in validation.toml: {sorted(configs)}")
-    settings.update(_flat_system(configs[name].get("set", {})))
-    settings["seeds"] = campaign.get("seeds", [1])
-    return settings
+def seeds_of(campaign: Path) -> list[int]:
+    _, cells = load_spec(campaign)
+    return sorted({c.seed for c in cells})
 
 
-def one_run(settings: dict[str, Any], seed: int, faults: str, time_limit: float | None,
-            invariants: bool = True) -> Any:
-    system = {k[len("system."):]: v for k, v in settings.items() if k.startswith("system.")}
-    params = WorkloadParams(
-        topic=settings["topic.name"], partitions=int(settings["topic.partitions"]),
-        acks=str(settings["workload.acks"]), rate=float(settings["workload.rate"]),
-        producers=int(settings["workload.producers"]), consumers=int(settings["workload.consumers"]),
-        request_timeout_s=float(settings["workload.request_timeout_ms"]) / 1000, seed=seed)
+def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = True,
+            check: bool = False) -> Any:
+    """One whole simulated test of `config` at `seed` into a temporary folder (the nemesis of
+    the config, or `tour`), optionally checked as a search checks each seed; the SimResult with
+    `cpu_s` and `check_s` added."""
+    test = Test.of(with_seed(config, seed), Path("/nonexistent"), check=False)
     with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
         cpu = time.process_time()
-        result = run_simulation(
-            Path(tmp) / "run", seed=seed, params=params,
-            time_limit=float(time_limit or settings["time_limit"]), system=system,
-            n_nodes=int(settings["nodes"]), replication_factor=int(settings["topic.replication_factor"]),
-            final_read_timeout=float(settings["workload.final_read_timeout"]),
-            faults=tour(settings["topic.name"]) if faults == "tour" else None,
-            invariants=invariants)
+        if faults == "tour":
+            s = test.settings
+            result = run_simulation(
+                folder, seed=seed, params=WorkloadParams(
+                    topic=s.topic.name, partitions=s.topic.partitions, acks=s.workload.acks,
+                    rate=s.workload.rate, producers=s.workload.producers,
+                    consumers=s.workload.consumers,
+                    request_timeout_s=s.workload.request_timeout_ms / 1000, seed=seed),
+                time_limit=s.time_limit, system=config["system"], n_nodes=s.nodes,
+                replication_factor=s.topic.replication_factor,
+                final_read_timeout=s.workload.final_read_timeout, faults=tour(s.topic.name),
+                invariants=invariants)
+        else:
+            result = simulate_into(test, folder, keep_going=True, invariants=invariants)
         result.cpu_s = time.process_time() - cpu
+        result.check_s = 0.0
+        if check:
+            store.write_test_json(folder, with_seed(config, seed), ["harness", "simulate"], 0.0)
+            started = time.perf_counter()
+            with contextlib.redirect_stderr(io.StringIO()):  # the checker's stage lines
+                check_path(folder, backend="reference")
+            result.check_s = time.perf_counter() - started
     return result
+
+
+def real_runs(folders: list[Path], name: str) -> list[tuple[float, float]]:
+    """(wall seconds, run seconds) of each real-host run of config `name` under `folders`
+    (campaign results folders): wall from test.json's started_at to results.json (setup,
+    workload, final read, check and report), run seconds from the history's first to its
+    last line."""
+    out = []
+    for folder in folders:
+        for test_json in sorted(folder.glob(f"*-{name}-*/*/test.json")):
+            run = test_json.parent
+            results = run / "results.json"
+            record = json.loads(test_json.read_text())
+            if not results.exists() or record.get("hosts") == "sim":
+                continue
+            wall = results.stat().st_mtime - float(record["started_at"])
+            out.append((wall, _history_span_s(run / "history.jsonl")))
+    return out
+
+
+def _history_span_s(history: Path) -> float:
+    """Seconds between the first and the last line's `time` (read from both ends: a final
+    poll's line can be megabytes long, and its `time` comes first)."""
+    with open(history, "rb") as f:
+        first = f.readline(200)
+        end = f.seek(0, 2)
+        f.seek(max(0, end - (1 << 20)))
+        tail = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    stamps = [re.match(rb'\{"index": \d+, "time": (\d+)', line) for line in (first, tail)]
+    if not all(stamps):
+        return float("nan")
+    return (int(stamps[1].group(1)) - int(stamps[0].group(1))) / 1e9
 
 
 def pingpong(n: int) -> float:
@@ -146,12 +185,51 @@ def pingpong(n: int) -> float:
     return out["us"]
 
 
+def describe(config: dict[str, Any]) -> str:
+    w = config["workload"]
+    return (f"{config['nodes']} nodes, {config['topic']['partitions']} partition(s), RF "
+            f"{config['topic']['replication_factor']}, acks={w['acks']}, {w['producers']} producers "
+            f"at {w['rate']} records/s, {w['consumers']} consumers, {config['time_limit']} s, "
+            f"nemesis {config['nemesis']['faults'] or 'none'}")
+
+
+def measure(config: dict[str, Any], seeds: list[int], args: argparse.Namespace) -> list[Any]:
+    runs = []
+    for i in range(args.runs):
+        seed = seeds[i % len(seeds)]
+        r = one_run(config, seed, args.faults, args.invariants == "on", args.check)
+        runs.append(r)
+        checked = (f"; check {r.check_s:5.2f} s, {3600 / (r.wall_s + r.check_s):6.0f} search runs/hour"
+                   if args.check else "")
+        print(f"  run {i + 1} (seed {seed}): {r.virtual_s:6.1f} simulated s in {r.wall_s:6.2f} s wall "
+              f"({r.virtual_s / r.wall_s:5.1f}x), {r.cpu_s:6.2f} s CPU ({r.virtual_s / r.cpu_s:5.1f}x); "
+              f"{r.stats.get('send-ok', 0)} acked sends, {r.net['messages']} messages{checked}",
+              flush=True)
+    return runs
+
+
+def summary(name: str, runs: list[Any], check: bool) -> str:
+    wall = statistics.median(r.virtual_s / r.wall_s for r in runs)
+    worst = min(r.virtual_s / r.wall_s for r in runs)
+    cpu = statistics.median(r.virtual_s / r.cpu_s for r in runs)
+    per_run = statistics.median(r.wall_s for r in runs)
+    line = (f"{name}: median {wall:.1f} simulated s per wall s (worst {worst:.1f}), {cpu:.1f} per "
+            f"CPU s, {3600 / per_run:.0f} runs/hour (median run {per_run:.2f} s wall)")
+    if check:
+        search = statistics.median(r.wall_s + r.check_s for r in runs)
+        line += f"; with the per-seed check {3600 / search:.0f} runs/hour per core"
+    return line
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="safe", help="a [[config]] of campaigns/validation.toml")
+    ap.add_argument("--campaign", type=Path, default=VALIDATION)
+    ap.add_argument("--config", default="safe", help="a [[config]] of the campaign, or 'all'")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--faults", choices=("none", "tour"), default="none")
-    ap.add_argument("--time-limit", type=float, default=None, help="override the campaign's")
+    ap.add_argument("--faults", choices=("none", "campaign", "tour"), default="none")
+    ap.add_argument("--check", action="store_true", help="also time each run's check")
+    ap.add_argument("--real", type=Path, nargs="+", default=[], metavar="RESULTS",
+                    help="campaign results folders with real-host runs of the same configs")
     ap.add_argument("--profile", type=int, default=0, metavar="N")
     ap.add_argument("--pingpong", type=int, default=0, metavar="N")
     ap.add_argument("--invariants", choices=("on", "off"), default="on",
@@ -160,30 +238,32 @@ def main() -> None:
     if args.pingpong:
         print(f"simulated network alone: {pingpong(args.pingpong):.2f} us CPU per request/answer "
               "round trip (2 messages, a timeout timer, 2 loop events)")
-    settings = validation_config(args.config)
-    shown = {k: settings[k] for k in ("nodes", "topic.partitions", "topic.replication_factor",
-                                      "workload.acks", "workload.rate", "workload.producers",
-                                      "workload.consumers", "time_limit")}
-    print(f"validation.toml [[config]] {args.config!r}: {shown}")
-    print(f"system: { {k[7:]: v for k, v in settings.items() if k.startswith('system.')} }")
-    best = None
-    for i in range(args.runs):
-        seed = settings["seeds"][i % len(settings["seeds"])]
-        r = one_run(settings, seed, args.faults, args.time_limit, args.invariants == "on")
-        print(f"run {i + 1} (seed {seed}): {r.virtual_s:6.1f} simulated s in {r.wall_s:6.2f} s wall "
-              f"({r.virtual_s / r.wall_s:5.1f}x), {r.cpu_s:6.2f} s CPU ({r.virtual_s / r.cpu_s:5.1f}x); "
-              f"{r.stats['send-ok']} acked sends, {r.net['messages']} messages; "
-              f"{3600 / r.wall_s:7.0f} runs/hour")
-        if best is None or r.wall_s < best.wall_s:
-            best = r
-    if best is not None:
-        print(f"best: {best.virtual_s / best.wall_s:.1f} simulated s per wall s, "
-              f"{best.virtual_s / best.cpu_s:.1f} per CPU s, {3600 / best.wall_s:.0f} runs/hour "
-              f"(one run: {best.wall_s:.2f} s wall for {best.virtual_s:.1f} simulated s)")
+    names = [args.config]
+    if args.config == "all":
+        names = sorted({c.config for c in load_spec(args.campaign)[1]})
+    seeds = seeds_of(args.campaign)
+    lines = []
+    for name in names:
+        config = cell_config(args.campaign, name, args.faults)
+        print(f"{args.campaign.name} [[config]] {name!r}: {describe(config)}")
+        runs = measure(config, seeds, args)
+        lines.append(summary(name, runs, args.check))
+        real = real_runs(args.real, name)
+        if real:
+            wall = statistics.median(w for w, _ in real)
+            span = statistics.median(s for _, s in real)
+            sim = statistics.median(r.wall_s + r.check_s for r in runs)
+            lines.append(f"{name} on real hosts: {len(real)} runs, median {wall:.0f} s wall per run "
+                         f"({span:.0f} s of history), {3600 / wall:.0f} runs/hour; the simulator "
+                         f"{'with its check ' if args.check else ''}{wall / sim:.0f}x as many")
+    print()
+    for line in lines:
+        print(line)
     if args.profile:
+        config = cell_config(args.campaign, names[0], args.faults)
         prof = cProfile.Profile()
         prof.enable()
-        one_run(settings, settings["seeds"][0], args.faults, args.time_limit, args.invariants == "on")
+        one_run(config, seeds[0], args.faults, args.invariants == "on", args.check)
         prof.disable()
         stats = pstats.Stats(prof)
         stats.sort_stats("tottime").print_stats(args.profile)

@@ -74,10 +74,13 @@ def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
 
 # ---- one simulated run ----------------------------------------------------------------------
 
-def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False) -> SimResult:
+def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
+                  invariants: bool = True) -> SimResult:
     """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json.
     `keep_going`: an invariant violation is recorded and the run goes on to its final read
-    (`harness shrink` needs the checker's anomaly, which only the final read shows)."""
+    (`harness shrink` needs the checker's anomaly, which only the final read shows).
+    `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
+    cost)."""
     s = test.settings
     params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
                             acks=s.workload.acks, rate=s.workload.rate,
@@ -100,7 +103,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False) -> Sim
                               system=test.config["system"], n_nodes=s.nodes,
                               replication_factor=s.topic.replication_factor,
                               final_read_timeout=s.workload.final_read_timeout, faults=faults,
-                              keep_going=keep_going)
+                              keep_going=keep_going, invariants=invariants)
     finally:
         schedule.finish("time limit reached")
 
