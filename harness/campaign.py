@@ -21,7 +21,13 @@ from control.files import write_json_atomic
 from harness.campaign_spec import Cell, load_spec
 from harness.config import validate
 from harness.report.campaign_index import render_campaign, write_results_index
-from harness.report.detection import EVIDENCE, FINISHED_CELLS, detection_times, format_table
+from harness.report.detection import (
+    EVIDENCE,
+    FINISHED_CELLS,
+    WITH_INVARIANTS,
+    detection_times,
+    format_table,
+)
 from harness.report.nightly import compare_nights, format_summary
 from harness.report.outcome import read_outcome
 from harness.report.render import render_run
@@ -41,20 +47,26 @@ class CampaignBusy(ValueError):
 
 def run_cell(config: dict[str, Any], results_root: Path) -> Path:
     """A cell on real hosts, or in the simulator when its config says hosts.provider = "sim"
-    (one campaign may mix both: many simulated seeds, a few real ones)."""
+    (one campaign may mix both: many simulated seeds, a few real ones). A simulated cell runs
+    on past a protocol-invariant violation to its final read, as a real run does, so the
+    campaign sees both the violation and any loss it led to."""
     test = Test.of(config, results_root)
     if config["hosts"]["provider"] == SIM:
-        return simulate_test(test)
+        return simulate_test(test, keep_going=True)
     return run_test(test)
 
 
 def classify(expect: str, outcome_valid: Any, lost: int) -> str:
-    """A finished, checked cell's outcome against what its config is expected to do."""
+    """A finished, checked cell's outcome against what its config is expected to do. A
+    loss-allowed config's run that lost nothing but was invalid (a protocol invariant
+    violated, a stale read...) has found the weakness too: `detected-no-loss`."""
     if expect == "no-loss":
         if lost or outcome_valid is False:
             return "regression"
         return "ok" if outcome_valid is True else "unknown"
-    return "expected-loss" if lost else "not-detected"
+    if lost:
+        return "expected-loss"
+    return "detected-no-loss" if outcome_valid is False else "not-detected"
 
 
 def night_verdict(cells: list[dict[str, Any]]) -> str:
@@ -306,3 +318,5 @@ def _print_summary(campaign: Campaign) -> None:
         print("time to detection, counting inconsistent-offsets too (a committed record "
               "read once, then replaced):\n" + format_table(detection_times(cells, EVIDENCE)),
               flush=True)
+        print("time to detection, counting protocol-invariant violations too:\n"
+              + format_table(detection_times(cells, WITH_INVARIANTS)), flush=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from control.files import write_text_atomic
 from harness.report import plots
-from harness.report.detection import EVIDENCE, detection_times
+from harness.report.detection import EVIDENCE, WITH_INVARIANTS, detection_times
 from harness.report.nightly import compare_nights
 from harness.report.outcome import read_outcome
 from harness.report.render import environment, render_run
@@ -82,6 +82,7 @@ def render_campaign(folder: Path) -> Path:
         matrix=build_matrix(folder, cells),
         detections=detection_times(cells),
         evidence=detection_times(cells, EVIDENCE),
+        invariants=detection_times(cells, WITH_INVARIANTS),
         notable=[c for c in cells if c.get("outcome") in ("regression", "not-detected", "error",
                                                           "unknown")],
         results_index="../../../index.html" if results_index.is_file() else None,

@@ -8,12 +8,15 @@ three samples, each one run long; with one detecting run out of three, one sampl
 runs. Time spent after the last detection is reported apart as `undetected_s` (the search
 had not succeeded yet), never folded into the statistics.
 
-Two measures are kept. `lost` counts a run as detecting when its checker reports lost-write or
-unseen records. `evidence` also counts `inconsistent-offsets`: consumers read only up to the
+Three measures are kept. `lost` counts a run as detecting when its checker reports lost-write
+or unseen records. `evidence` also counts `inconsistent-offsets`: consumers read only up to the
 high watermark, so an offset read with one value and later with another is a committed record
 that was lost, even though, having been read once before it vanished, it is not a lost-write
 by the Jepsen definition the checker follows (unclean elections and last-replica-standing
 losses mostly show up this way, because the old leader's high watermark covered the records).
+`invariants` also counts a violated protocol invariant (`invariant:<name>`, docs/invariants.md):
+the bad state that a later fault would turn into a loss, seen in runs where that fault did not
+come.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from harness.report.outcome import LOSS_ANOMALIES
 
 FINISHED_CELLS = ("done", "error")  # a campaign never re-runs these on resume
 EVIDENCE = (*LOSS_ANOMALIES, "inconsistent-offsets")
+INVARIANT = "invariant:"  # the prefix of every protocol-invariant anomaly
+WITH_INVARIANTS = (*EVIDENCE, INVARIANT)
 
 
 @dataclass
@@ -47,8 +52,11 @@ class Detection:
 
 
 def _detects(cell: dict[str, Any], anomalies: tuple[str, ...]) -> bool:
-    found = cell.get("anomalies") or {}
-    return bool(cell.get("lost")) or any(found.get(name) for name in anomalies)
+    """Lost records, or a count for one of `anomalies` (a name ending in ":" is a prefix)."""
+    found = {name: count for name, count in (cell.get("anomalies") or {}).items() if count}
+    return bool(cell.get("lost")) or any(
+        any(name.startswith(wanted) for name in found) if wanted.endswith(":") else wanted in found
+        for wanted in anomalies)
 
 
 def detection_times(cells: list[dict[str, Any]],

@@ -194,7 +194,7 @@ def campaign_plot(cells: Sequence[dict], out: Path) -> Path | None:
     if not done:
         return None
     colors = {"ok": "tab:green", "regression": "tab:red", "expected-loss": "tab:purple",
-              "not-detected": "tab:orange", "unknown": "tab:gray"}
+              "detected-no-loss": "tab:blue", "not-detected": "tab:orange", "unknown": "tab:gray"}
     fig = _figure(0.28 * len(done) + 1.2, bottom_in=0.5)
     fig.subplots_adjust(left=0.3)
     ax = fig.add_subplot()

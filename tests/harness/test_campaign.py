@@ -266,6 +266,9 @@ def test_classify() -> None:
     assert classify("no-loss", "unknown", 0) == "unknown"
     assert classify("loss-allowed", False, 3) == "expected-loss"
     assert classify("loss-allowed", True, 0) == "not-detected"
+    # invalid without loss (an invariant violated, a stale read): the weakness was found
+    assert classify("loss-allowed", False, 0) == "detected-no-loss"
+    assert classify("loss-allowed", "unknown", 0) == "not-detected"
 
 
 def test_a_campaign_folder_runs_in_one_process_at_a_time(tmp_path: Path,

@@ -10,7 +10,7 @@ import pytest
 
 from harness.campaign_spec import CampaignError, load_spec
 from harness.report.campaign_index import render_campaign
-from harness.report.detection import EVIDENCE, detection_times, format_table
+from harness.report.detection import EVIDENCE, WITH_INVARIANTS, detection_times, format_table
 from nemesis.kinds import lookup
 from nemesis.schedule import plan_from_config
 
@@ -90,6 +90,18 @@ def test_evidence_measure_also_counts_committed_records_replaced_at_their_offset
     assert (evidence.detecting_runs, evidence.samples_s, evidence.undetected_s) == (1, [100.0], 50.0)
 
 
+def test_invariant_measure_counts_any_protocol_invariant_and_nothing_else() -> None:
+    violated = {**_cell("w", 1, 0, 100), "anomalies": {"invariant:LeaderCompleteness": 2}}
+    zero = {**_cell("w", 2, 0, 40), "anomalies": {"invariant:LogMatching": 0}}
+    other = {**_cell("w", 3, 0, 50), "anomalies": {"stale-read": 3, "invariants": 1}}
+    cells = [violated, zero, other]
+    (evidence,) = detection_times(cells, EVIDENCE)
+    (invariants,) = detection_times(cells, WITH_INVARIANTS)
+    assert (evidence.detecting_runs, evidence.undetected_s) == (0, 190.0)
+    assert (invariants.detecting_runs, invariants.samples_s, invariants.undetected_s) == \
+        (1, [100.0], 90.0)
+
+
 def test_campaign_index_shows_the_detection_table(tmp_path: Path) -> None:
     folder = tmp_path / "campaigns" / "v" / "20260101T000000"
     folder.mkdir(parents=True)
@@ -98,6 +110,7 @@ def test_campaign_index_shows_the_detection_table(tmp_path: Path) -> None:
     (folder / "campaign.json").write_text(json.dumps(state))
     html = render_campaign(folder).read_text()
     assert "Time to detection" in html and "150 s" in html
+    assert "a protocol invariant violated" in html
 
 
 def test_shipped_validation_campaign_gives_each_weakness_its_own_mix() -> None:
