@@ -69,6 +69,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 PREFIX = "invariant:"
+# Acknowledged records a check looks for before it stops counting (see `_first_lost`).
+FIRST_FOUND = 3
 LEADER, FOLLOWER, NONE = "leader", "follower", "none"
 
 
@@ -163,9 +165,15 @@ class Facts:
 
 @dataclass(slots=True)
 class PartitionSnapshot:
+    """`pairs`: for pairs of replicas (lower broker id first), a length their logs are known to
+    share from offset 0, learnt by earlier evaluations and updated by LogMatching; kept by a
+    caller that lowers an entry when one of the two logs changes other than by an append (the
+    simulator does). None: nothing known, every comparison starts from the committed prefix."""
+
     meta: PartitionMeta
     replicas: Mapping[int, ReplicaState]
     facts: Facts
+    pairs: dict[tuple[int, int], int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,26 +294,55 @@ def agreement(r: ReplicaState, f: Facts) -> int | None:
     return common_prefix(r, f, min(r.leo, f.true_hwm))
 
 
-def missing(r: ReplicaState, acks: Acks, agreed: int | None, f: Facts) -> tuple[list[Any], int]:
-    """Acknowledged records the replica does not hold (the first few offsets), and how many.
-    Those below `agreed` (its shared prefix with the committed one) are held; the others
-    are looked up one by one."""
-    out: list[Any] = []
+def missing(r: ReplicaState, acks: Acks, agreed: int | None, f: Facts, *,
+            exact: bool = False) -> tuple[list[int], str]:
+    """Acknowledged records the replica does not hold: some of their offsets, and how many in
+    words ("" when none). Those below `agreed` (its shared prefix with the committed one) are
+    held; the others are looked up (see `_first_lost`)."""
+    start = bisect.bisect_left(acks.committed, agreed) if agreed is not None else 0
+    return _first_lost(acks, start, f, lambda rec: holds(r, rec) is False, lowest=False,
+                       exact=exact)
+
+
+def _first_lost(acks: Acks, start: int, f: Facts, lost: Callable[[Any], bool], *,
+                lowest: bool, exact: bool = False) -> tuple[list[int], str]:
+    """The acknowledged records `lost` says are gone: acks.committed from index `start` on (in
+    offset order), then acks.other, looked up until FIRST_FOUND are found. Returns their
+    offsets, sorted, and their number in words: exact, or "at least N" when the look-up
+    stopped early. `lowest`: the offsets must be the lowest lost ones (a violation's key), so
+    the records of acks.other (not kept in offset order) are looked up too, each one that
+    could still be among the lowest.
+
+    Stopping early keeps the checks linear in a run's length: after a loss, looking up every
+    later acknowledgement again at every step made them quadratic. `exact` looks up every
+    one: `Invariant.exact` does, once per violation reported."""
+    cap = None if exact else FIRST_FOUND
+    found: list[int] = []  # sorted, at most FIRST_FOUND
     count = 0
+    stopped = False
     committed = acks.committed
-    start = bisect.bisect_left(committed, agreed) if agreed is not None else 0
-    for o in committed[start:]:
-        rec = _committed_record(f, o)
-        if rec is not None and holds(r, rec) is False:
+    for i in range(start, len(committed)):
+        rec = _committed_record(f, committed[i])
+        if rec is not None and lost(rec):
+            if count == cap:
+                stopped = True
+                break
+            if count < FIRST_FOUND:
+                found.append(committed[i])
             count += 1
-            if len(out) < 3:
-                out.append(o)
     for rec in acks.other.values():
-        if holds(r, rec) is False:
+        if cap is not None and count >= cap and (not lowest or rec.offset >= found[-1]):
+            stopped = True  # not looked up: it cannot change what is reported
+            if not lowest:
+                break
+            continue
+        if lost(rec):
+            bisect.insort(found, rec.offset)
+            del found[FIRST_FOUND:]
             count += 1
-            if len(out) < 3:
-                out.append(rec.offset)
-    return out, count
+    if not count:
+        return [], ""
+    return found, f"at least {count}" if stopped else str(count)
 
 
 # ---- the invariants ----------------------------------------------------------------------------
@@ -377,7 +414,8 @@ def replication_quorum_superset(p: PartitionSnapshot) -> list[Violation]:
     return out
 
 
-def _completeness(name: str, p: PartitionSnapshot, acks: Acks, check_leo: bool) -> list[Violation]:
+def _completeness(name: str, p: PartitionSnapshot, acks: Acks, check_leo: bool,
+                  exact: bool) -> list[Violation]:
     m, f = p.meta, p.facts
     if m.leader is None:
         return []
@@ -388,22 +426,22 @@ def _completeness(name: str, p: PartitionSnapshot, acks: Acks, check_leo: bool) 
     if check_leo and f.true_hwm > 0 and r.leo < f.true_hwm and r.leo_known:
         problems.append(f"its log ends at {r.leo}, below the true HWM {f.true_hwm}")
     if len(acks):
-        lacking, count = missing(r, acks, agreement(r, f), f)
+        lacking, count = missing(r, acks, agreement(r, f), f, exact=exact)
         if count:
             problems.append(f"it lacks {count} acknowledged record(s), at offsets {lacking}"
-                            f"{' ...' if count > len(lacking) else ''}")
+                            f"{' ...' if count != str(len(lacking)) else ''}")
     if not problems:
         return []
     return [_v(name, m, f"leader {m.leader} (epoch {m.leader_epoch}): " + "; ".join(problems),
                m.leader, m.leader_epoch)]
 
 
-def leader_completeness(p: PartitionSnapshot) -> list[Violation]:
-    return _completeness("LeaderCompleteness", p, p.facts.acked, True)
+def leader_completeness(p: PartitionSnapshot, exact: bool = False) -> list[Violation]:
+    return _completeness("LeaderCompleteness", p, p.facts.acked, True, exact)
 
 
-def acknowledged_completeness(p: PartitionSnapshot) -> list[Violation]:
-    return _completeness("AcknowledgedCompleteness", p, p.facts.acked1, False)
+def acknowledged_completeness(p: PartitionSnapshot, exact: bool = False) -> list[Violation]:
+    return _completeness("AcknowledgedCompleteness", p, p.facts.acked1, False, exact)
 
 
 def leader_candidate_completeness(p: PartitionSnapshot) -> list[Violation]:
@@ -454,9 +492,16 @@ def log_matching(p: PartitionSnapshot) -> list[Violation]:
             limit = min(r.hwm, s.hwm, r.leo, s.leo)
             if limit <= 0:
                 continue
-            at = common_prefix(r, s, limit)
+            (lo, rl), (hi, rh) = sorted(((b, r), (c, s)), key=lambda x: x[0])
+            # Both equal the committed prefix below their agreements with it, so each other
+            # below the lower one; and below what an earlier evaluation found they share.
+            start = min(agreement(r, f) or 0, agreement(s, f) or 0, limit)
+            if p.pairs is not None:
+                start = max(start, min(p.pairs.get((lo, hi), 0), limit))
+            at = common_prefix(r, s, limit, start)
+            if p.pairs is not None and at is not None:
+                p.pairs[(lo, hi)] = at
             if at is not None and at < limit:
-                (lo, rl), (hi, rh) = sorted(((b, r), (c, s)), key=lambda x: x[0])
                 out.append(_v("LogMatching", m, f"replicas {lo} and {hi} differ at offset {at}, "
                               f"below both their HWMs ({rl.hwm}, {rh.hwm}): epoch "
                               f"{record_epoch(rl, at)} vs {record_epoch(rh, at)}", lo, hi, at))
@@ -513,7 +558,7 @@ def _committed_epoch(f: Facts, offset: int) -> int | None:
     return None
 
 
-def no_committed_record_lost_globally(p: PartitionSnapshot) -> list[Violation]:
+def no_committed_record_lost_globally(p: PartitionSnapshot, exact: bool = False) -> list[Violation]:
     m, f = p.meta, p.facts
     acks = f.acked
     if not len(acks):
@@ -521,20 +566,14 @@ def no_committed_record_lost_globally(p: PartitionSnapshot) -> list[Violation]:
     # Below the longest prefix some replica shares with the committed one, every
     # acknowledged record that is the committed one is held; the rest are looked up.
     best = max((agreement(r, f) or 0 for r in p.replicas.values()), default=0)
-    lost = []
-    committed = acks.committed
-    for o in committed[bisect.bisect_left(committed, best):]:
-        rec = _committed_record(f, o)
-        if rec is not None and not any(holds(r, rec) is not False for r in p.replicas.values()):
-            lost.append(o)
-    for rec in acks.other.values():
-        if not any(holds(r, rec) is not False for r in p.replicas.values()):
-            lost.append(rec.offset)
+    replicas = tuple(p.replicas.values())
+    lost, count = _first_lost(acks, bisect.bisect_left(acks.committed, best), f,
+                              lambda rec: not any(holds(r, rec) is not False for r in replicas),
+                              lowest=True, exact=exact)
     if not lost:
         return []
-    lost.sort()
-    return [_v("NoCommittedRecordLostGlobally", m, f"{len(lost)} acknowledged record(s) on no replica, "
-               f"at offsets {lost[:3]}{' ...' if len(lost) > 3 else ''}", lost[0])]
+    return [_v("NoCommittedRecordLostGlobally", m, f"{count} acknowledged record(s) on no replica, "
+               f"at offsets {lost}{' ...' if count != str(len(lost)) else ''}", lost[0])]
 
 
 def _committed_record(f: Facts, offset: int) -> Any:
@@ -552,14 +591,26 @@ class Invariant:
     check: Callable[[PartitionSnapshot], list[Violation]]
     reads: frozenset[str]
     words: str
+    counts: bool = False  # check(p, exact=True) counts every lost record it mentions
 
     @property
     def anomaly(self) -> str:
         return PREFIX + self.name
 
+    def exact(self, p: PartitionSnapshot, v: Violation) -> Violation:
+        """`v`, which check(p) found, with the lost records it mentions all counted: the checks
+        stop counting at FIRST_FOUND (`_first_lost`), and a checker calls this once for each
+        violation it reports, not at every step the violation goes on holding."""
+        if not self.counts or "at least" not in v.detail:
+            return v
+        found = self.check(p, exact=True)  # type: ignore[call-arg]
+        return next((x for x in found if x.key == v.key), v)
+
 
 def _inv(name: str, spec: str, check, reads: str, words: str) -> Invariant:
-    return Invariant(name, spec, check, frozenset(reads.split()), " ".join(words.split()))
+    counts = check in (leader_completeness, acknowledged_completeness,
+                       no_committed_record_lost_globally)
+    return Invariant(name, spec, check, frozenset(reads.split()), " ".join(words.split()), counts)
 
 
 INVARIANTS: tuple[Invariant, ...] = (

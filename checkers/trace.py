@@ -360,6 +360,7 @@ class TraceChecker:
                 if ident in self._seen:
                     continue
                 self._seen.add(ident)
+                v = inv.exact(snap, v)
                 self.report.violations.append({"time": e.get("time"), **v.to_dict(),
                                                "event": {k: x for k, x in e.items() if k != "ts"}})
 

@@ -81,7 +81,7 @@ class _Part:
     """The auxiliary variables of one partition and what the monitor caches about it."""
 
     __slots__ = ("key", "topic", "partition", "true_hwm", "committed", "acked", "acked1",
-                 "pending1", "agree", "fp", "state", "meta", "history", "tags",
+                 "pending1", "agree", "pairs", "fp", "state", "meta", "history", "tags",
                  "rules", "mkeys", "view", "stale")
 
     def __init__(self, key: tuple[str, int]) -> None:
@@ -93,6 +93,8 @@ class _Part:
         self.acked1 = Acks([], {})
         self.pending1: list[tuple[int, int]] = []  # heap of acks=1 (offset, epoch) not committed
         self.agree: dict[int, int] = {}
+        # (broker, broker) -> a length their logs share from offset 0 (PartitionSnapshot.pairs)
+        self.pairs: dict[tuple[int, int], int] = {}
         self.fp: dict[int, tuple] = {}
         self.state: Any = None  # the controller's PartitionState last seen
         self.meta: PartitionMeta | None = None
@@ -102,6 +104,17 @@ class _Part:
         self.mkeys: dict[int, tuple] = {}  # broker -> (PartitionState, its metadata_key)
         self.view: PartitionSnapshot | None = None  # the snapshot, kept up to date in place
         self.stale: set[int] | None = None  # brokers whose ReplicaState to rebuild (None: all)
+
+
+def _log_changed(part: _Part, b: int, offset: int) -> None:
+    """Broker b's log changed from `offset` on other than by an append (a truncation, a loss,
+    a recovery): what it was known to share with the committed prefix and with the other
+    replicas' logs ends there at most."""
+    if offset < part.agree.get(b, 0):
+        part.agree[b] = offset
+    for pair, shared in part.pairs.items():
+        if b in pair and offset < shared:
+            part.pairs[pair] = offset
 
 
 class _AckToken:
@@ -183,8 +196,7 @@ class InvariantMonitor:
                 if cf is not None:
                     log.changed_from = None
                     part = self._part(key)
-                    if cf < part.agree.get(b, 0):
-                        part.agree[b] = cf
+                    _log_changed(part, b, cf)
                     part.tags.add("log")
                     part.tags.add("replica")
         for part in self.parts.values():
@@ -249,8 +261,7 @@ class InvariantMonitor:
             cf = log.changed_from
             if cf is not None:
                 log.changed_from = None
-                if cf < part.agree.get(b, 0):
-                    part.agree[b] = cf
+                _log_changed(part, b, cf)
                 part.tags.add("log")
             hwm = r.hwm
             if hwm > part.true_hwm and r.role is LEADER_ROLE:
@@ -346,7 +357,7 @@ class InvariantMonitor:
             self.evaluations += 1
             for inv in invariants:
                 for v in inv.check(snapshot):
-                    self._violated(v)
+                    self._violated(inv, snapshot, v)
                     if self.stopped:
                         return
 
@@ -375,7 +386,7 @@ class InvariantMonitor:
         view = part.view
         if view is None:
             view = part.view = PartitionSnapshot(part.meta, {}, Facts(
-                0, part.committed, None, part.acked, part.acked1, {}, part.history))
+                0, part.committed, None, part.acked, part.acked1, {}, part.history), part.pairs)
             part.stale = None
         view.meta = part.meta
         view.facts.true_hwm = part.true_hwm
@@ -440,11 +451,12 @@ class InvariantMonitor:
             part.tags.update(("meta", "replica", "log", "hwm", "commit", "acks"))
         self._evaluate()
 
-    def _violated(self, v: Any) -> None:
+    def _violated(self, inv: Invariant, snapshot: PartitionSnapshot, v: Any) -> None:
         ident = (v.name, v.topic, v.partition, v.key)
         if ident in self._seen:
             return
         self._seen.add(ident)
+        v = inv.exact(snapshot, v)
         loop = self.world.loop
         record = {"time": loop.time_ns(), **v.to_dict(),
                   "recent_steps": [_describe_step(s) for s in self.recent],

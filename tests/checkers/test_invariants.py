@@ -221,6 +221,48 @@ def test_no_committed_record_lost_globally():
     assert inv.no_committed_record_lost_globally(p) == []
 
 
+def test_lost_records_are_counted_up_to_a_few_at_each_step_and_exactly_once_reported():
+    committed = log(*[0] * 10)
+    facts = Facts(true_hwm=10, committed=committed)
+    facts.acked = split_acks(committed[2:], facts)  # offsets 2..9 acknowledged
+    facts.acked.other[(11, 1)] = Rec(11, 1, "v11")  # and one the committed prefix lacks
+    gone = snap([replica(b, log(0, 0), running=False) for b in (1, 2, 3)], facts=facts)
+    (v,) = inv.no_committed_record_lost_globally(gone)
+    # every step: the lowest offsets and "at least"; the key is the lowest lost offset either way
+    assert v.detail == "at least 3 acknowledged record(s) on no replica, at offsets [2, 3, 4] ..."
+    (exact,) = inv.no_committed_record_lost_globally(gone, exact=True)
+    assert exact.detail == "9 acknowledged record(s) on no replica, at offsets [2, 3, 4] ..."
+    assert exact.key == v.key == (2,)
+    assert inv.BY_NAME["NoCommittedRecordLostGlobally"].exact(gone, v) == exact
+    # the lowest lost offset may be an acknowledgement outside the committed prefix
+    facts.acked.other[(1, 5)] = Rec(1, 5, "x")
+    (v,) = inv.no_committed_record_lost_globally(gone)
+    assert v.key == (1,) and "at offsets [1, 2, 3]" in v.detail
+    # a leader lacking records: the same cap, exact once reported
+    short = snap([replica(1, log(0, 0), role="leader"), replica(2, committed)], facts=facts)
+    (v,) = inv.leader_completeness(short)
+    assert "lacks at least 3 acknowledged record(s)" in v.detail
+    assert "lacks 10 acknowledged record(s)" in inv.BY_NAME["LeaderCompleteness"].exact(short, v).detail
+    # a check that counts nothing is returned as it is
+    (lm,) = [x for x in inv.INVARIANTS if x.name == "LogMatching"]
+    assert not lm.counts and lm.exact(gone, v) is v
+
+
+def test_log_matching_starts_where_a_pair_is_known_to_agree():
+    p = healthy()
+    p.replicas[3] = replica(3, log(0, 0, 2, 2), hwm=4)  # differs at 2, below every HWM
+    p.pairs = {}
+    assert {x.key[:2] for x in inv.log_matching(p)} == {(1, 3), (2, 3)}
+    assert p.pairs == {(1, 3): 2, (2, 3): 2}  # what each pair shares, learnt
+    assert {x.key[:2] for x in inv.log_matching(p)} == {(1, 3), (2, 3)}  # and used: same answer
+    # what a pair is known to share is not compared again, so a caller must lower it when a log
+    # changes other than by an append (the simulator does: simulation.invariants._log_changed)
+    p.pairs[(1, 3)] = 4
+    assert {x.key[:2] for x in inv.log_matching(p)} == {(2, 3)}
+    p.pairs[(1, 3)] = 2
+    assert {x.key[:2] for x in inv.log_matching(p)} == {(1, 3), (2, 3)}
+
+
 def test_valid_controller_isr_and_elr():
     assert inv.valid_controller_isr_and_elr(healthy()) == []
     bad = {v.detail for v in inv.valid_controller_isr_and_elr(
