@@ -164,16 +164,18 @@ def _loss_summary(loss: pd.DataFrame) -> dict:
     }
 
 
-def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes: list[str]) -> dict:
+def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes: list[str],
+           spark: Any = None) -> dict:
     """Verdict + loss forensics from a backend's output; writes the results and loss files
-    (output_paths)."""
+    (output_paths). With `spark` (the history was checked there), the trace's invariants are
+    checked there too."""
     run_dir = history.parent
     results_path, loss_path = output_paths(history)
     allow = list(config.get("checker", {}).get("allow", []))
     unread = classify_unread(out)
     results = {"history": history.name, **results_dict(out, unread, allow, notes)}
     if history.name == RUN_HISTORY:  # a run folder: its protocol invariants (checkers/trace.py)
-        add_invariants(results, *invariant_findings(run_dir, config, EXAMPLES), allow)
+        add_invariants(results, *invariant_findings(run_dir, config, EXAMPLES, spark), allow)
     lost = unread[unread["kind"].isin(["lost-write", "unseen"])]
     topic = config.get("topic", {}).get("name")
     loss = forensics(lost, ops_path, run_dir, topic, results["notes"])
@@ -269,6 +271,7 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
         configured = config.get("checker", {}).get("spark_master")
         engine = _engine(backend, ing.ops, min_ops, resolve_master(spark_master, configured))
         where = "in this process"
+        spark = None
         if engine == "in-process":
             out = reference.run(ing.ops_path, ing.reads_path, acks)
         else:
@@ -278,7 +281,7 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
             ingested = time.perf_counter()
             out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
         checked = time.perf_counter()
-        results = finish(out, config, history, ing.ops_path, notes)
+        results = finish(out, config, history, ing.ops_path, notes, spark)
         _say(f"check {checked - ingested:.1f} s {where}; forensics and results "
              f"{time.perf_counter() - checked:.1f} s")
         return results

@@ -122,10 +122,12 @@ class TraceReport:
 
 class TraceChecker:
     def __init__(self, *, min_isr: int = 1, elr_enabled: bool = True, acks: str = "all",
-                 views: bool = True) -> None:
+                 views: bool = True, only: tuple[str, int] | None = None) -> None:
         """`views`: the trace has the replicas' view events (module docstring); without them
-        the invariants that need them are undecided."""
+        the invariants that need them are undecided. `only`: evaluate that partition alone
+        (checkers/trace_spark.py replays each partition in a task of its own)."""
         self.views = views
+        self.only = only
         self.decided = INVARIANTS if views else tuple(i for i in INVARIANTS if i.name not in UNDECIDABLE)
         self.min_isr = min_isr
         self.elr_enabled = elr_enabled
@@ -163,7 +165,7 @@ class TraceChecker:
             self._apply(e, evaluate=False)
         touched = {(e["topic"], e["partition"]) for e in batch if "topic" in e and "partition" in e}
         fencing = any(e.get("kind") in ("broker-fenced", "broker-unfenced") for e in batch)
-        for key, part in list(self.parts.items()):
+        for key, part in self._judged():
             if fencing or key in touched:
                 self._evaluate(part, batch[-1], None)
 
@@ -252,7 +254,8 @@ class TraceChecker:
             # once the one before is fsynced; each is evaluated at its own event.
             return
         if part is not None:
-            self._evaluate(part, e, exact)
+            if self.only is None or key == self.only:
+                self._evaluate(part, e, exact)
         else:
             self._evaluate_all(e)
 
@@ -343,8 +346,12 @@ class TraceChecker:
             p = self.parts[key] = _Partition()
         return p
 
+    def _judged(self) -> list[tuple[tuple[str, int], _Partition]]:
+        """The partitions this checker evaluates (all, or `only`), in the order first seen."""
+        return [(k, p) for k, p in self.parts.items() if self.only is None or k == self.only]
+
     def _evaluate_all(self, e: Mapping[str, Any]) -> None:
-        for p in self.parts.values():
+        for _key, p in self._judged():
             self._evaluate(p, e, None)
 
     def _evaluate(self, part: _Partition, e: Mapping[str, Any], exact: int | None) -> None:
@@ -395,7 +402,7 @@ class TraceChecker:
     def finish(self) -> TraceReport:
         if self._batch:
             self._apply_batch()
-        for p in self.parts.values():
+        for _key, p in self._judged():
             self._evaluate(p, {"kind": "end"}, None)
         return self.report
 
@@ -461,15 +468,23 @@ def check_run(run_dir: Path, config: Mapping[str, Any]) -> TraceReport | None:
     events = run_dir / "events.jsonl"
     if not events.is_file():
         return None
+    history = run_dir / "history.jsonl"
+    report = check_trace(_jsonl(events), _jsonl(history) if history.is_file() else (),
+                         **trace_settings(config))
+    return noted(report)
+
+
+def trace_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """check_trace's keyword arguments from a run's config."""
     system = config.get("system", {}) if isinstance(config.get("system"), dict) else {}
     flat = _flat(system)
-    history = run_dir / "history.jsonl"
-    report = check_trace(
-        _jsonl(events), _jsonl(history) if history.is_file() else (),
-        topic=str(config.get("topic", {}).get("name") or "chaos"),
-        min_isr=int(flat.get("min.insync.replicas", 1)),
-        elr_enabled=str(flat.get("eligible.leader.replicas.enable", True)).lower() != "false",
-        acks=str(config.get("workload", {}).get("acks", "all")))
+    return {"topic": str(config.get("topic", {}).get("name") or "chaos"),
+            "min_isr": int(flat.get("min.insync.replicas", 1)),
+            "elr_enabled": str(flat.get("eligible.leader.replicas.enable", True)).lower() != "false",
+            "acks": str(config.get("workload", {}).get("acks", "all"))}
+
+
+def noted(report: TraceReport) -> TraceReport:
     if report.events and not any(report.checks.values()):
         report.notes.append("events.jsonl has no partition-change: no invariant could be checked")
     return report
@@ -490,11 +505,12 @@ def read_invariants(path: Path) -> list[dict[str, Any]]:
     return list(_jsonl(path))
 
 
-def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8
+def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8, spark: Any = None
              ) -> tuple[dict[str, tuple[int, list[dict]]], list[str], dict[str, Any]]:
     """Invariant anomalies of a run folder for results.json: {"invariant:<Name>": (count,
     examples)}, notes, stats. A simulated run's invariants.jsonl (checked at every step) wins;
-    else the trace check of events.jsonl; else nothing."""
+    else the trace check of events.jsonl (on `spark`, one task per partition, when given:
+    checkers/trace_spark.py); else nothing."""
     simulated = run_dir / "invariants.jsonl"
     found: dict[str, tuple[int, list[dict]]] = {}
     if simulated.is_file():
@@ -503,17 +519,24 @@ def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8
                  f"violation(s) in invariants.jsonl"]
         stats = {"source": "simulation", "violations": len(violations)}
     else:
-        report = check_run(run_dir, config)
+        if spark is not None:
+            from checkers.trace_spark import check_run_spark  # pyspark's import is slow
+
+            report = check_run_spark(spark, run_dir, config)
+        else:
+            report = check_run(run_dir, config)
         if report is None:
             return {}, [], {}
         violations = report.violations
         undecided = ("; not decidable from this trace: "
                      + "; ".join(f"{k} ({v})" for k, v in sorted(report.undecided.items()))
                      if report.undecided else "; every invariant decidable from it")
+        where = " on Spark, a task per partition" if spark is not None else ""
         notes = report.notes + [
-            f"protocol invariants checked on the trace (events.jsonl with the history) at "
+            f"protocol invariants checked on the trace (events.jsonl with the history){where} at "
             f"{max(report.checks.values(), default=0)} state(s){undecided}"]
-        stats = {"source": "trace", "violations": len(violations), "events": report.events,
+        stats = {"source": "trace-spark" if spark is not None else "trace",
+                 "violations": len(violations), "events": report.events,
                  "checks": report.checks, "undecided": sorted(report.undecided)}
     for v in violations:
         name = str(v.get("name", "invariant:?"))
