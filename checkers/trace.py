@@ -42,7 +42,8 @@ and once at the end. What a trace cannot decide, said in the report's `undecided
 
 Every violation found is real (a lower bound never makes one up); the trace may miss some the
 simulator, with exact state at every step, would see. The replay is single-process Python, a
-few seconds for a 30 s run; traces of long campaigns may want Spark later (not done).
+few seconds for a 30 s run; checkers/trace_spark.py replays each partition in a Spark task of its
+own, with the same result, when the history is checked on Spark.
 """
 
 from __future__ import annotations
