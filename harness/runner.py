@@ -220,10 +220,18 @@ def collect(cluster: Cluster, run_dir: Path, clock: RunClock) -> None:
 
 
 def stop_nodes(cluster: Cluster) -> None:
-    for host in cluster.hosts:
-        try:
-            host.remote.stop_all(timeout=10)
-        except Exception as e:
-            say(f"stopping nodes on {host.name}: {e}")
-        if cluster.lazyfs:
-            cluster.umount_lazyfs(host)
+    """The brokers all at once while the controller still runs -- a broker's SIGTERM hands its
+    leadership over through the controller, and without one waits out its 10 s for that --
+    then the controller. (One host after another, controller first, took 30 s of every run.)"""
+    brokers = [h for h in cluster.hosts if h is not cluster.controller_host]
+    on_hosts(brokers, lambda host: _stop_host(cluster, host))
+    _stop_host(cluster, cluster.controller_host)
+
+
+def _stop_host(cluster: Cluster, host: Host) -> None:
+    try:
+        host.remote.stop_all(timeout=10)
+    except Exception as e:
+        say(f"stopping nodes on {host.name}: {e}")
+    if cluster.lazyfs:
+        cluster.umount_lazyfs(host)
