@@ -231,3 +231,27 @@ def test_settings_file_is_what_the_vagrantfile_reads():
     assert 'File.join(__dir__, ".vms", "settings.json")' in text
     assert vms.STATE == VAGRANT / ".vms"
     assert json.loads(json.dumps({"KCH_VMS": 3}))["KCH_VMS"] == 3
+
+
+# -- the campaign over the VMs ----------------------------------------------------------------
+
+def test_vm_campaign_runs_every_cell_on_the_inventory_of_make_vms(tmp_path):
+    """campaigns/vms.toml, laid out as in the repository (campaigns/ beside vagrant/) with an
+    inventory such as `make vms` writes: every cell is an `ssh` run on those hosts."""
+    from harness.campaign_spec import load_spec
+
+    (tmp_path / "campaigns").mkdir()
+    (tmp_path / "vagrant").mkdir()
+    shutil.copy(ROOT / "campaigns" / "vms.toml", tmp_path / "campaigns" / "vms.toml")
+    shutil.copy(VAGRANT / "vms.toml", tmp_path / "vagrant" / "vms.toml")
+    hosts = [inv.VmHost(f"n{i}", f"192.168.121.{10 + i}", tmp_path / f"k{i}", KEY, UUID)
+             for i in range(1, 5)]
+    inv.write_inventory(tmp_path / "vagrant" / "inventory.toml", hosts, user="root",
+                        python="/opt/kch/.venv/bin/python", work_dir="/var/lib/kch")
+    _, cells = load_spec(tmp_path / "campaigns" / "vms.toml")
+    assert {c.config for c in cells} == {"safe", "acks1"}
+    for cell in cells:
+        assert cell.resolved["hosts"]["provider"] == "ssh"
+        assert Path(cell.resolved["hosts"]["inventory"]).resolve() == \
+            (tmp_path / "vagrant" / "inventory.toml").resolve()
+        assert cell.resolved["nodes"] == 4 and cell.resolved["workload"]["rate"] == 100

@@ -119,10 +119,19 @@ def _record(name: str, kind: str, sets: list[str], results: dict, run_dir: Path)
 
 
 def test_kill_and_partition_on_vms(vms, tmp_path):
-    results, run_dir = _run(tmp_path, ["time_limit=60", "seed=7", "nemesis.faults=['kill', 'partition']"])
+    # Scripted, so that both happen (a seeded plan may draw partitions only): the leader's
+    # process killed, then the leader's host cut off from the others.
+    plan = [{"id": 0, "kind": "kill", "start_s": 10.0, "duration_s": 8.0,
+             "target": {"select": "leader", "partition": 0, "pick": 1}},
+            {"id": 1, "kind": "partition", "start_s": 30.0, "duration_s": 8.0,
+             "target": {"shape": "isolate-leader", "partition": 0, "pick": 2}}]
+    results, run_dir = _run(tmp_path, ["time_limit=50", "nemesis.faults=['kill', 'partition']"], plan)
     assert results["valid"] is True, results["anomalies"]
-    started = {op["f"] for op in read_history(run_dir / "history.jsonl") if op["process"] == "nemesis"}
-    assert {"start-kill", "start-partition"} & started, started
+    assert _loss(results) == 0
+    nemesis = [op for op in read_history(run_dir / "history.jsonl") if op["process"] == "nemesis"]
+    started = {op["f"]: op["value"] for op in nemesis if op["f"].startswith("start-")}
+    assert {"start-kill", "start-partition"} <= set(started), started
+    assert started["start-kill"].get("nodes") and not started["start-kill"].get("error"), started
     _nothing_left(vms)
 
 
