@@ -57,7 +57,7 @@ clean-hosts: bootstrap
 
 # VM hosts (docs/vms.md): a Debian box built here, libvirt, vagrant; KVM when a guest boots
 # under it, else TCG. `make vms VMS=3 ACCEL=tcg` to choose; `make vms-down` removes them.
-VM_APT_PKGS := vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils debootstrap dnsmasq-base fdisk rsync openssh-client
+VM_APT_PKGS := vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils debootstrap dnsmasq-base fdisk rsync openssh-client chrony
 VMS   ?= 4
 ACCEL ?= auto
 

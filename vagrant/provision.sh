@@ -22,3 +22,9 @@ printf '%s\n' "$src" >"$site/kch-src.pth"
 install -d -o vagrant -g vagrant /var/lib/kch
 install -d /etc/kch
 printf '%s\n' "$address" >/etc/kch/address
+
+# The time source: the host, at the private network's .1 (vms.py up starts its chronyd there).
+if [ -d /etc/chrony/conf.d ]; then
+    printf 'server %s iburst minpoll -2 maxpoll 0\n' "${address%.*}.1" >/etc/chrony/conf.d/kch.conf
+    systemctl restart chrony.service 2>/dev/null || true
+fi

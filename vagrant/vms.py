@@ -44,6 +44,7 @@ TOOLS = {
     "virtlogd": "libvirt-daemon-system", "qemu-system-x86_64": "qemu-system-x86",
     "qemu-img": "qemu-utils", "debootstrap": "debootstrap", "sfdisk": "fdisk",
     "dnsmasq": "dnsmasq-base", "ssh-keyscan": "openssh-client", "rsync": "rsync",
+    "chronyd": "chrony",
 }
 KVM_PROBE_S = 30.0  # a working KVM prints the kernel banner within a few seconds
 TCG_PROBE_S = 120.0
@@ -323,6 +324,7 @@ def up(vms: int, accel: str) -> int:
     t_up = time.monotonic()
     run(["vagrant", "up", "--provider=libvirt"], env=vagrant_env(), quiet=False)
     say(f"vagrant up ({vms} VMs): {time.monotonic() - t_up:.0f} s")
+    start_time_server()
     run([sys.executable, str(HERE / "inventory.py")], env=vagrant_env(), quiet=False)
     say(f"{vms} VMs running under {probe['accel']}; make vms took {time.monotonic() - t0:.0f} s")
     return 0
@@ -342,6 +344,7 @@ def down(remove_box: bool) -> int:
             for volume in box_volumes():
                 run(["virsh", "-c", URI, "vol-delete", "--pool", "default", volume])
         shutil.rmtree(BOX_DIR, ignore_errors=True)
+    stop_time_server()
     stop_our_daemons()
     (STATE / "settings.json").unlink(missing_ok=True)
     if left:
@@ -349,6 +352,54 @@ def down(remove_box: bool) -> int:
     qemus = run(["pgrep", "-a", "qemu-system"], check=False).stdout.strip()
     say("no VM, volume or network of ours left" + (f" (other qemu processes: {qemus})" if qemus else ""))
     return 0
+
+
+# -- the guests' time source -------------------------------------------------------------------
+
+def host_address() -> str:
+    """The host's address on the VMs' private network (the Vagrantfile's KCH_SUBNET, .1)."""
+    subnet = os.environ.get("KCH_SUBNET") or str(settings().get("KCH_SUBNET", "192.168.56"))
+    return f"{subnet}.1"
+
+
+def time_server_config(address: str, state: Path) -> str:
+    """chronyd's config: serve this machine's clock on `address` to its /24 only; no command
+    port (nothing listens but the NTP socket), state files under `state`."""
+    network = address.rsplit(".", 1)[0] + ".0/24"
+    return (f"bindaddress {address}\nallow {network}\nlocal stratum 8\ncmdport 0\n"
+            f"pidfile {state / 'chronyd.pid'}\ndriftfile {state / 'chrony.drift'}\n")
+
+
+def start_time_server() -> None:
+    """A chronyd serving this machine's clock to the VMs (their chrony asks the private
+    network's .1, vagrant/provision.sh), bound to that address only and answering only that
+    network; `-x`: it never sets this machine's clock. Stopped by `down`."""
+    stop_time_server()
+    address = host_address()
+    STATE.mkdir(exist_ok=True)
+    conf = STATE / "chrony.conf"
+    conf.write_text(time_server_config(address, STATE))
+    run(["chronyd", "-x", "-f", str(conf)])
+    pidfile = STATE / "chronyd.pid"
+    for _ in range(50):
+        if pidfile.exists() and pidfile.read_text().strip().isdigit():
+            say(f"time server for the VMs: chronyd (pid {pidfile.read_text().strip()}) on {address}")
+            return
+        time.sleep(0.1)
+    raise VmsError(f"chronyd did not start (config {conf})")
+
+
+def stop_time_server() -> None:
+    pidfile = STATE / "chronyd.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "chronyd":
+            os.kill(pid, signal.SIGTERM)
+            say(f"stopped the VMs' time server (chronyd, pid {pid})")
+    except (OSError, ValueError):
+        pass
+    for name in ("chronyd.pid", "chrony.conf", "chrony.drift"):
+        (STATE / name).unlink(missing_ok=True)
 
 
 def status() -> int:

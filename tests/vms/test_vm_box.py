@@ -64,8 +64,26 @@ def test_box_holds_what_the_nodes_need():
     # iptables (partitions), rsync (the synced folder), DHCP + ifupdown (vagrant's networking).
     needed = {"linux-image-cloud-amd64", "grub-pc-bin", "openssh-server", "python3",
               "python3-venv", "fuse3", "iptables", "rsync", "sudo", "ifupdown",
-              "isc-dhcp-client"}
+              "isc-dhcp-client", "chrony"}
     assert needed <= _packages(), f"missing from the box: {sorted(needed - _packages())}"
+
+
+def test_guest_clocks_follow_the_host_and_its_time_server_serves_only_their_network(tmp_path):
+    """The trace checker orders events across hosts by wall clock (docs/vms.md, "Clocks"):
+    each guest's chrony has the host's private-network address as its only source, and the
+    host's chronyd binds there, answers that /24 only, has no command port, never sets this
+    machine's clock."""
+    setup = (VAGRANT / "box" / "guest-setup.sh").read_text()
+    assert "systemctl enable chrony.service" in setup
+    assert "pool" not in setup.split("cat >/etc/chrony/chrony.conf", 1)[1].split("CHRONY", 2)[1]
+    provision = (VAGRANT / "provision.sh").read_text()
+    assert "printf 'server %s iburst" in provision and '"${address%.*}.1"' in provision
+    conf = vms.time_server_config("192.168.56.1", tmp_path).splitlines()
+    assert conf[:4] == ["bindaddress 192.168.56.1", "allow 192.168.56.0/24", "local stratum 8",
+                        "cmdport 0"]
+    assert not any(line.startswith(("server", "pool", "allow all")) for line in conf)
+    source = (VAGRANT / "vms.py").read_text()
+    assert '["chronyd", "-x", "-f"' in source  # -x: the host's clock is never touched
 
 
 def test_box_makes_its_own_keys_and_no_shared_host_keys():

@@ -35,7 +35,9 @@ SUMMARY = ROOT / "results" / "vms" / "power-off.jsonl"
 pytestmark = [pytest.mark.slow, pytest.mark.vms, pytest.mark.timeout(3600)]
 
 # The protocol invariants on the nodes' traces order events across hosts by wall-clock time,
-# and each VM has its own clock (vagrant/vms.toml, docs/vms.md "Clocks"): reported, not counted.
+# and each VM has its own clock. `make vms` keeps them together with chrony (docs/vms.md
+# "Clocks") and the kill test counts the invariants; the power-off scenarios were measured
+# before that, with the invariants reported, not counted, and keep them so.
 TRACE_INVARIANTS = [i.anomaly for i in INVARIANTS]
 # n1 the controller, n2..n4 three brokers; the VMs run under TCG here, so a lower rate.
 VM_BASE = ["nodes=4", "workload.rate=100", "workload.final_read_timeout=120",
@@ -125,9 +127,12 @@ def test_kill_and_partition_on_vms(vms, tmp_path):
              "target": {"select": "leader", "partition": 0, "pick": 1}},
             {"id": 1, "kind": "partition", "start_s": 30.0, "duration_s": 8.0,
              "target": {"shape": "isolate-leader", "partition": 0, "pick": 2}}]
-    results, run_dir = _run(tmp_path, ["time_limit=50", "nemesis.faults=['kill', 'partition']"], plan)
+    # The trace's invariants count here: `make vms` synchronises the clocks (docs/vms.md).
+    results, run_dir = _run(tmp_path, ["time_limit=50", "nemesis.faults=['kill', 'partition']",
+                                       "checker.allow=[]"], plan)
     assert results["valid"] is True, results["anomalies"]
     assert _loss(results) == 0
+    assert results["stats"]["invariants"]["undecided"] == []
     nemesis = [op for op in read_history(run_dir / "history.jsonl") if op["process"] == "nemesis"]
     started = {op["f"]: op["value"] for op in nemesis if op["f"].startswith("start-")}
     assert {"start-kill", "start-partition"} <= set(started), started

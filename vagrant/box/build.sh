@@ -21,10 +21,11 @@ suite=bookworm
 # What the nodes need (docs/vms.md): sshd, python3 >= 3.11, fuse3 (lazyfs), iptables
 # (partitions, link faults), rsync (vagrant's synced folder), sudo (user = "vagrant"
 # inventories), ifupdown + DHCP (vagrant-libvirt finds a VM by its DHCP lease and configures the
-# private network with ifupdown on Debian guests), and the kernel and boot loader.
+# private network with ifupdown on Debian guests), chrony (the guests' clocks follow the
+# host's: the trace checker orders events across hosts by them), and the kernel and boot loader.
 packages=linux-image-cloud-amd64,grub-pc-bin,initramfs-tools,systemd-sysv,openssh-server,\
 python3,python3-venv,fuse3,iptables,rsync,sudo,ifupdown,isc-dhcp-client,iproute2,procps,\
-psmisc,ca-certificates,util-linux,e2fsprogs
+psmisc,ca-certificates,util-linux,e2fsprogs,chrony
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: run as root (debootstrap, loop devices)" >&2; exit 1; }
 # In a mount namespace of our own, with private propagation: a namespace another process

@@ -72,6 +72,17 @@ WantedBy=multi-user.target
 EOF
 systemctl enable kch-ssh-hostkeys.service ssh.service >/dev/null 2>&1
 
+# The clock follows the host's, the only time source (provision.sh names it in conf.d: the
+# private network's .1, where `vms.py up` runs a chronyd): no pool, a step whenever it is off
+# by more than 50 ms (a guest's clock starts from the emulated RTC, up to a second off).
+cat >/etc/chrony/chrony.conf <<'CHRONY'
+confdir /etc/chrony/conf.d
+driftfile /var/lib/chrony/chrony.drift
+makestep 0.05 -1
+maxupdateskew 100.0
+CHRONY
+systemctl enable chrony.service >/dev/null 2>&1
+
 # The nodes' interpreter: a venv with the packages they import (build.sh downloaded the
 # wheels, KCH_REQUIREMENTS names them); provision.sh adds the project.
 python3 -m venv /opt/kch/.venv
