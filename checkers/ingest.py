@@ -1,11 +1,12 @@
 """Convert history.jsonl to two flat Parquet tables.
 
-`ingest` reads the history natively first (`checkers.native_ingest`: DuckDB's multi-threaded
-JSON reader and window functions, memory bounded by spilling to disk). That path screens
-every line for what this module rejects; if any line fails the screen, or its reader stops
-(bad JSON, a torn last line), this module's exact path reads the history instead, line by
-line, in bounded batches: it names each bad line by file and line, or, for a line the screen
-was only unsure of (a \\u escape, an integer written as -0), converts the history itself.
+`ingest` reads the history natively first (`checkers.native_ingest`: a Rust program that
+parses on every core and writes both tables in one streaming pass, in bounded memory). That
+path refuses every line this module rejects, and every line it cannot type exactly as this
+module does; then this module's exact path reads the history instead, line by line, in
+bounded batches: it names each bad line by file and line, or, for a line the native reader
+was only unsure of (a byte-order mark, a float in a nemesis value), converts the history
+itself.
 Both paths write the same tables (tests/checkers/test_checker_ingest.py compares them).
 
 Both record each read's and each ack's predecessor from the same process and partition: the
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -334,6 +334,9 @@ class _Converter:
                 raise _BadLine(f"'acks' must be \"0\", \"1\" or \"all\", got {_short(acks)}")
             acks = ACKS[acks]
         records = self._records(op, typ, f)
+        # a lone surrogate (a \ud800 escape) anywhere in a nemesis value: no UTF-8 for Parquet
+        value_json = (None if value is None or int_value is not None
+                      else _text("value", _compact(value)))
 
         txn = _int(op, "txn")
         inv = self.contract.check(lineno, index, time, process, typ, f, offset, txn)
@@ -348,7 +351,7 @@ class _Converter:
         o["f"].append(f)
         o["partition"].append(partition)
         o["value"].append(int_value)
-        o["value_json"].append(None if value is None or int_value is not None else _compact(value))
+        o["value_json"].append(value_json)
         o["offset"].append(offset)
         o["node"].append(node)
         o["epoch"].append(epoch)
@@ -469,6 +472,32 @@ def _truncated_note(history: Path, truncated: tuple[int, str]) -> str:
             "ignored it as the tail of a crashed run")
 
 
+def _torn_reason(history: Path) -> str:
+    """Why the file's last line (no newline) is not JSON, in the exact path's words; or
+    NativeUnsure if Python reads it after all (the exact path then judges it)."""
+    with open(history, "rb") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        start = end
+        while start > 0:  # back to the line's start, in bounded reads
+            step = min(start, 1 << 20)
+            fh.seek(start - step)
+            chunk = fh.read(step)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                start = start - step + cut + 1
+                break
+            start -= step
+        fh.seek(start)
+        raw = fh.read(end - start)
+    try:
+        _parse(raw)
+    except _BadJSON as e:
+        return str(e)
+    except _BadLine:
+        pass
+    raise NativeUnsure("the native reader took the last line for a torn one; Python reads it")
+
+
 def validate(history: Path, partitions: int | None = None) -> list[str]:
     """Check `history` against the history contract without converting it; raises
     HistoryError naming the bad lines, returns notes (a truncated last line)."""
@@ -491,16 +520,14 @@ def ingest(history: Path, out_dir: Path, partitions: int | None = None, *,
     out_dir.mkdir(parents=True, exist_ok=True)
     result = IngestResult(out_dir / "ops.parquet", out_dir / "reads.parquet")
     if native:
-        scratch = out_dir / ".native"
-        scratch.mkdir(exist_ok=True)
         try:
-            result.ops, result.reads = native_ingest(history, result.ops_path, result.reads_path,
-                                                     scratch, MAX_LINE_BYTES, partitions)
+            result.ops, result.reads, torn = native_ingest(
+                history, result.ops_path, result.reads_path, MAX_LINE_BYTES, partitions)
+            if torn is not None:
+                result.notes.append(_truncated_note(history, (torn, _torn_reason(history))))
             return result
         except NativeUnsure as e:
             result.path = str(e)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
     batches = _Batches(result.ops_path, result.reads_path)
     conv = _Converter(batches, partitions)
     try:

@@ -117,31 +117,52 @@ def test_native_path_on_a_workload_shaped_history(tmp_path):
     _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
 
 
-def test_a_torn_last_line_takes_the_exact_path_and_is_a_note(tmp_path):
+def test_a_torn_last_line_is_read_natively_and_is_the_same_note(tmp_path):
     run = small().write(tmp_path)
     with open(run / "history.jsonl", "a") as fh:
         fh.write('{"index": 7, "time": 8000000, "process": 1, "ty')
+    native = ingest(run / "history.jsonl", tmp_path / "native")
+    exact = ingest(run / "history.jsonl", tmp_path / "exact", native=False)
+    assert native.path == "native" and native.ops == 7
+    assert native.notes == exact.notes
+    assert "history.jsonl:8: last line is truncated (invalid JSON (" in native.notes[0]
+    _same_tables(native, exact)
+
+
+def test_a_last_line_only_python_reads_takes_the_exact_path(tmp_path):
+    """NaN is JSON to Python, not to the native reader: the last line, without its newline,
+    is then no torn tail but a line the exact path must judge."""
+    run = small().write(tmp_path)
+    with open(run / "history.jsonl", "a") as fh:
+        fh.write('{"index": 7, "time": 8000000, "process": 1, "type": "invoke", "f": "x", '
+                 '"value": NaN}')
     res = ingest(run / "history.jsonl", tmp_path / "pq")
-    assert res.path.startswith("the native reader stopped")
-    assert res.ops == 7 and "history.jsonl:8: last line is truncated" in res.notes[0]
+    assert res.path.startswith("the native reader took the last line for a torn one")
+    assert res.ops == 8 and res.notes == []
 
 
-def test_a_line_past_the_readers_first_bound_is_read_on_a_second_try(tmp_path, monkeypatch):
-    """The reader's buffers are sized for an eighth of the file at first (DuckDB reads at
-    least 32 MB whatever the bound): a final read of a whole partition in one longer line
-    makes it try again with the exact path's limit."""
-    monkeypatch.setattr(native_ingest, "MIN_OBJECT", 1 << 20)
-    bounds = []
-    run_once = native_ingest._run
-
-    def spy(history, ops, reads, scratch, max_line, partitions):
-        bounds.append(max_line)
-        return run_once(history, ops, reads, scratch, max_line, partitions)
-
-    monkeypatch.setattr(native_ingest, "_run", spy)
+def test_a_whole_partition_in_one_line_is_read_natively(tmp_path):
+    """A final read holds a whole partition in one line: 2.5M records, about 40 MB."""
     h = History()
-    h.final(9, 0, [(o, o) for o in range(2_500_000)])  # one line of about 40 MB
+    h.final(9, 0, [(o, o) for o in range(2_500_000)])
     run = h.write(tmp_path)
     res = ingest(run / "history.jsonl", tmp_path / "pq")
     assert res.path == "native" and res.reads == 2_500_000
-    assert bounds == [(run / "history.jsonl").stat().st_size // 8, ingest_mod.MAX_LINE_BYTES]
+    reads = pq.read_table(res.reads_path, columns=["offset", "prev_offset"])
+    assert reads["offset"][-1].as_py() == 2_499_999 and reads["prev_offset"][-1].as_py() == 2_499_998
+    assert pq.ParquetFile(res.reads_path).metadata.num_row_groups > 1  # in bounded row groups
+
+
+def test_a_line_past_the_limit_takes_the_exact_path(tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest_mod, "MAX_LINE_BYTES", 1000)
+    h = small()
+    h.final(9, 1, [(o, o) for o in range(200)])
+    run = h.write(tmp_path)
+    with pytest.raises(HistoryError, match="line longer than 1000 bytes"):
+        ingest(run / "history.jsonl", tmp_path / "pq")
+
+
+def test_without_the_native_reader_the_exact_path_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(native_ingest, "binary", lambda: None)
+    res = ingest(small().write(tmp_path) / "history.jsonl", tmp_path / "pq")
+    assert res.path == "histingest is not built (make bootstrap builds it)" and res.ops == 7

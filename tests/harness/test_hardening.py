@@ -184,7 +184,7 @@ def test_the_native_reader_defers_every_broken_history(tmp_path, case, mutate, l
     (tmp_path / "pq").mkdir()
     with pytest.raises(NativeUnsure):
         native_ingest(history, tmp_path / "pq" / "ops.parquet", tmp_path / "pq" / "reads.parquet",
-                      tmp_path / "pq", ingest_mod.MAX_LINE_BYTES, None)
+                      ingest_mod.MAX_LINE_BYTES, None)
 
 
 def test_partitions_past_the_topic_are_an_error(tmp_path):

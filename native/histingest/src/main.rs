@@ -1,0 +1,336 @@
+//! history.jsonl -> the checkers' `ops` and `reads` Parquet tables, in one streaming pass.
+//!
+//! The fast path of `checkers.ingest.ingest` (Python). It converts a history exactly as the
+//! exact path (`checkers/ingest.py`, `_Converter`) does, or refuses it: any line that path
+//! would reject, or that this one cannot type exactly as Python would (a float, an escape
+//! this reader cannot vouch for, a duplicate key, an integer past 64 bits, ...), makes it
+//! exit with UNSURE and the line's number, and the exact path then reads the history and
+//! names every bad line. So the tables never depend on which path wrote them, and error
+//! messages are only ever the exact path's.
+//!
+//! Pipeline, every stage bounded (memory is a few blocks plus the longest line, however
+//! large the history):
+//!   reader   file -> blocks of whole lines (each with its first line number)
+//!   parsers  blocks -> typed lines, in parallel (serde_json, records scanned by hand)
+//!   main     typed lines in file order -> the history contract and the order columns
+//!            (each completion's invoke, each read's and send's predecessor) -> row batches
+//!   writers  batches -> Parquet (snappy), one thread per table
+//!
+//! Usage: histingest HISTORY OPS.parquet READS.parquet --max-partition N --max-line BYTES
+//!        [--threads N]
+//! Exit 0: stdout is {"ops": N, "reads": M, "torn_line": L or null} (a last line without a
+//! newline that is not JSON: the caller decides whether it is a crashed run's torn tail).
+//! Exit 3: unsure, stderr says why (and which line). Exit 4: no space left on the device.
+//! Exit 2: usage or any other I/O error.
+
+mod convert;
+mod parse;
+mod tables;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use convert::Converter;
+use parse::{parse_block, Parsed};
+use tables::Tables;
+
+// Millions of small strings and vectors go between threads: the system allocator was a sixth
+// of the time.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Bytes read at a time; a block ends at its last newline (longer lines grow it).
+const BLOCK: usize = 4 << 20;
+/// Blocks in flight between the stages: with BLOCK, what bounds the memory.
+const IN_FLIGHT: usize = 4;
+
+pub enum Failure {
+    /// The exact path must read this history (the reason, with its line).
+    Unsure(String),
+    /// An I/O error (writing the tables, reading the history).
+    Io(io::Error),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Failure::Io(e)
+    }
+}
+
+impl From<parquet::errors::ParquetError> for Failure {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        match e {
+            parquet::errors::ParquetError::External(inner) => match inner.downcast::<io::Error>() {
+                Ok(io) => Failure::Io(*io),
+                Err(other) => Failure::Io(io::Error::other(other.to_string())),
+            },
+            other => Failure::Io(io::Error::other(other.to_string())),
+        }
+    }
+}
+
+struct Args {
+    history: PathBuf,
+    ops: PathBuf,
+    reads: PathBuf,
+    max_partition: i64,
+    max_line: usize,
+    threads: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut positional = Vec::new();
+    let mut max_partition = i32::MAX as i64;
+    let mut max_line = 512usize << 20;
+    let mut threads = thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut it = std::env::args_os().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| -> Result<String, String> {
+            it.next()
+                .and_then(|v| v.into_string().ok())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match a.to_str() {
+            Some("--max-partition") => {
+                max_partition = value("--max-partition")?
+                    .parse()
+                    .map_err(|e| format!("{e}"))?
+            }
+            Some("--max-line") => {
+                max_line = value("--max-line")?.parse().map_err(|e| format!("{e}"))?
+            }
+            Some("--threads") => {
+                threads = value("--threads")?.parse().map_err(|e| format!("{e}"))?
+            }
+            _ => positional.push(PathBuf::from(a)),
+        }
+    }
+    let [history, ops, reads]: [PathBuf; 3] = positional.try_into().map_err(|_| {
+        "usage: histingest HISTORY OPS READS [--max-partition N] [--max-line B] [--threads N]"
+            .to_string()
+    })?;
+    Ok(Args {
+        history,
+        ops,
+        reads,
+        max_partition,
+        max_line,
+        threads: threads.max(1),
+    })
+}
+
+/// A block of whole lines: its sequence number, the number of its first line, and whether
+/// its last line ends without a newline (the end of the file).
+struct Block {
+    seq: u64,
+    first_line: u64,
+    bytes: Vec<u8>,
+}
+
+/// Read `file` into blocks of whole lines; a line longer than `max_line` is UNSURE (the exact
+/// path names it).
+fn read_blocks(mut file: File, max_line: usize, out: SyncSender<Result<Block, Failure>>) {
+    let mut carry: Vec<u8> = Vec::new();
+    let mut seq = 0u64;
+    let mut line = 1u64;
+    loop {
+        let mut buf = std::mem::take(&mut carry);
+        let start = buf.len();
+        buf.resize(start + BLOCK, 0);
+        let n = match read_full(&mut file, &mut buf[start..]) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = out.send(Err(e.into()));
+                return;
+            }
+        };
+        buf.truncate(start + n);
+        let eof = n == 0;
+        if buf.is_empty() {
+            return;
+        }
+        let cut = if eof {
+            buf.len()
+        } else {
+            buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+        };
+        if cut == 0 {
+            // no newline yet: one line longer than a block
+            if buf.len() >= max_line {
+                let _ = out.send(Err(Failure::Unsure(format!(
+                    "line {line}: longer than {max_line} bytes"
+                ))));
+                return;
+            }
+            carry = buf;
+            continue;
+        }
+        carry = buf[cut..].to_vec();
+        buf.truncate(cut);
+        let (lines, longest) = line_stats(&buf);
+        if longest >= max_line {
+            let _ = out.send(Err(Failure::Unsure(format!(
+                "a line near line {line}: longer than {max_line} bytes"
+            ))));
+            return;
+        }
+        let block = Block {
+            seq,
+            first_line: line,
+            bytes: buf,
+        };
+        seq += 1;
+        line += lines;
+        if out.send(Ok(block)).is_err() || eof {
+            return;
+        }
+    }
+}
+
+fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// (newlines, the longest line's length without its newline) of a block.
+fn line_stats(buf: &[u8]) -> (u64, usize) {
+    let (mut lines, mut start, mut longest) = (0u64, 0usize, 0usize);
+    for i in memchr::memchr_iter(b'\n', buf) {
+        lines += 1;
+        longest = longest.max(i - start);
+        start = i + 1;
+    }
+    (lines, longest.max(buf.len() - start))
+}
+
+type ParsedBlock = (u64, Result<Vec<Parsed>, Failure>);
+
+fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
+    let file = File::open(&a.history)?;
+    let mut tables = Tables::create(&a.ops, &a.reads)?;
+    let parsers = a.threads.max(1);
+    let (block_tx, block_rx) = sync_channel::<Result<Block, Failure>>(IN_FLIGHT);
+    let (parsed_tx, parsed_rx) = sync_channel::<ParsedBlock>(IN_FLIGHT + parsers);
+    let block_rx = Arc::new(Mutex::new(block_rx));
+    let max_line = a.max_line;
+    let max_partition = a.max_partition;
+    let mut conv = Converter::new();
+    let outcome = thread::scope(|s| -> Result<Option<u64>, Failure> {
+        thread::Builder::new()
+            .name("read".into())
+            .spawn_scoped(s, move || read_blocks(file, max_line, block_tx))?;
+        for _ in 0..parsers {
+            let rx = Arc::clone(&block_rx);
+            let tx = parsed_tx.clone();
+            thread::Builder::new()
+                .name("parse".into())
+                .spawn_scoped(s, move || parse_worker(rx, tx, max_partition))?;
+        }
+        drop(parsed_tx);
+        let torn = consume(parsed_rx, &mut conv, &mut tables);
+        // on an early return, dropping the receiver stops the parsers, which stop the reader
+        torn
+    })?;
+    let (ops, reads) = tables.finish()?;
+    Ok((ops, reads, outcome))
+}
+
+fn parse_worker(
+    rx: Arc<Mutex<Receiver<Result<Block, Failure>>>>,
+    tx: SyncSender<ParsedBlock>,
+    max_partition: i64,
+) {
+    loop {
+        let next = rx.lock().map(|r| r.recv());
+        let block = match next {
+            Ok(Ok(b)) => b,
+            _ => return,
+        };
+        let (seq, parsed) = match block {
+            Ok(b) => (b.seq, parse_block(&b.bytes, b.first_line, max_partition)),
+            Err(f) => (u64::MAX, Err(f)),
+        };
+        if tx.send((seq, parsed)).is_err() {
+            return;
+        }
+    }
+}
+
+/// Feed the parsed blocks to the converter in file order; the torn last line, if any.
+fn consume(
+    rx: Receiver<ParsedBlock>,
+    conv: &mut Converter,
+    tables: &mut Tables,
+) -> Result<Option<u64>, Failure> {
+    let mut waiting: BTreeMap<u64, Vec<Parsed>> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut torn = None;
+    for (seq, parsed) in rx {
+        let lines = parsed?;
+        waiting.insert(seq, lines);
+        while let Some(lines) = waiting.remove(&next) {
+            next += 1;
+            for p in lines {
+                match p {
+                    Parsed::Op(op) => conv.add(op, tables)?,
+                    Parsed::Torn(line) => torn = Some(line),
+                }
+            }
+        }
+    }
+    if !waiting.is_empty() {
+        return Err(Failure::Io(io::Error::other(
+            "a block went missing between the stages",
+        )));
+    }
+    Ok(torn)
+}
+
+fn main() -> ExitCode {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("histingest: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&a) {
+        Ok((ops, reads, torn)) => {
+            let torn = torn.map_or("null".to_string(), |l| l.to_string());
+            let mut out = io::stdout().lock();
+            let _ = writeln!(
+                out,
+                "{{\"ops\": {ops}, \"reads\": {reads}, \"torn_line\": {torn}}}"
+            );
+            ExitCode::SUCCESS
+        }
+        Err(Failure::Unsure(why)) => {
+            eprintln!("{why}");
+            ExitCode::from(3)
+        }
+        Err(Failure::Io(e)) => {
+            eprintln!("histingest: {e}");
+            if e.raw_os_error() == Some(28) {
+                ExitCode::from(4)
+            } else {
+                ExitCode::from(2)
+            }
+        }
+    }
+}

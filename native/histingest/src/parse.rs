@@ -1,0 +1,428 @@
+//! One history line -> a typed op, exactly as `checkers/ingest.py` types it, or UNSURE.
+//!
+//! Every field is first captured as its raw JSON text (serde_json validates the whole line),
+//! then typed by hand, so that nothing is coerced: "10", 1.5 and true are not integers here
+//! either. Where Python's typing and this one could differ (floats inside a nemesis value,
+//! integers past 64 bits, duplicate keys), the line is UNSURE rather than guessed.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::Failure;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Typ {
+    Invoke,
+    Ok,
+    Fail,
+    Info,
+}
+
+impl Typ {
+    pub fn name(self) -> &'static str {
+        match self {
+            Typ::Invoke => "invoke",
+            Typ::Ok => "ok",
+            Typ::Fail => "fail",
+            Typ::Info => "info",
+        }
+    }
+}
+
+pub struct Op {
+    pub line: u64,
+    pub index: i64,
+    pub time: i64,
+    pub process: String,
+    pub typ: Typ,
+    pub f: String,
+    pub partition: Option<i32>,
+    pub value: Option<i64>,
+    pub value_json: Option<String>,
+    pub offset: Option<i64>,
+    pub node: Option<String>,
+    pub epoch: Option<i64>,
+    pub error: Option<String>,
+    pub hwm: Option<i64>,
+    pub acks: Option<&'static str>,
+    pub txn: Option<i64>,
+    /// Some for an ok poll or final-poll: its [offset, value] pairs.
+    pub records: Option<Vec<(i64, i64)>>,
+}
+
+pub enum Parsed {
+    Op(Box<Op>),
+    /// The file's last line, without a newline, is not JSON: perhaps a crashed run's torn tail.
+    Torn(u64),
+}
+
+/// The fields the checkers read, each as written (a present `null` is kept, as "null").
+#[derive(Deserialize)]
+struct Fields<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    index: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    time: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    process: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    r#type: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    f: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    partition: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    value: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    offset: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    node: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    epoch: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    hwm: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    acks: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    records: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    txn: Option<&'a RawValue>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// Python's bytes.strip() whitespace: a line of only these is skipped.
+fn blank(line: &[u8]) -> bool {
+    line.iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c))
+}
+
+/// Every line of a block of whole lines (the file's last may lack its newline).
+pub fn parse_block(
+    bytes: &[u8],
+    first_line: u64,
+    max_partition: i64,
+) -> Result<Vec<Parsed>, Failure> {
+    let mut out = Vec::with_capacity(bytes.len() / 128 + 1);
+    let mut line = first_line;
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let (raw, next, newline) = match memchr::memchr(b'\n', rest) {
+            Some(i) => (&rest[..i], &rest[i + 1..], true),
+            None => (rest, &rest[rest.len()..], false),
+        };
+        rest = next;
+        if !blank(raw) {
+            match parse_line(raw, line, max_partition) {
+                Ok(op) => out.push(Parsed::Op(Box::new(op))),
+                Err(Bad::Json(_)) if !newline => out.push(Parsed::Torn(line)),
+                Err(Bad::Json(why)) | Err(Bad::Line(why)) => {
+                    return Err(Failure::Unsure(format!("line {line}: {why}")))
+                }
+            }
+        }
+        line += 1;
+    }
+    Ok(out)
+}
+
+enum Bad {
+    /// Not JSON as serde_json reads it (the exact path may still read it: its messages rule).
+    Json(String),
+    /// JSON, but not a line this reader vouches for.
+    Line(String),
+}
+
+fn line_bad<T>(why: impl Into<String>) -> Result<T, Bad> {
+    Err(Bad::Line(why.into()))
+}
+
+const READ_FS: [&str; 2] = ["poll", "final-poll"];
+
+fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
+    // serde would also take a JSON array as a struct; the exact path wants an object
+    if raw.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r')) != Some(&b'{') {
+        return Err(Bad::Json("not a JSON object".into()));
+    }
+    let text = std::str::from_utf8(raw).map_err(|e| Bad::Json(e.to_string()))?;
+    let fl: Fields = serde_json::from_str(text).map_err(|e| Bad::Json(e.to_string()))?;
+    let index = int(fl.index, "index")?.ok_or(Bad::Line("missing 'index'".into()))?;
+    let time = int(fl.time, "time")?.ok_or(Bad::Line("missing 'time'".into()))?;
+    if index < 0 || time < 0 {
+        return line_bad("negative index or time");
+    }
+    let process =
+        text_or_int(fl.process, "process")?.ok_or(Bad::Line("missing 'process'".into()))?;
+    let typ = match string(fl.r#type, "type")?.as_deref() {
+        Some("invoke") => Typ::Invoke,
+        Some("ok") => Typ::Ok,
+        Some("fail") => Typ::Fail,
+        Some("info") => Typ::Info,
+        _ => return line_bad("'type' is not invoke, ok, fail or info"),
+    };
+    let f = string(fl.f, "f")?
+        .filter(|f| !f.is_empty())
+        .ok_or(Bad::Line("'f' must be a string".into()))?;
+    let is_send = f == "send";
+    let is_read_f = READ_FS.contains(&f.as_str());
+    let partition = int(fl.partition, "partition")?;
+    let partition = match partition {
+        None if is_send || is_read_f => return line_bad("missing 'partition'"),
+        None => None,
+        Some(p) if p < 0 || p > max_partition => return line_bad("partition out of range"),
+        Some(p) => Some(p as i32),
+    };
+    let (value, value_json) = value(fl.value)?;
+    // an integer past 64 bits is no send's value, not even a failed one's
+    let huge = value_json
+        .as_deref()
+        .is_some_and(|j| j.starts_with(|c: char| c == '-' || c.is_ascii_digit()));
+    if is_send && value.is_none() && (typ != Typ::Fail || huge) {
+        return line_bad("send value must be a 64-bit integer");
+    }
+    let offset = int(fl.offset, "offset")?;
+    let hwm = int(fl.hwm, "hwm")?;
+    if offset.is_some_and(|o| o < 0) || hwm.is_some_and(|h| h < 0) {
+        return line_bad("negative offset or hwm");
+    }
+    let epoch = int(fl.epoch, "epoch")?;
+    let node = text_or_int(fl.node, "node")?;
+    let error = text_or_int(fl.error, "error")?;
+    let acks = match fl.acks.map(|r| r.get().trim()) {
+        None | Some("null") => None,
+        Some("\"all\"" | "\"-1\"" | "-1") => Some("all"),
+        Some("\"1\"" | "1") => Some("1"),
+        Some("\"0\"" | "0") => Some("0"),
+        Some(other) => return line_bad(format!("'acks' is {other}")),
+    };
+    let txn = int(fl.txn, "txn")?;
+    let records = if typ == Typ::Ok && is_read_f {
+        match fl.records {
+            None => Some(Vec::new()),
+            Some(raw) => Some(records(raw.get()).ok_or(Bad::Line(
+                "'records' are not [offset, value] pairs of 64-bit integers".into(),
+            ))?),
+        }
+    } else {
+        None
+    };
+    Ok(Op {
+        line,
+        index,
+        time,
+        process,
+        typ,
+        f,
+        partition,
+        value,
+        value_json,
+        offset,
+        node,
+        epoch,
+        error,
+        hwm,
+        acks,
+        txn,
+        records,
+    })
+}
+
+fn is_null(raw: Option<&RawValue>) -> Option<&str> {
+    raw.map(|r| r.get().trim()).filter(|t| *t != "null")
+}
+
+/// A plain JSON integer that fits 64 bits, as Python's int.
+fn plain_int(t: &str) -> Option<i64> {
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse::<i64>().ok()
+}
+
+fn int(raw: Option<&RawValue>, key: &str) -> Result<Option<i64>, Bad> {
+    match is_null(raw) {
+        None => Ok(None),
+        Some(t) => plain_int(t)
+            .map(Some)
+            .ok_or_else(|| Bad::Line(format!("'{key}' is not a 64-bit integer"))),
+    }
+}
+
+/// A JSON string, decoded (escapes as Python decodes them; a lone surrogate is refused).
+fn decode(t: &str) -> Option<String> {
+    if !t.contains('\\') {
+        return Some(t[1..t.len() - 1].to_string());
+    }
+    serde_json::from_str::<String>(t).ok()
+}
+
+fn string(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
+    match is_null(raw) {
+        None => Ok(None),
+        Some(t) if t.starts_with('"') => decode(t)
+            .map(Some)
+            .ok_or_else(|| Bad::Line(format!("'{key}' is not text"))),
+        Some(_) => line_bad(format!("'{key}' must be a string")),
+    }
+}
+
+/// A string, or an integer as its decimal text (Python's str(v)).
+fn text_or_int(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
+    match is_null(raw) {
+        None => Ok(None),
+        Some(t) if t.starts_with('"') => decode(t)
+            .map(Some)
+            .ok_or_else(|| Bad::Line(format!("'{key}' is not text"))),
+        Some(t) => match plain_int(t) {
+            Some(i) => Ok(Some(i.to_string())),
+            None => line_bad(format!("'{key}' must be a string or an integer")),
+        },
+    }
+}
+
+/// (the integer value, or the value as compact JSON text as Python's json.dumps writes it).
+fn value(raw: Option<&RawValue>) -> Result<(Option<i64>, Option<String>), Bad> {
+    let Some(t) = is_null(raw) else {
+        return Ok((None, None));
+    };
+    if let Some(i) = plain_int(t) {
+        return Ok((Some(i), None));
+    }
+    let v: Value = serde_json::from_str(t).map_err(|e| Bad::Line(e.to_string()))?;
+    if !integral(&v) {
+        return line_bad("'value' holds a number Python would write otherwise");
+    }
+    Ok((None, Some(v.to_string())))
+}
+
+/// Whether json.dumps(json.loads(text)) writes every number of `v` as written: integers of
+/// any size (numbers keep their text here: serde_json's arbitrary_precision), but not -0,
+/// floats (Python writes them its own way) or integers past Python's 4300 digits.
+fn integral(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => {
+            let t = n.to_string();
+            t != "-0" && t.len() < 4000 && !t.contains(['.', 'e', 'E'])
+        }
+        Value::Array(a) => a.iter().all(integral),
+        Value::Object(o) => o.values().all(integral),
+        _ => true,
+    }
+}
+
+/// `[[offset, value], ...]`: offsets in [0, 2^63), values 64-bit; None for anything else.
+fn records(t: &str) -> Option<Vec<(i64, i64)>> {
+    let mut s = Scanner {
+        b: t.as_bytes(),
+        i: 0,
+    };
+    let mut out = Vec::with_capacity(t.len() / 12);
+    s.expect(b'[')?;
+    if s.peek()? == b']' {
+        s.i += 1;
+    } else {
+        loop {
+            s.expect(b'[')?;
+            let offset = s.int()?;
+            s.expect(b',')?;
+            let value = s.int()?;
+            s.expect(b']')?;
+            if offset < 0 {
+                return None;
+            }
+            out.push((offset, value));
+            match s.next()? {
+                b',' => continue,
+                b']' => break,
+                _ => return None,
+            }
+        }
+    }
+    s.ws();
+    (s.i == s.b.len()).then_some(out)
+}
+
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Scanner<'_> {
+    fn ws(&mut self) {
+        while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.i).copied()
+    }
+    fn next(&mut self) -> Option<u8> {
+        let c = self.peek()?;
+        self.i += 1;
+        Some(c)
+    }
+    fn expect(&mut self, c: u8) -> Option<()> {
+        (self.next()? == c).then_some(())
+    }
+    /// A plain integer (the JSON was validated already: no leading zeros to worry about).
+    fn int(&mut self) -> Option<i64> {
+        self.ws();
+        let start = self.i;
+        if self.b.get(self.i) == Some(&b'-') {
+            self.i += 1;
+        }
+        let digits = self.i;
+        while self.i < self.b.len() && self.b[self.i].is_ascii_digit() {
+            self.i += 1;
+        }
+        if self.i == digits {
+            return None;
+        }
+        // a fraction or an exponent: not an integer
+        if matches!(self.b.get(self.i), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        std::str::from_utf8(&self.b[start..self.i])
+            .ok()?
+            .parse()
+            .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_scan_pairs_and_refuse_the_rest() {
+        assert_eq!(records("[]"), Some(vec![]));
+        assert_eq!(
+            records("[[0, 10], [1,-11] ]"),
+            Some(vec![(0, 10), (1, -11)])
+        );
+        assert_eq!(records("[[0, 1.5]]"), None);
+        assert_eq!(records("[[-1, 1]]"), None);
+        assert_eq!(records("[[0, 1, 2]]"), None);
+        assert_eq!(records("[[0, \"1\"]]"), None);
+        assert_eq!(records("[[0, 99999999999999999999]]"), None);
+        assert_eq!(records("[[0, 1],]"), None);
+    }
+
+    #[test]
+    fn integers_are_plain() {
+        assert_eq!(plain_int("-0"), Some(0));
+        assert_eq!(plain_int("12"), Some(12));
+        assert_eq!(plain_int("1.0"), None);
+        assert_eq!(plain_int("1e3"), None);
+        assert_eq!(plain_int("\"1\""), None);
+        assert_eq!(plain_int("true"), None);
+        assert_eq!(plain_int("9223372036854775808"), None);
+    }
+}

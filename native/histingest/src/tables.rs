@@ -1,0 +1,454 @@
+//! The two tables (`checkers/ingest.py`'s OPS_SCHEMA and READS_SCHEMA, column for column),
+//! built in batches of one row group and written to Parquet by a thread per table.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+use arrow_array::builder::{Int32Builder, Int64Builder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+
+use crate::parse::Op;
+use crate::Failure;
+
+/// Rows per row group (DuckDB's default, which the checks were tuned on).
+const ROW_GROUP: usize = 122_880;
+/// Batches queued for each writer.
+const QUEUED: usize = 2;
+
+const OPS_COLUMNS: [(&str, DataType); 24] = [
+    ("index", DataType::Int64),
+    ("time", DataType::Int64),
+    ("process", DataType::Utf8),
+    ("type", DataType::Utf8),
+    ("f", DataType::Utf8),
+    ("partition", DataType::Int32),
+    ("value", DataType::Int64),
+    ("value_json", DataType::Utf8),
+    ("offset", DataType::Int64),
+    ("node", DataType::Utf8),
+    ("epoch", DataType::Int64),
+    ("error", DataType::Utf8),
+    ("hwm", DataType::Int64),
+    ("acks", DataType::Utf8),
+    ("n_records", DataType::Int32),
+    ("invoke_index", DataType::Int64),
+    ("invoke_time", DataType::Int64),
+    ("invoke_offset", DataType::Int64),
+    ("prev_ack_op", DataType::Int64),
+    ("prev_ack_offset", DataType::Int64),
+    ("txn", DataType::Int64),
+    ("prev_send_op", DataType::Int64),
+    ("prev_send_offset", DataType::Int64),
+    ("prev_send_txn", DataType::Int64),
+];
+
+const READS_COLUMNS: [(&str, DataType); 12] = [
+    ("index", DataType::Int64),
+    ("process", DataType::Utf8),
+    ("partition", DataType::Int32),
+    ("offset", DataType::Int64),
+    ("value", DataType::Int64),
+    ("time", DataType::Int64),
+    ("f", DataType::Utf8),
+    ("pos", DataType::Int32),
+    ("invoke_time", DataType::Int64),
+    ("from_offset", DataType::Int64),
+    ("prev_op", DataType::Int64),
+    ("prev_offset", DataType::Int64),
+];
+
+fn schema(columns: &[(&str, DataType)]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(n, t)| Field::new(*n, t.clone(), true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+/// A completion's invoke: its (index, time, offset); all None for an invoke.
+pub type Invoke = (Option<i64>, Option<i64>, Option<i64>);
+
+/// What the order columns add to an op's own fields.
+#[derive(Default)]
+pub struct OpRow {
+    pub inv: Invoke,
+    pub prev_ack: Option<(i64, i64)>,
+    pub prev_send: Option<(i64, Option<i64>, Option<i64>)>,
+}
+
+struct Writer {
+    tx: Option<SyncSender<RecordBatch>>,
+    handle: Option<JoinHandle<Result<(), Failure>>>,
+}
+
+/// A new file at `path`: an old one (or a symlink planted there) is removed, never written
+/// through (as checkers/ingest.py's _create).
+fn create(path: &Path) -> Result<File, Failure> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    Ok(OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc_nofollow())
+        .open(path)?)
+}
+
+/// O_NOFOLLOW on Linux (create_new already implies O_EXCL, which refuses any symlink too).
+fn libc_nofollow() -> i32 {
+    0o400000
+}
+
+impl Writer {
+    fn start(path: &Path, schema: SchemaRef) -> Result<Writer, Failure> {
+        let file = create(path)?;
+        // Dictionaries only for the text columns (a few processes, types, fs, nodes): for the
+        // integer columns, mostly distinct, trying one costs a fifth of the whole ingest.
+        let mut props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_size(ROW_GROUP)
+            .set_dictionary_enabled(false);
+        for field in schema
+            .fields()
+            .iter()
+            .filter(|f| f.data_type() == &DataType::Utf8)
+        {
+            props =
+                props.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), true);
+        }
+        let props = props.build();
+        let mut writer = ArrowWriter::try_new(file, schema, Some(props))?;
+        let (tx, rx) = sync_channel::<RecordBatch>(QUEUED);
+        let name = format!(
+            "write {}",
+            path.file_stem().and_then(|s| s.to_str()).unwrap_or("table")
+        );
+        let handle = thread::Builder::new()
+            .name(name)
+            .spawn(move || -> Result<(), Failure> {
+                for batch in rx {
+                    writer.write(&batch)?;
+                }
+                writer.close()?;
+                Ok(())
+            })?;
+        Ok(Writer {
+            tx: Some(tx),
+            handle: Some(handle),
+        })
+    }
+
+    fn send(&mut self, batch: RecordBatch) -> Result<(), Failure> {
+        if self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok()) {
+            return Ok(());
+        }
+        // the writer stopped: its own error says why
+        self.finish()?;
+        Err(Failure::Io(std::io::Error::other(
+            "a Parquet writer stopped",
+        )))
+    }
+
+    fn finish(&mut self) -> Result<(), Failure> {
+        self.tx.take();
+        match self.handle.take() {
+            Some(h) => h.join().unwrap_or_else(|_| {
+                Err(Failure::Io(std::io::Error::other(
+                    "a Parquet writer panicked",
+                )))
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The ops table's columns, in OPS_COLUMNS' order.
+struct OpsBuilder {
+    index: Int64Builder,
+    time: Int64Builder,
+    process: StringBuilder,
+    typ: StringBuilder,
+    f: StringBuilder,
+    partition: Int32Builder,
+    value: Int64Builder,
+    value_json: StringBuilder,
+    offset: Int64Builder,
+    node: StringBuilder,
+    epoch: Int64Builder,
+    error: StringBuilder,
+    hwm: Int64Builder,
+    acks: StringBuilder,
+    n_records: Int32Builder,
+    invoke_index: Int64Builder,
+    invoke_time: Int64Builder,
+    invoke_offset: Int64Builder,
+    prev_ack_op: Int64Builder,
+    prev_ack_offset: Int64Builder,
+    txn: Int64Builder,
+    prev_send_op: Int64Builder,
+    prev_send_offset: Int64Builder,
+    prev_send_txn: Int64Builder,
+    rows: usize,
+}
+
+struct ReadsBuilder {
+    index: Int64Builder,
+    process: StringBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    value: Int64Builder,
+    time: Int64Builder,
+    f: StringBuilder,
+    pos: Int32Builder,
+    invoke_time: Int64Builder,
+    from_offset: Int64Builder,
+    prev_op: Int64Builder,
+    prev_offset: Int64Builder,
+    rows: usize,
+}
+
+pub struct Tables {
+    ops_schema: SchemaRef,
+    reads_schema: SchemaRef,
+    ops_writer: Writer,
+    reads_writer: Writer,
+    ops: OpsBuilder,
+    reads: ReadsBuilder,
+    n_ops: u64,
+    n_reads: u64,
+}
+
+fn i64s(n: usize) -> Int64Builder {
+    Int64Builder::with_capacity(n)
+}
+
+fn strs(n: usize) -> StringBuilder {
+    StringBuilder::with_capacity(n, n * 8)
+}
+
+impl OpsBuilder {
+    fn new() -> Self {
+        let n = ROW_GROUP;
+        OpsBuilder {
+            index: i64s(n),
+            time: i64s(n),
+            process: strs(n),
+            typ: strs(n),
+            f: strs(n),
+            partition: Int32Builder::with_capacity(n),
+            value: i64s(n),
+            value_json: StringBuilder::new(),
+            offset: i64s(n),
+            node: strs(n),
+            epoch: i64s(n),
+            error: StringBuilder::new(),
+            hwm: i64s(n),
+            acks: StringBuilder::new(),
+            n_records: Int32Builder::with_capacity(n),
+            invoke_index: i64s(n),
+            invoke_time: i64s(n),
+            invoke_offset: i64s(n),
+            prev_ack_op: i64s(n),
+            prev_ack_offset: i64s(n),
+            txn: i64s(n),
+            prev_send_op: i64s(n),
+            prev_send_offset: i64s(n),
+            prev_send_txn: i64s(n),
+            rows: 0,
+        }
+    }
+
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, Failure> {
+        self.rows = 0;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.index.finish()),
+            Arc::new(self.time.finish()),
+            Arc::new(self.process.finish()),
+            Arc::new(self.typ.finish()),
+            Arc::new(self.f.finish()),
+            Arc::new(self.partition.finish()),
+            Arc::new(self.value.finish()),
+            Arc::new(self.value_json.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.node.finish()),
+            Arc::new(self.epoch.finish()),
+            Arc::new(self.error.finish()),
+            Arc::new(self.hwm.finish()),
+            Arc::new(self.acks.finish()),
+            Arc::new(self.n_records.finish()),
+            Arc::new(self.invoke_index.finish()),
+            Arc::new(self.invoke_time.finish()),
+            Arc::new(self.invoke_offset.finish()),
+            Arc::new(self.prev_ack_op.finish()),
+            Arc::new(self.prev_ack_offset.finish()),
+            Arc::new(self.txn.finish()),
+            Arc::new(self.prev_send_op.finish()),
+            Arc::new(self.prev_send_offset.finish()),
+            Arc::new(self.prev_send_txn.finish()),
+        ];
+        batch(schema, columns)
+    }
+}
+
+fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch, Failure> {
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))
+}
+
+impl ReadsBuilder {
+    fn new() -> Self {
+        ReadsBuilder {
+            index: i64s(ROW_GROUP),
+            process: StringBuilder::with_capacity(ROW_GROUP, ROW_GROUP * 4),
+            partition: Int32Builder::with_capacity(ROW_GROUP),
+            offset: i64s(ROW_GROUP),
+            value: i64s(ROW_GROUP),
+            time: i64s(ROW_GROUP),
+            f: StringBuilder::with_capacity(ROW_GROUP, ROW_GROUP * 6),
+            pos: Int32Builder::with_capacity(ROW_GROUP),
+            invoke_time: i64s(ROW_GROUP),
+            from_offset: i64s(ROW_GROUP),
+            prev_op: i64s(ROW_GROUP),
+            prev_offset: i64s(ROW_GROUP),
+            rows: 0,
+        }
+    }
+
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, Failure> {
+        self.rows = 0;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.index.finish()),
+            Arc::new(self.process.finish()),
+            Arc::new(self.partition.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.value.finish()),
+            Arc::new(self.time.finish()),
+            Arc::new(self.f.finish()),
+            Arc::new(self.pos.finish()),
+            Arc::new(self.invoke_time.finish()),
+            Arc::new(self.from_offset.finish()),
+            Arc::new(self.prev_op.finish()),
+            Arc::new(self.prev_offset.finish()),
+        ];
+        batch(schema, columns)
+    }
+}
+
+impl Tables {
+    pub fn create(ops: &Path, reads: &Path) -> Result<Tables, Failure> {
+        let ops_schema = schema(&OPS_COLUMNS);
+        let reads_schema = schema(&READS_COLUMNS);
+        Ok(Tables {
+            ops_writer: Writer::start(ops, ops_schema.clone())?,
+            reads_writer: Writer::start(reads, reads_schema.clone())?,
+            ops_schema,
+            reads_schema,
+            ops: OpsBuilder::new(),
+            reads: ReadsBuilder::new(),
+            n_ops: 0,
+            n_reads: 0,
+        })
+    }
+
+    pub fn op(&mut self, op: &Op, row: &OpRow) -> Result<(), Failure> {
+        let b = &mut self.ops;
+        b.index.append_value(op.index);
+        b.time.append_value(op.time);
+        b.process.append_value(&op.process);
+        b.typ.append_value(op.typ.name());
+        b.f.append_value(&op.f);
+        b.partition.append_option(op.partition);
+        b.value.append_option(op.value);
+        b.value_json.append_option(op.value_json.as_deref());
+        b.offset.append_option(op.offset);
+        b.node.append_option(op.node.as_deref());
+        b.epoch.append_option(op.epoch);
+        b.error.append_option(op.error.as_deref());
+        b.hwm.append_option(op.hwm);
+        b.acks.append_option(op.acks);
+        b.n_records
+            .append_option(op.records.as_ref().map(|r| r.len() as i32));
+        b.invoke_index.append_option(row.inv.0);
+        b.invoke_time.append_option(row.inv.1);
+        b.invoke_offset.append_option(row.inv.2);
+        b.prev_ack_op.append_option(row.prev_ack.map(|a| a.0));
+        b.prev_ack_offset.append_option(row.prev_ack.map(|a| a.1));
+        b.txn.append_option(op.txn);
+        b.prev_send_op.append_option(row.prev_send.map(|s| s.0));
+        b.prev_send_offset
+            .append_option(row.prev_send.and_then(|s| s.1));
+        b.prev_send_txn
+            .append_option(row.prev_send.and_then(|s| s.2));
+        b.rows += 1;
+        self.n_ops += 1;
+        if b.rows >= ROW_GROUP {
+            let batch = b.finish(&self.ops_schema)?;
+            self.ops_writer.send(batch)?;
+        }
+        Ok(())
+    }
+
+    /// One row per record of an ok read, linked each to the one before it.
+    pub fn reads(
+        &mut self,
+        op: &Op,
+        records: &[(i64, i64)],
+        prev: Option<(i64, i64)>,
+        invoke_time: Option<i64>,
+        from_offset: Option<i64>,
+    ) -> Result<(), Failure> {
+        let mut prev = prev.map_or((None, None), |(o, off)| (Some(o), Some(off)));
+        for (pos, &(offset, value)) in records.iter().enumerate() {
+            let b = &mut self.reads;
+            b.index.append_value(op.index);
+            b.process.append_value(&op.process);
+            b.partition.append_option(op.partition);
+            b.offset.append_value(offset);
+            b.value.append_value(value);
+            b.time.append_value(op.time);
+            b.f.append_value(&op.f);
+            b.pos.append_value(pos as i32);
+            b.invoke_time.append_option(invoke_time);
+            b.from_offset.append_option(from_offset);
+            b.prev_op.append_option(prev.0);
+            b.prev_offset.append_option(prev.1);
+            prev = (Some(op.index), Some(offset));
+            b.rows += 1;
+            if b.rows >= ROW_GROUP {
+                let batch = b.finish(&self.reads_schema)?;
+                self.reads_writer.send(batch)?;
+            }
+        }
+        self.n_reads += records.len() as u64;
+        Ok(())
+    }
+
+    /// Flush the last batches, close both files: (ops, reads).
+    pub fn finish(mut self) -> Result<(u64, u64), Failure> {
+        if self.ops.rows > 0 {
+            let batch = self.ops.finish(&self.ops_schema)?;
+            self.ops_writer.send(batch)?;
+        }
+        if self.reads.rows > 0 {
+            let batch = self.reads.finish(&self.reads_schema)?;
+            self.reads_writer.send(batch)?;
+        }
+        let ops = self.ops_writer.finish();
+        let reads = self.reads_writer.finish();
+        ops?;
+        reads?;
+        Ok((self.n_ops, self.n_reads))
+    }
+}

@@ -1,0 +1,156 @@
+"""The native reader (native/histingest) against the exact path, on histories written every
+way JSON allows: if the native reader converts a history, the exact path must convert it to
+the same tables; if the exact path refuses it, the native reader must have refused it too.
+
+Each history is the same small run (sends, a Jepsen operation of two parts, a nemesis op, a
+final read), each of its fields written in one of several spellings that Python reads alike
+(escapes, whitespace, an integer process, key order, unknown keys) or reads otherwise (a
+float, a string where an integer belongs, a missing field, a duplicate key, -0, integers past
+64 bits). A must-fail twin checks that the comparison sees a difference when there is one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from checkers.ingest import MAX_LINE_BYTES, HistoryError, ingest
+from checkers.native_ingest import NativeUnsure, binary, native_ingest
+
+pytestmark = pytest.mark.skipif(binary() is None, reason="histingest is not built: make bootstrap")
+
+BASE: list[dict] = [
+    {"index": 0, "time": 10, "process": 0, "type": "invoke", "f": "send", "partition": 0,
+     "value": 5},
+    {"index": 1, "time": 20, "process": 0, "type": "ok", "f": "send", "partition": 0,
+     "value": 5, "offset": 0, "node": "n2", "epoch": 1, "acks": "all"},
+    {"index": 2, "time": 25, "process": "nemesis", "type": "info", "f": "start-kill",
+     "value": {"nodes": ["n2"], "at": 3}},
+    {"index": 3, "time": 30, "process": 2, "type": "invoke", "f": "send", "partition": 1,
+     "value": 6, "txn": 3},
+    {"index": 4, "time": 30, "process": 2, "type": "info", "f": "send", "partition": 1,
+     "value": 6, "txn": 3, "error": "timeout"},
+    {"index": 5, "time": 40, "process": 1, "type": "invoke", "f": "final-poll",
+     "partition": 0, "offset": 0},
+    {"index": 6, "time": 50, "process": 1, "type": "ok", "f": "final-poll", "partition": 0,
+     "offset": 0, "records": [[0, 5], [1, -7]], "hwm": 2},
+]  # fmt: skip
+
+
+def _escaped(s: str) -> str:
+    """The same string with every character written as a \\u escape."""
+    return '"' + "".join(f"\\u{ord(c):04x}" for c in s) + '"'
+
+
+# Spellings of one field's value, as JSON text: alike to Python, or not.
+def _spellings(key: str, v) -> st.SearchStrategy[str]:
+    plain = json.dumps(v, separators=(",", ":"))
+    alike = [plain, " " + plain + " ", json.dumps(v, indent=1, ensure_ascii=False)]
+    if isinstance(v, str):
+        alike.append(_escaped(v))
+    otherwise = ["null", "1.5", "true", '"x"', "[]", "{}", "18446744073709551616", "-0",
+                 "-1", "1e3", '"\\ud800"']
+    if isinstance(v, int) and not isinstance(v, bool):
+        alike.append(json.dumps(str(v)) if key in ("process", "node", "error") else plain)
+    if key == "value" and isinstance(v, dict):
+        alike += ['{"nodes":["n2"],"at":3,"nodes":["n3"]}',  # a duplicate key: the last wins
+                  '{"nodes":["\\u00e9\\n\\t"],"at":2e0}', '{"at":123456789012345678901234567890}',
+                  '{"ünïcödé":"🙂","esc":"\\"\\\\\\/\\b\\f"}']
+    return st.sampled_from(alike + otherwise)
+
+
+@st.composite
+def histories(draw) -> list[str]:
+    lines = []
+    for op in BASE:
+        fields = list(op.items())
+        changed = draw(st.lists(st.sampled_from(range(len(fields))), max_size=2, unique=True))
+        texts = [(k, draw(_spellings(k, v)) if i in changed else json.dumps(v))
+                 for i, (k, v) in enumerate(fields)]
+        if draw(st.booleans()):
+            texts.append((draw(st.sampled_from(["extra", "value2", "Records"])),
+                          draw(st.sampled_from(['[1.5, {"a": [null]}]', "1e400", '"\\u00ff"']))))
+        if draw(st.integers(0, 9)) == 0 and len(texts) > 3:
+            texts.pop(draw(st.integers(0, len(texts) - 1)))  # a field gone
+        order = draw(st.permutations(texts))
+        lines.append("{" + ", ".join(f'"{k}": {t}' for k, t in order) + "}")
+    return lines
+
+
+def _write(tmp: Path, lines: list[str]) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "history.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _tables(folder: Path) -> tuple:
+    return tuple(pq.read_table(folder / f"{name}.parquet") for name in ("ops", "reads"))
+
+
+def _compare(tmp: Path, lines: list[str]) -> str:
+    """What the two paths made of `lines`: 'both', 'exact only', 'neither'; fails if the
+    native reader converted what the exact path refuses or to other tables."""
+    history = _write(tmp, lines)
+    (tmp / "native").mkdir()
+    try:
+        native_ingest(history, tmp / "native" / "ops.parquet", tmp / "native" / "reads.parquet",
+                      MAX_LINE_BYTES, 2)
+        native = True
+    except NativeUnsure:
+        native = False
+    try:
+        ingest(history, tmp / "exact", 2, native=False)
+    except HistoryError:
+        assert not native, "the native reader converted a history the exact path refuses"
+        return "neither"
+    if native:
+        for a, b in zip(_tables(tmp / "native"), _tables(tmp / "exact"), strict=True):
+            assert a.equals(b), (a.to_pylist(), b.to_pylist())
+        return "both"
+    return "exact only"
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(lines=histories())
+def test_the_native_reader_converts_as_the_exact_path_or_refuses(tmp_path_factory, lines):
+    _compare(tmp_path_factory.mktemp("h"), lines)
+
+
+def test_the_spellings_exercise_both_outcomes(tmp_path):
+    """Not a vacuous property: the plain history is converted natively, and each kind of
+    spelling that Python reads alike keeps it native."""
+    plain = [json.dumps(op) for op in BASE]
+    assert _compare(tmp_path / "a", plain) == "both"
+    escaped = [line.replace('"final-poll"', _escaped("final-poll")) for line in plain]
+    assert _compare(tmp_path / "b", escaped) == "both"
+    dup = plain[:2] + ['{"index": 2, "time": 25, "process": "nemesis", "type": "info", '
+                       '"f": "start-kill", "value": {"a": 1, "b": 2, "a": 3}}'] + plain[3:]
+    assert _compare(tmp_path / "c", dup) == "both"
+    huge = plain[:2] + ['{"index": 2, "time": 25, "process": "nemesis", "type": "info", '
+                        '"f": "x", "value": [123456789012345678901234567890]}'] + plain[3:]
+    assert _compare(tmp_path / "d", huge) == "both"
+    assert _compare(tmp_path / "e", plain[:1] + [plain[1].replace('"offset": 0', '"offset": 0.0')]
+                    + plain[2:]) == "neither"
+
+
+def test_a_difference_in_the_tables_is_seen(tmp_path, monkeypatch):
+    """The must-fail twin: a native table that differs from the exact one fails _compare."""
+    real = native_ingest
+
+    def off_by_one(history, ops, reads, max_line, partitions):
+        lines = history.read_text().splitlines()
+        lines[1] = lines[1].replace('"epoch": 1', '"epoch": 2')
+        other = history.with_name("other.jsonl")
+        other.write_text("\n".join(lines) + "\n")
+        return real(other, ops, reads, max_line, partitions)
+
+    monkeypatch.setitem(globals(), "native_ingest", off_by_one)
+    with pytest.raises(AssertionError):
+        _compare(tmp_path, [json.dumps(op) for op in BASE])
