@@ -275,14 +275,11 @@ fn string(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
 /// A string, or an integer as its decimal text (Python's str(v)).
 fn text_or_int(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
     match is_null(raw) {
-        None => Ok(None),
-        Some(t) if t.starts_with('"') => decode(t)
-            .map(Some)
-            .ok_or_else(|| Bad::Line(format!("'{key}' is not text"))),
-        Some(t) => match plain_int(t) {
+        Some(t) if !t.starts_with('"') => match plain_int(t) {
             Some(i) => Ok(Some(i.to_string())),
             None => line_bad(format!("'{key}' must be a string or an integer")),
         },
+        _ => string(raw, key),
     }
 }
 
