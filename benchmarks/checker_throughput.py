@@ -7,7 +7,8 @@ consumers, then a final read that reads each partition whole until two reads agr
 few injected anomalies (lost writes, reads of failed sends, stale reads), then prints each
 stage's time per run and the median, Spark against the best single-process baseline, and the
 peak memory of the native ingest (native/histingest, a child process), of this process (DuckDB
-and pandas), of the Spark driver JVM and of the executors. Every backend must find every injected anomaly, and they must agree.
+and pandas), of the Spark driver JVM and of the executors. Every backend must find every
+injected anomaly, and they must agree.
 
     .venv/bin/python benchmarks/checker_throughput.py --sizes 1000000,10000000 --no-linearizability
     .venv/bin/python benchmarks/checker_throughput.py --sizes 100000 --runs 1   # quick
@@ -266,9 +267,9 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
         print(f"{'Spark / ingest share of end to end':38s} {t_spark / (t_ing + t_spark):.0%} / "
               f"{t_ing / (t_ing + t_spark):.0%}")
     executor_peaks = ", ".join(f"{peak_rss_mib(p):,.0f}" for p in executors(workers))
-    ingest_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak memory: native ingest {ingest_peak:,.0f} MiB, this process (DuckDB, pandas) "
-          f"{peak_rss_mib():,.0f} MiB, Spark "
+    ingest_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # reaped children
+    print("peak memory: " + (f"native ingest {ingest_peak:,.0f} MiB, " if ingests else "")
+          + f"this process (DuckDB, pandas) {peak_rss_mib():,.0f} MiB, Spark "
           f"driver JVM {peak_rss_mib(jvm_pid(spark)):,.0f} MiB"
           + (f", executors {executor_peaks} MiB" if workers else "") + " (so far)")  # fmt: skip
     for name, s in found.items():

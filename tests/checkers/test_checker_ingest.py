@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,25 @@ def test_native_path_on_a_workload_shaped_history(tmp_path):
     native = ingest(tmp_path / "history.jsonl", tmp_path / "native")
     assert native.path == "native" and native.ops >= 300_000 and native.reads > 500_000
     _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
+
+
+def test_a_broken_first_line_of_a_big_history_is_refused_at_once(tmp_path):
+    """More history than the native reader's stages hold (a few 4 MB blocks): refusing its
+    first line must stop the reader too, not leave it waiting on a full queue for ever (it
+    did: `harness check` of a big corrupt history hung)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from checker_throughput import generate
+
+    big = tmp_path / "big.jsonl"
+    generate(big, 600_000)  # about 95 MB
+    history = tmp_path / "history.jsonl"
+    with open(history, "wb") as out, open(big, "rb") as src:
+        out.write(b'{"index": 0, "time": "late", "process": 1, "type": "invoke", "f": "send"}\n')
+        shutil.copyfileobj(src, out)
+    done = subprocess.run([native_ingest.binary(), str(history), str(tmp_path / "o.parquet"),
+                           str(tmp_path / "r.parquet")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == native_ingest.UNSURE and "line 1: 'time'" in done.stderr
 
 
 def test_a_torn_last_line_is_read_natively_and_is_the_same_note(tmp_path):

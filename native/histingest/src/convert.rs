@@ -13,8 +13,8 @@ const NEMESIS: &str = "nemesis"; // workloads.history.NEMESIS: `info` without an
 #[derive(Default)]
 struct Process {
     last_time: Option<i64>,
-    /// the pending invoke: (line, index, time, offset, f)
-    pending: Option<(u64, i64, i64, Option<i64>, String)>,
+    /// the pending invoke: (index, time, offset, f)
+    pending: Option<(i64, i64, Option<i64>, String)>,
     /// the Jepsen operation its ops belong to: (txn, its first time)
     txn_start: Option<(i64, i64)>,
 }
@@ -83,12 +83,12 @@ impl Converter {
             if p.pending.is_some() {
                 return unsure(op.line, "an invoke while another is pending".into());
             }
-            p.pending = Some((op.line, op.index, op.time, op.offset, op.f.clone()));
+            p.pending = Some((op.index, op.time, op.offset, op.f.clone()));
         } else {
             match p.pending.take() {
                 None if op.typ == Typ::Info && op.process == NEMESIS => {}
                 None => return unsure(op.line, "a completion without an invoke".into()),
-                Some((_, index, time, offset, f)) => {
+                Some((index, time, offset, f)) => {
                     if f != op.f {
                         return unsure(op.line, "a completion of another f".into());
                     }

@@ -127,8 +127,8 @@ fn args() -> Result<Args, String> {
     })
 }
 
-/// A block of whole lines: its sequence number, the number of its first line, and whether
-/// its last line ends without a newline (the end of the file).
+/// A block of whole lines: its sequence number and the number of its first line (only the
+/// file's last block may end without a newline).
 struct Block {
     seq: u64,
     first_line: u64,
@@ -224,7 +224,7 @@ type ParsedBlock = (u64, Result<Vec<Parsed>, Failure>);
 fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
     let file = File::open(&a.history)?;
     let mut tables = Tables::create(&a.ops, &a.reads)?;
-    let parsers = a.threads.max(1);
+    let parsers = a.threads;
     let (block_tx, block_rx) = sync_channel::<Result<Block, Failure>>(IN_FLIGHT);
     let (parsed_tx, parsed_rx) = sync_channel::<ParsedBlock>(IN_FLIGHT + parsers);
     let block_rx = Arc::new(Mutex::new(block_rx));
@@ -242,10 +242,13 @@ fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
                 .name("parse".into())
                 .spawn_scoped(s, move || parse_worker(rx, tx, max_partition))?;
         }
+        // Only the parsers may hold the block receiver: when an early return drops the parsed
+        // receiver, the parsers stop, the block receiver goes with the last of them, and the
+        // reader's next send fails and stops it. Held here too, it would keep the reader
+        // blocked on a full channel, and this scope waiting for it, for ever.
+        drop(block_rx);
         drop(parsed_tx);
-        let torn = consume(parsed_rx, &mut conv, &mut tables);
-        // on an early return, dropping the receiver stops the parsers, which stop the reader
-        torn
+        consume(parsed_rx, &mut conv, &mut tables)
     })?;
     let (ops, reads) = tables.finish()?;
     Ok((ops, reads, outcome))

@@ -98,17 +98,12 @@ fn create(path: &Path) -> Result<File, Failure> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
         _ => {}
     }
+    // create_new is O_CREAT | O_EXCL: it refuses any file or symlink planted there since
     Ok(OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o644)
-        .custom_flags(libc_nofollow())
         .open(path)?)
-}
-
-/// O_NOFOLLOW on Linux (create_new already implies O_EXCL, which refuses any symlink too).
-fn libc_nofollow() -> i32 {
-    0o400000
 }
 
 impl Writer {
