@@ -13,7 +13,8 @@ GO ?= $(firstword $(shell command -v go 2>/dev/null) $(wildcard /usr/local/go/bi
 # The checkers' native history reader (checkers/native_ingest.py), built from native/histingest
 # with the locked crate versions into .venv/bin, where the checkers look first.
 HISTINGEST := $(VENV)/bin/histingest
-HISTINGEST_SRC := native/histingest/Cargo.toml native/histingest/Cargo.lock $(wildcard native/histingest/src/*.rs)
+HISTINGEST_SRC := native/histingest/Cargo.toml native/histingest/Cargo.lock $(wildcard native/histingest/src/*.rs) \
+  $(wildcard native/histingest/src/bin/*/*.rs)
 CARGO ?= $(firstword $(shell command -v cargo 2>/dev/null) $(wildcard $(HOME)/.cargo/bin/cargo))
 
 .PHONY: bootstrap test test-slow campaign lint clean-hosts vms vms-down test-vms
@@ -44,12 +45,14 @@ $(TOXIPROXY_STAMP): $(STAMP)
 	rm -rf $(VENV)/.toxiproxy-build
 	touch $@
 
-# About 2 minutes from nothing on 2 cores (arrow and parquet); the target folder is kept in the
-# venv, so a change to the sources rebuilds only this crate.
+# The checkers' two native programs, histingest (history -> tables) and histcheck (tables ->
+# anomalies). About 2 minutes from nothing on 2 cores (arrow and parquet); the target folder
+# is kept in the venv, so a change to the sources rebuilds only this crate.
 $(HISTINGEST): $(STAMP) $(HISTINGEST_SRC)
 	@[ -n "$(CARGO)" ] || { echo "make bootstrap: Rust's cargo (>= 1.85) is needed to build the checkers' native history reader (native/histingest); install it from https://rustup.rs" >&2; exit 1; }
 	$(CARGO) build --release --locked --quiet --manifest-path native/histingest/Cargo.toml \
 	  --target-dir $(abspath $(VENV))/.histingest-target
+	install -m 0755 $(VENV)/.histingest-target/release/histcheck $(VENV)/bin/histcheck
 	install -m 0755 $(VENV)/.histingest-target/release/histingest $@
 
 test: bootstrap

@@ -1,12 +1,12 @@
 """Checker throughput, stage by stage: native ingest, Spark session start, the Spark check,
-and two single-process baselines on the same Parquet tables, DuckDB and pandas; each stage
-of each size run 3 times (medians).
+and three single-process baselines on the same Parquet tables, histcheck (the native checks
+alone, without Spark), DuckDB and pandas; each stage of each size run 3 times (medians).
 
 Generates synthetic Kafka histories shaped like workloads/kafka.py's (producers, tailing
 consumers, then a final read that reads each partition whole until two reads agree), with a
 few injected anomalies (lost writes, reads of failed sends, stale reads), then prints each
 stage's time per run and the median, Spark against the best single-process baseline, and the
-peak memory of the native ingest (native/histingest, a child process), of this process (DuckDB
+peak memory of the native children (histingest, histcheck), of this process (DuckDB
 and pandas), of the Spark driver JVM and of the executors. Every backend must find every
 injected anomaly, and they must agree.
 
@@ -14,6 +14,8 @@ injected anomaly, and they must agree.
     .venv/bin/python benchmarks/checker_throughput.py --sizes 100000 --runs 1   # quick
     ... --exact-ingest     # also time the exact (line-by-line Python) ingest path, once
     ... --no-pandas        # skip the pandas reference (about 1 GB per million ops)
+    ... --spark-plan sql   # Spark's SQL plans instead of native tasks (auto: native if it fits)
+    ... --sql-too          # time the SQL plans as well as the plan asked for
     ... --standalone 2     # a standalone cluster from the installed pyspark: master and 2
                            # workers on 127.0.0.1, instead of local[2]
     ... --history H.jsonl --injected '{"lost-write": 910, ...}'   # an existing history
@@ -43,7 +45,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from checkers import duck_checks, reference, spark_checks, spark_cluster  # noqa: E402
+from checkers import (  # noqa: E402
+    duck_checks,
+    native_checks,
+    reference,
+    spark_checks,
+    spark_cluster,
+)
 from checkers.ingest import ingest  # noqa: E402
 from checkers.spark import get_session  # noqa: E402
 from checkers.verdict import classify_unread  # noqa: E402
@@ -200,11 +208,12 @@ def standalone(workers: int, memory: str, work: Path) -> Iterator[tuple[str, lis
         yield cluster.url, cluster.worker_pids
 
 
-def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any) -> tuple[Any, list[float]]:
+def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any,
+          **kw: Any) -> tuple[Any, list[float]]:
     times = []
     out = None
     for _ in range(args.runs):
-        out, t = timed(fn, *a)
+        out, t = timed(fn, *a, **kw)
         times.append(t)
     return out, times
 
@@ -240,14 +249,26 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
         stage("ingest, exact path (before)", [t], n)
         shutil.rmtree(exact_dir)
     master = spark.sparkContext.master
-    s_out, sparks = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all")
-    t_spark = stage(f"check, Spark {master} (warm)", sparks, n)
+    s_out, sparks = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all",
+                          plan=args.spark_plan)
+    t_spark = stage(f"check, Spark {master} ({args.spark_plan}, warm)", sparks, n)
     found = {"Spark": summary(s_out)}
     del s_out
     if ingests:
         stage("end to end: ingest + Spark check",
               [a + b for a, b in zip(ingests, sparks, strict=True)], n)  # fmt: skip
+    if args.sql_too and args.spark_plan != "sql":
+        q_out, sqls = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all",
+                            plan="sql")
+        stage(f"check, Spark {master} (SQL plans, warm)", sqls, n)
+        found["Spark SQL"] = summary(q_out)
+        del q_out
     baselines: dict[str, float] = {}
+    if not args.no_native:
+        h_out, natives = _runs(args, native_checks.run, ops_path, reads_path, "all")
+        baselines["histcheck"] = stage("check, single-process histcheck", natives, n)
+        found["histcheck"] = summary(h_out)
+        del h_out
     if not args.no_duckdb:
         d_out, ducks = _runs(args, duck_checks.run, ops_path, reads_path, "all")
         baselines["DuckDB"] = stage("check, single-process DuckDB", ducks, n)
@@ -267,8 +288,9 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
         print(f"{'Spark / ingest share of end to end':38s} {t_spark / (t_ing + t_spark):.0%} / "
               f"{t_ing / (t_ing + t_spark):.0%}")
     executor_peaks = ", ".join(f"{peak_rss_mib(p):,.0f}" for p in executors(workers))
-    ingest_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # reaped children
-    print("peak memory: " + (f"native ingest {ingest_peak:,.0f} MiB, " if ingests else "")
+    native_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # reaped children
+    print("peak memory: " + (f"native children (ingest, histcheck) {native_peak:,.0f} MiB, "
+                             if ingests or not args.no_native else "")
           + f"this process (DuckDB, pandas) {peak_rss_mib():,.0f} MiB, Spark "
           f"driver JVM {peak_rss_mib(jvm_pid(spark)):,.0f} MiB"
           + (f", executors {executor_peaks} MiB" if workers else "") + " (so far)")  # fmt: skip
@@ -321,6 +343,13 @@ def main(argv: list[str] | None = None) -> None:
                     help="also time the exact (line-by-line) ingest path once")
     ap.add_argument("--no-pandas", action="store_true", help="skip the pandas reference")
     ap.add_argument("--no-duckdb", action="store_true", help="skip the DuckDB baseline")
+    ap.add_argument("--no-native", action="store_true",
+                    help="skip histcheck alone (the native checks in this process, no Spark)")
+    ap.add_argument("--spark-plan", choices=["auto", "native", "sql"], default="auto",
+                    help="how Spark checks (spark_checks.run): native tasks, SQL plans, or "
+                         "native when it fits in memory (auto)")
+    ap.add_argument("--sql-too", action="store_true",
+                    help="also time Spark's SQL plans (the path past memory)")
     ap.add_argument("--no-linearizability", action="store_true")
     args = ap.parse_args(argv)
     if (args.history or args.tables) and args.injected is None:

@@ -39,9 +39,9 @@ RUN_HISTORY = "history.jsonl"
 # Below `[checker] spark_min_ops` operations (0 by default: every check on Spark, the
 # contract of docs/architecture.md), and unless the Spark master is a cluster's, the checks
 # run in this process (checkers/reference.py, held to the Spark checks' exact results by the
-# tests): a Spark check has a fixed cost of dozens of small jobs, 53 s for 100,000 operations
-# on a warm session against 1.4 s for pandas, side by side on a loaded machine
-# (docs/checkers.md), so campaigns of short runs may well opt in.
+# tests). With the native checks in Spark's tasks a small history's Spark check takes a
+# second or two on a warm session, so this saves little but the session's start (3.3 s) for
+# a campaign whose histories are all small (docs/checkers.md).
 SPARK_MIN_OPS = 0
 
 LOSS_EXAMPLE_COLUMNS = [

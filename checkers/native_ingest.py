@@ -40,12 +40,12 @@ class NativeUnsure(Exception):
     """The native path will not vouch for this history: the exact path must read it."""
 
 
-def binary() -> str | None:
-    """The histingest program, or None when it is not built."""
-    beside = Path(sys.prefix) / "bin" / BINARY
+def binary(name: str = BINARY) -> str | None:
+    """The native program `name` (histingest, histcheck), or None when it is not built."""
+    beside = Path(sys.prefix) / "bin" / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
-    return shutil.which(BINARY)
+    return shutil.which(name)
 
 
 def native_ingest(history: Path, ops_path: Path, reads_path: Path, max_line: int,

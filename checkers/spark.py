@@ -64,6 +64,14 @@ def _log4j_file() -> Path:
     return path
 
 
+def task_failure(e: Exception) -> str:
+    """The Python error a failed Spark task raised (its last line), from the JVM's report
+    (a Py4JJavaError that wraps the worker's traceback in the JVM's stack trace)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    python_errors = [ln for ln in lines if "Error:" in ln and not ln.startswith("at ")]
+    return python_errors[-1] if python_errors else (lines[0] if lines else type(e).__name__)
+
+
 def resolve_master(explicit: str | None = None, configured: str | None = None) -> str:
     """--spark-master beats HARNESS_SPARK_MASTER beats the test config beats local[*]."""
     return explicit or os.environ.get(MASTER_ENV) or configured or DEFAULT_MASTER

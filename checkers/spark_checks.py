@@ -1,8 +1,10 @@
-"""The anomaly checks as Spark DataFrame joins and window functions (see definitions.py).
+"""The anomaly checks on Spark (see definitions.py), two ways.
 
-No Python runs per row: every check is a plan of joins, aggregations and windows over the
-Parquet tables written by ingest.py; only counts, capped examples and the (normally small)
-set of acked-but-unread records come back to the driver.
+The native checks in Spark tasks (checkers/spark_native.py), each task one share of the Kafka
+partitions, when the shares fit in memory: the fast way. Else the SQL plans below, which
+scale past memory: no Python runs per row, every check is a plan of joins, aggregations and
+windows over the Parquet tables written by ingest.py, and only counts, capped examples and
+the (normally small) set of acked-but-unread records come back to the driver. `run` picks.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from pathlib import Path
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from checkers import native_checks, spark_native
 from checkers.definitions import EXAMPLES, READ_FS
+from checkers.native_checks import NativeCheckError
 from checkers.verdict import CheckOutput
 
 P = "partition"
@@ -672,8 +676,34 @@ class SparkChecks:
 
 
 def run(
-    spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES
+    spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES,
+    *, plan: str = "auto",
 ) -> CheckOutput:
+    """Check both tables on `spark`: with the native checks in Spark tasks (plan "native",
+    checkers/spark_native.py) or with the SQL plans below ("sql"); "auto" takes the native
+    tasks when their shares fit in memory, else the SQL plans."""
+    if plan not in ("auto", "native", "sql"):
+        raise ValueError(f"plan: {plan!r}")
+    if plan != "sql":
+        how = spark_native.plan(spark, ops_path, reads_path)
+        if how is None and plan == "native":
+            raise NativeCheckError("the native checks do not fit in memory here, or "
+                                   "histcheck is not built")
+        if how is not None:
+            try:
+                raw = spark_native.run(spark, ops_path, reads_path, acks, examples, how.shares)
+                spark_native.say(f"native checks in {how.shares} Spark tasks (largest share "
+                                 f"~{how.share_bytes >> 20} MiB of {how.budget >> 20} MiB)")
+                return native_checks.to_output(raw)
+            except NativeCheckError as e:
+                if plan == "native":
+                    raise
+                spark_native.say(f"native checks failed ({e}); the SQL plans check instead")
+    return _run_sql(spark, ops_path, reads_path, acks, examples)
+
+
+def _run_sql(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str,
+             examples: int) -> CheckOutput:
     tune(spark, ops_path.stat().st_size + reads_path.stat().st_size)
     c = SparkChecks(spark, ops_path, reads_path, acks)
     try:

@@ -13,7 +13,7 @@ from functools import partial
 from checkers.linear.check import Runner, run_local
 from checkers.linear.models import Partition
 from checkers.linear.search import Budget, SearchResult, search
-from checkers.spark import get_session
+from checkers.spark import get_session, task_failure
 
 _SLICES_PER_CORE = 4  # smaller tasks balance uneven partitions better
 
@@ -29,10 +29,7 @@ class SparkJobError(RuntimeError):
 
 
 def _spark_failure(e: Exception) -> SparkJobError:
-    text = str(e)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    python_errors = [ln for ln in lines if "Error:" in ln and not ln.startswith("at ")]
-    cause = python_errors[-1] if python_errors else (lines[0] if lines else type(e).__name__)
+    cause = task_failure(e)
     return SparkJobError(f"the Spark job checking the partitions failed: {cause[:500]}")
 
 

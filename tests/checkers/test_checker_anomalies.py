@@ -13,9 +13,10 @@ import json
 import pytest
 from histories import History, merge, scenario_view
 
-from checkers import reference, spark_checks
+from checkers import reference, spark_checks, spark_native
 from checkers.check import check_path, exit_code
 from checkers.ingest import ingest
+from checkers.native_checks import NativeCheckError
 from checkers.verdict import classify_unread, records
 
 
@@ -210,7 +211,9 @@ def zoo(spark, tmp_path_factory):  # noqa: F811
     uncapped = 1_000_000
     spark_out = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", uncapped)
     ref_out = reference.run(ing.ops_path, ing.reads_path, "all", uncapped)
-    return spark_out, ref_out, ing
+    return spark_out, ref_out, ing, {
+        plan: spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", uncapped, plan=plan)
+        for plan in ("sql", "native")}
 
 
 def view(zoo, scenario) -> dict[str, list[dict]]:
@@ -222,8 +225,10 @@ def verdict_of(scenario, tmp_path, config: dict | None = None) -> dict:
 
 
 @pytest.mark.spark
-def test_spark_and_reference_agree_exactly(zoo):
-    s, r, _ = zoo
+@pytest.mark.parametrize("plan", ["auto", "sql", "native"])
+def test_spark_and_reference_agree_exactly(zoo, plan):
+    auto, r, _, by_plan = zoo
+    s = by_plan.get(plan, auto)
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     assert s.complete_partitions == r.complete_partitions
@@ -244,8 +249,8 @@ def test_spark_and_reference_agree_exactly(zoo):
 )
 def test_every_join_strategy_agrees_with_the_reference(zoo, spark, monkeypatch, knob, value):  # noqa: F811
     monkeypatch.setattr(spark_checks, knob, value)
-    _, r, ing = zoo
-    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
+    _, r, ing, _ = zoo
+    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000, plan="sql")
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     assert s.stats == r.stats  # info sends read
@@ -401,3 +406,32 @@ def test_realtime_send_order_across_processes(zoo):
     got = {(e["process"], e["offset"], e["earlier_offset"]) for e in v["realtime-send-order"]}
     assert got == {("2", 1, 3), ("3", 2, 3)}
     assert set(v) == {"realtime-send-order"}
+
+
+@pytest.mark.spark
+def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spark, monkeypatch):
+    monkeypatch.setattr(spark_native, "TASK_MEMORY_FRACTION", 0.0)  # no share fits
+    _, r, ing, _ = zoo
+    assert spark_native.plan(spark, ing.ops_path, ing.reads_path) is None
+    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
+    assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
+    with pytest.raises(NativeCheckError, match="do not fit"):
+        spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", plan="native")
+
+
+@pytest.mark.spark
+def test_a_history_histcheck_refuses_is_checked_by_the_sql_plans(spark, tmp_path, capfd):  # noqa: F811
+    """histcheck keeps nulls in the value space (i64::MIN stands for null) and refuses a
+    history that holds that value: its Spark tasks fail, and the SQL plans check it."""
+    h = loss()
+    h.send(1, 0, -(2**63), 7)
+    run = h.write(tmp_path / "run")
+    ing = ingest(run / "history.jsonl", run / "parquet")
+    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
+    assert "past this checker's range" in capfd.readouterr().err
+    r = reference.run(ing.ops_path, ing.reads_path, "all", 1_000_000)
+    assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
+    assert records(classify_unread(s)) == records(classify_unread(r))
+    assert -(2**63) in set(classify_unread(s)["value"])  # never read: a loss, found
+    with pytest.raises(NativeCheckError, match="past this checker's range"):
+        spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", plan="native")

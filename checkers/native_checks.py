@@ -1,0 +1,126 @@
+"""The checks of definitions.py, natively: `histcheck`, a Rust program (native/histingest,
+src/bin/histcheck) that reads the ops and reads Parquet tables and checks each Kafka
+partition on its own thread.
+
+Every anomaly is about one partition, so a history can be checked in shares of its
+partitions (`share=(r, k)`: the partitions p with p mod k == r) and the shares' outputs
+merged: counts add up, each anomaly's examples are the first by the reference's sort key
+(which starts with the partition, or with an operation index that no two partitions share),
+and the rows without a partition are counted by share 0 alone. The Spark checker
+(spark_checks.run) runs one share per task; run() here is the same program on one machine.
+
+It holds the rows of the partitions it checks in memory (about 110 bytes an operation and
+70 a record read), so spark_checks only takes this path while the shares fit its budget.
+tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from checkers.definitions import EXAMPLES
+from checkers.native_ingest import binary as _binary
+from checkers.verdict import UNREAD_COLUMNS, CheckOutput
+
+BINARY = "histcheck"
+P = "partition"
+
+# Each anomaly's examples, in the order the reference (checkers/reference.py) sorts them.
+ORDER: dict[str, list[str]] = {
+    "inconsistent-offsets": [P, "offset"],
+    "duplicate": [P, "value"],
+    "nonmonotonic-poll": ["op", "offset"],
+    "int-nonmonotonic-poll": ["op", "offset"],
+    "poll-skip": ["op", "offset"],
+    "int-poll-skip": ["op", "offset"],
+    "nonmonotonic-send": ["op"],
+    "int-nonmonotonic-send": ["op"],
+    "int-send-skip": ["op"],
+    "realtime-send-order": ["op"],
+    "aborted-read": [P, "offset", "value"],
+    "stale-read": ["op"],
+}
+
+# Bytes of memory a share holds per row of its partitions (load.rs: Op and Read, with the
+# vectors' growth and the per-partition maps); spark_checks sizes its shares with these.
+BYTES_PER_OP = 250
+BYTES_PER_READ = 150
+
+
+class NativeCheckError(Exception):
+    """histcheck could not check these tables (it says why); no verdict."""
+
+
+def binary() -> str | None:
+    """The histcheck program, or None when it is not built."""
+    return _binary(BINARY)
+
+
+def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
+                share: tuple[int, int] = (0, 1), threads: int | None = None,
+                program: str | None = None) -> dict[str, Any]:
+    """histcheck's raw output (JSON) for one share of the partitions."""
+    program = program or binary()
+    if program is None:
+        raise NativeCheckError(f"{BINARY} is not built (make bootstrap builds it)")
+    cmd = [program, str(ops_path), str(reads_path), "--acks", acks, "--examples", str(examples),
+           "--share", f"{share[0]}/{share[1]}", "--threads", str(threads or os.cpu_count() or 1)]
+    done = subprocess.run(cmd, capture_output=True, check=False)
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [
+            f"exit {done.returncode}"]
+        raise NativeCheckError(f"{BINARY} failed: {why[0]:.300}")
+    return json.loads(done.stdout)
+
+
+def merge(shares: list[dict[str, Any]], examples: int) -> dict[str, Any]:
+    """One output from the outputs of disjoint shares (see the module's docstring)."""
+    anomalies = {}
+    for name, order in ORDER.items():
+        found = [e for s in shares for e in s["anomalies"][name][1]]
+        found.sort(key=lambda e: [e[c] for c in order])  # stable: a partition's own order
+        anomalies[name] = [sum(s["anomalies"][name][0] for s in shares), found[:examples]]
+    stats: dict[str, Any] = {"ops": 0, "ops_by_f_type": {}, "reads": 0,
+                             "acked_by_partition": {}, "info_sends_read": 0}
+    for s in shares:
+        st = s["stats"]
+        for key in ("ops", "reads", "info_sends_read"):
+            stats[key] += st[key]
+        for key in ("ops_by_f_type", "acked_by_partition"):
+            for k, n in st[key].items():
+                stats[key][k] = stats[key].get(k, 0) + n
+    stats["ops_by_f_type"] = dict(sorted(stats["ops_by_f_type"].items()))
+    stats["acked_by_partition"] = dict(sorted(stats["acked_by_partition"].items(),
+                                              key=lambda kv: int(kv[0])))
+    return {
+        "anomalies": anomalies,
+        # by partition, as one run lists them (stable: each partition's own order)
+        "unread": sorted((u for s in shares for u in s["unread"]), key=lambda u: u[P]),
+        "complete_partitions": sorted(p for s in shares for p in s["complete_partitions"]),
+        "stats": stats,
+    }
+
+
+def to_output(raw: dict[str, Any]) -> CheckOutput:
+    unread = pd.DataFrame(raw["unread"], columns=UNREAD_COLUMNS)
+    for c in ("partition", "value", "offset", "ack_index", "ack_time", "invoke_time", "epoch",
+              "max_read_offset"):
+        unread[c] = pd.to_numeric(unread[c])  # int64, or float64 with NaN where null
+    return CheckOutput(
+        anomalies={name: (n, ex) for name, (n, ex) in raw["anomalies"].items()},
+        unread=unread,
+        complete_partitions=set(raw["complete_partitions"]),
+        stats=raw["stats"],
+    )
+
+
+def run(ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES,
+        threads: int | None = None) -> CheckOutput:
+    """Check both tables in this process's machine, every partition at once."""
+    return to_output(check_share(ops_path, reads_path, acks, examples, threads=threads))

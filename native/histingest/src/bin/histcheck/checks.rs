@@ -1,0 +1,552 @@
+//! Every anomaly of checkers/definitions.py for one Kafka partition.
+//!
+//! Each check follows checkers/reference.py (the pandas implementation the tests hold every
+//! backend to) step by step, with hash maps and sorted vectors where pandas merges and
+//! as-of joins. Every anomaly is about one partition, so a history is checked partition by
+//! partition, in parallel, and the results merged (main.rs; checkers/native_checks.py does
+//! the same across Spark tasks).
+
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde_json::{json, Value};
+
+use crate::load::{Op, Partition, Read, Strings, Words};
+
+/// The anomalies, in checkers.definitions.ANOMALIES order without the two the loss
+/// classification makes from `unread` (lost-write, unseen).
+pub const NAMES: [&str; 12] = [
+    "inconsistent-offsets",
+    "duplicate",
+    "nonmonotonic-poll",
+    "int-nonmonotonic-poll",
+    "poll-skip",
+    "int-poll-skip",
+    "nonmonotonic-send",
+    "int-nonmonotonic-send",
+    "int-send-skip",
+    "realtime-send-order",
+    "aborted-read",
+    "stale-read",
+];
+
+/// An example with the key the reference sorts that anomaly's examples by.
+pub type Found = Vec<(Vec<i64>, Value)>;
+
+pub struct Checked {
+    pub found: [Found; 12],
+    pub unread: Vec<Value>,
+    pub complete: bool,
+    pub acked: u64,
+    pub info_read: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Cell {
+    read: bool,
+    in_final: bool,
+    first_op: i64,
+}
+
+/// A completed (ok or info) send with its resolved offset (definitions.py: committed).
+struct Done<'a> {
+    op: &'a Op,
+    committed: bool,
+    resolved: Option<i64>,
+}
+
+/// An acked acks=all record some read returned (stale reads are about these).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Visible {
+    offset: i64,
+    value: i64,
+    ack_op: i64,
+    ack_time: i64,
+}
+
+impl Visible {
+    fn json(&self) -> Value {
+        json!({"offset": self.offset, "value": self.value, "ack_op": self.ack_op,
+               "ack_time": self.ack_time})
+    }
+}
+
+struct Poll {
+    process: Option<u32>,
+    invoke_time: i64,
+    from_offset: Option<i64>,
+    hwm: Option<i64>,
+}
+
+pub struct Ctx<'a> {
+    pub p: i32,
+    pub s: &'a Strings,
+    pub w: &'a Words,
+}
+
+impl Ctx<'_> {
+    fn text(&self, id: Option<u32>) -> Value {
+        id.map_or(Value::Null, |i| Value::String(self.s.name(i).to_owned()))
+    }
+}
+
+/// The highest of the sorted `known` offsets in [lo, hi], if any.
+fn max_known_in(known: &[i64], lo: i64, hi: i64) -> Option<i64> {
+    let n = known.partition_point(|&k| k <= hi);
+    (n > 0 && known[n - 1] >= lo).then(|| known[n - 1])
+}
+
+pub fn check(cx: &Ctx, part: &Partition) -> Checked {
+    let (w, p) = (cx.w, cx.p);
+    let sends: Vec<&Op> = part.ops.iter().filter(|o| o.f == w.send).collect();
+    let acked: Vec<&Op> = sends
+        .iter()
+        .copied()
+        .filter(|o| o.ty == w.ok && o.offset.get().is_some())
+        .collect();
+    let last_final = part
+        .ops
+        .iter()
+        .filter(|o| o.f == w.final_poll && o.ty == w.ok)
+        .map(|o| o.index)
+        .max();
+
+    // One cell per distinct (offset, value) read or acked.
+    let mut cells: FxHashMap<(i64, i64), Cell> = FxHashMap::default();
+    for r in &part.reads {
+        let Some(v) = r.value.get() else { continue };
+        let is_final = Some(r.index) == last_final;
+        cells
+            .entry((r.offset, v))
+            .and_modify(|c| {
+                c.read = true;
+                c.in_final |= is_final;
+                c.first_op = c.first_op.min(r.index);
+            })
+            .or_insert(Cell {
+                read: true,
+                in_final: is_final,
+                first_op: r.index,
+            });
+    }
+    for o in &acked {
+        let (Some(off), Some(v)) = (o.offset.get(), o.value.get()) else {
+            continue;
+        };
+        cells
+            .entry((off, v))
+            .and_modify(|c| c.first_op = c.first_op.min(o.index))
+            .or_insert(Cell {
+                read: false,
+                in_final: false,
+                first_op: o.index,
+            });
+    }
+    let present = |c: &Cell| {
+        if last_final.is_some() {
+            c.in_final
+        } else {
+            c.read
+        }
+    };
+    let mut read_min: FxHashMap<i64, i64> = FxHashMap::default();
+    let mut present_values: FxHashSet<i64> = FxHashSet::default();
+    let mut max_present: Option<i64> = None;
+    for (&(off, v), c) in &cells {
+        if c.read {
+            read_min
+                .entry(v)
+                .and_modify(|m| *m = (*m).min(off))
+                .or_insert(off);
+        }
+        if present(c) {
+            present_values.insert(v);
+            max_present = max_present.max(Some(off));
+        }
+    }
+
+    // Completed sends, their offsets learned from reads where the send names none.
+    let done: Vec<Done> = sends
+        .iter()
+        .filter(|o| o.ty == w.ok || o.ty == w.info)
+        .map(|&o| {
+            let read_offset = o.value.get().and_then(|v| read_min.get(&v).copied());
+            let committed = o.ty == w.ok || read_offset.is_some();
+            Done {
+                op: o,
+                committed,
+                resolved: if committed {
+                    o.offset.get().or(read_offset)
+                } else {
+                    None
+                },
+            }
+        })
+        .collect();
+
+    // Committed sends missing from the final state.
+    let mut unread = Vec::new();
+    let mut lost: FxHashSet<(i64, i64)> = FxHashSet::default();
+    let mut lost_ops: FxHashSet<i64> = FxHashSet::default();
+    for d in done.iter().filter(|d| d.committed) {
+        let o = d.op;
+        if o.value.get().is_some_and(|v| present_values.contains(&v)) {
+            continue;
+        }
+        unread.push(json!({
+            "partition": p, "value": o.value.get(), "offset": d.resolved, "process": cx.text(o.process.get()),
+            "ack_index": o.index, "ack_time": o.time.get(), "invoke_time": o.invoke_time.get(),
+            "node": cx.text(o.node.get()), "epoch": o.epoch.get(),
+            "acks": cx.text(Some(o.acks.get().unwrap_or(w.default_acks))),
+            "max_read_offset": max_present,
+        }));
+        lost_ops.insert(o.index);
+        if let (Some(off), Some(v)) = (d.resolved, o.value.get()) {
+            lost.insert((off, v));
+        }
+    }
+    // Offsets known to exist, without the records the loss check reports.
+    let mut known: Vec<i64> = cells
+        .keys()
+        .filter(|k| !lost.contains(k))
+        .map(|&(off, _)| off)
+        .collect();
+    known.sort_unstable();
+    known.dedup();
+
+    let mut found: [Found; 12] = Default::default();
+    let [inconsistent, duplicate, nm_poll, int_nm_poll, skip, int_skip, nm_send, int_nm_send, int_send_skip, realtime, aborted, stale] =
+        &mut found;
+
+    // inconsistent-offsets and duplicate: cells sharing an offset, or a value.
+    let mut by_offset: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
+    let mut by_value: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
+    for (&(off, v), c) in &cells {
+        by_offset.entry(off).or_default().push((v, c.first_op));
+        by_value.entry(v).or_default().push((off, c.first_op));
+    }
+    for (off, mut vs) in by_offset.into_iter().filter(|(_, vs)| vs.len() > 1) {
+        vs.sort_unstable();
+        let values: Vec<Value> = vs
+            .iter()
+            .map(|&(v, op)| json!({"value": v, "first_op": op}))
+            .collect();
+        inconsistent.push((
+            vec![p as i64, off],
+            json!({"partition": p, "offset": off, "values": values}),
+        ));
+    }
+    for (v, mut offs) in by_value.into_iter().filter(|(_, o)| o.len() > 1) {
+        offs.sort_unstable();
+        let offsets: Vec<Value> = offs
+            .iter()
+            .map(|&(off, op)| json!({"offset": off, "first_op": op}))
+            .collect();
+        duplicate.push((
+            vec![p as i64, v],
+            json!({"partition": p, "value": v, "offsets": offsets}),
+        ));
+    }
+    let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
+
+    // Reads that break their process's sequence: nonmonotonic polls and skips.
+    let mut gaps: Vec<(&Read, i64)> = Vec::new();
+    for r in &part.reads {
+        let seek = r.pos.get() == Some(0) && r.from_offset.get().is_some();
+        let expected = if seek {
+            r.from_offset.get()
+        } else {
+            r.prev_offset.get().map(|o| o + 1)
+        };
+        let Some(e) = expected else { continue };
+        if r.offset == e {
+            continue;
+        }
+        let internal = r.pos.get().is_some_and(|pos| pos > 0);
+        let key = vec![r.index, r.offset];
+        if r.offset < e {
+            let row = json!({"process": cx.text(r.process.get()), "partition": p, "op": r.index,
+                             "prev_op": r.prev_op.get(), "expected": e, "offset": r.offset,
+                             "value": r.value.get()});
+            (if internal {
+                &mut *int_nm_poll
+            } else {
+                &mut *nm_poll
+            })
+            .push((key, row));
+            continue;
+        }
+        if internal || r.from_offset.get().is_some() {
+            gaps.push((r, e));
+        }
+        if let Some(k) = max_known_in(&known, e, r.offset - 1) {
+            let row = json!({"process": cx.text(r.process.get()), "partition": p, "op": r.index,
+                             "prev_op": r.prev_op.get(), "expected": e, "offset": r.offset,
+                             "skipped_offset": k});
+            (if internal { &mut *int_skip } else { &mut *skip }).push((key, row));
+        }
+    }
+
+    // Each completed send against the one before it (same process and partition).
+    let resolved_of: FxHashMap<i64, Option<i64>> =
+        done.iter().map(|d| (d.op.index, d.resolved)).collect();
+    for d in &done {
+        let o = d.op;
+        let Some(prev_op) = o.prev_send_op.get() else {
+            continue;
+        };
+        let (Some(off), Some(Some(prev))) = (d.resolved, resolved_of.get(&prev_op).copied()) else {
+            continue;
+        };
+        let internal = o.txn.get().is_some() && o.txn.get() == o.prev_send_txn.get();
+        let row = |skipped: Option<i64>| {
+            let mut r = json!({"process": cx.text(o.process.get()), "partition": p, "op": o.index,
+                               "offset": off, "prev_op": prev_op, "prev_offset": prev});
+            if let Some(k) = skipped {
+                r["skipped_offset"] = json!(k);
+            }
+            r
+        };
+        if off <= prev {
+            (if internal {
+                &mut *int_nm_send
+            } else {
+                &mut *nm_send
+            })
+            .push((vec![o.index], row(None)));
+        } else if internal && off > prev + 1 {
+            if let Some(k) = max_known_in(&known, prev + 1, off - 1) {
+                int_send_skip.push((vec![o.index], row(Some(k))));
+            }
+        }
+    }
+
+    // realtime-send-order: against the running maximum of the acked offsets over time.
+    let committed: Vec<&Done> = done
+        .iter()
+        .filter(|d| d.committed && d.resolved.is_some() && !lost_ops.contains(&d.op.index))
+        .collect();
+    let mut acks: Vec<(i64, i64, i64)> = committed
+        .iter()
+        .filter(|d| d.op.ty == w.ok)
+        .filter_map(|d| Some((d.op.time.get()?, d.op.index, d.resolved?)))
+        .collect();
+    acks.sort_unstable();
+    let holders = running_max_holders(&acks, |a| a.2);
+    for d in &committed {
+        let (Some(t), Some(off)) = (d.op.invoke_time.get(), d.resolved) else {
+            continue;
+        };
+        let n = holders.partition_point(|a| a.0 < t);
+        let Some(&(at, op, latest)) = n.checked_sub(1).map(|i| &holders[i]) else {
+            continue;
+        };
+        if off < latest {
+            let o = d.op;
+            realtime.push((vec![o.index], json!({
+                "process": cx.text(o.process.get()), "partition": p, "op": o.index, "offset": off,
+                "invoke_time": t, "earlier_op": op, "earlier_offset": latest,
+                "earlier_ack_time": at,
+            })));
+        }
+    }
+
+    // aborted-read: a read value whose send definitely failed (and never completed).
+    let done_values: FxHashSet<i64> = done.iter().filter_map(|d| d.op.value.get()).collect();
+    let mut failed: FxHashMap<i64, Vec<&Op>> = FxHashMap::default();
+    for o in sends.iter().filter(|o| o.ty == w.fail) {
+        if let Some(v) = o.value.get().filter(|v| !done_values.contains(v)) {
+            failed.entry(v).or_default().push(o);
+        }
+    }
+    if !failed.is_empty() {
+        for (&(off, v), c) in cells.iter().filter(|(_, c)| c.read) {
+            for o in failed.get(&v).into_iter().flatten() {
+                aborted.push((
+                    vec![p as i64, off, v, o.index],
+                    json!({
+                        "partition": p, "offset": off, "value": v, "read_op": c.first_op,
+                        "fail_op": o.index, "error": cx.text(o.error.get()),
+                    }),
+                ));
+            }
+        }
+        aborted.sort_by(|a, b| a.0.cmp(&b.0));
+        for (k, _) in aborted.iter_mut() {
+            k.truncate(3);
+        }
+    }
+
+    stale_reads(
+        cx,
+        part,
+        &acked,
+        &cells,
+        &inconsistent_offsets,
+        &gaps,
+        stale,
+    );
+
+    // The partition's final read is complete when it read up to the HWM it reported.
+    let mut final_max: FxHashMap<i64, i64> = FxHashMap::default();
+    for r in part.reads.iter().filter(|r| r.final_poll) {
+        final_max
+            .entry(r.index)
+            .and_modify(|m| *m = (*m).max(r.offset))
+            .or_insert(r.offset);
+    }
+    let complete = part
+        .ops
+        .iter()
+        .filter(|o| o.f == w.final_poll && o.ty == w.ok)
+        .any(|o| {
+            let max_off = final_max.get(&o.index).copied();
+            match o.hwm.get() {
+                None => true,
+                Some(h) => {
+                    h <= 0
+                        || max_off.is_some_and(|m| m + 1 >= h)
+                        || (max_off.is_none() && o.invoke_offset.get().is_some_and(|i| i >= h))
+                }
+            }
+        });
+    let read_values: FxHashSet<i64> = cells
+        .iter()
+        .filter(|(_, c)| c.read)
+        .map(|(&(_, v), _)| v)
+        .collect();
+    let info_read = sends
+        .iter()
+        .filter(|o| o.ty == w.info && o.value.get().is_some_and(|v| read_values.contains(&v)))
+        .count() as u64;
+    let acked_n = sends.iter().filter(|o| o.ty == w.ok).count() as u64;
+    for f in found.iter_mut() {
+        f.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    Checked {
+        found,
+        unread,
+        complete,
+        acked: acked_n,
+        info_read,
+    }
+}
+
+/// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
+/// last of them before an instant holds the highest value seen before it.
+fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> {
+    let mut best: Option<i64> = None;
+    let mut out = Vec::new();
+    for a in sorted {
+        if best.is_none_or(|b| of(a) >= b) {
+            best = Some(of(a));
+            out.push(*a);
+        }
+    }
+    out
+}
+
+fn stale_reads(
+    cx: &Ctx,
+    part: &Partition,
+    acked: &[&Op],
+    cells: &FxHashMap<(i64, i64), Cell>,
+    inconsistent: &FxHashSet<i64>,
+    gaps: &[(&Read, i64)],
+    out: &mut Found,
+) {
+    let (w, p) = (cx.w, cx.p);
+    let polls: FxHashMap<i64, Poll> = part
+        .ops
+        .iter()
+        .filter(|o| (o.f == w.poll || o.f == w.final_poll) && o.ty == w.ok)
+        .filter_map(|o| {
+            let invoke_time = o.invoke_time.get()?;
+            Some((
+                o.index,
+                Poll {
+                    process: o.process.get(),
+                    invoke_time,
+                    from_offset: o.invoke_offset.get(),
+                    hwm: o.hwm.get(),
+                },
+            ))
+        })
+        .collect();
+    let mut visible: Vec<Visible> = acked
+        .iter()
+        .filter(|o| o.acks.get().unwrap_or(w.default_acks) == w.all)
+        .filter_map(|o| {
+            let (offset, value) = (o.offset.get()?, o.value.get()?);
+            cells.get(&(offset, value)).filter(|c| c.read)?;
+            Some(Visible {
+                offset,
+                value,
+                ack_op: o.index,
+                ack_time: o.time.get()?,
+            })
+        })
+        .collect();
+    // op -> (missed offset, kind, missed ack op, row): the lowest is the op's example.
+    let mut best: FxHashMap<i64, (i64, u8, i64, Value)> = FxHashMap::default();
+    let mut offer = |op: i64, poll: &Poll, kind: u8, m: &Visible| {
+        let cand = (m.offset, kind, m.ack_op);
+        if best.get(&op).is_some_and(|b| (b.0, b.1, b.2) <= cand) {
+            return;
+        }
+        let kinds = ["hwm-behind", "other-value", "skipped"];
+        let row = json!({
+            "op": op, "process": cx.text(poll.process), "partition": p,
+            "invoke_time": poll.invoke_time, "from_offset": poll.from_offset, "hwm": poll.hwm,
+            "kind": kinds[kind as usize], "missed": m.json(),
+        });
+        best.insert(op, (cand.0, cand.1, cand.2, row));
+    };
+
+    // hwm-behind: a poll's HWM at or below the highest visible offset acked before it began.
+    visible.sort_unstable_by_key(|v| (v.ack_time, v.ack_op));
+    let holders = running_max_holders(&visible, |v| v.offset);
+    let mut ordered: Vec<(&i64, &Poll)> = polls.iter().filter(|(_, q)| q.hwm.is_some()).collect();
+    ordered.sort_unstable_by_key(|(op, q)| (q.invoke_time, **op));
+    for (&op, q) in ordered {
+        let n = holders.partition_point(|v| v.ack_time < q.invoke_time);
+        let Some(m) = n.checked_sub(1).map(|i| holders[i]) else {
+            continue;
+        };
+        let hwm = q.hwm.unwrap_or(i64::MAX);
+        if hwm <= m.offset && q.from_offset.is_none_or(|f| f <= m.offset) {
+            offer(op, q, 0, &m);
+        }
+    }
+    // other-value: a read of another value at an offset where an acked record was visible.
+    if !inconsistent.is_empty() {
+        let mut at: FxHashMap<i64, Vec<Visible>> = FxHashMap::default();
+        for v in visible.iter().filter(|v| inconsistent.contains(&v.offset)) {
+            at.entry(v.offset).or_default().push(*v);
+        }
+        for r in part
+            .reads
+            .iter()
+            .filter(|r| inconsistent.contains(&r.offset))
+        {
+            let (Some(t), Some(q)) = (r.invoke_time.get(), polls.get(&r.index)) else {
+                continue;
+            };
+            for m in at.get(&r.offset).into_iter().flatten() {
+                if Some(m.value) != r.value.get() && t > m.ack_time {
+                    offer(r.index, q, 1, m);
+                }
+            }
+        }
+    }
+    // skipped: a gap in a poll over the first visible record at or after its start.
+    visible.sort_unstable();
+    for &(r, lo) in gaps {
+        let n = visible.partition_point(|v| v.offset < lo);
+        let (Some(m), Some(q)) = (visible.get(n), polls.get(&r.index)) else {
+            continue;
+        };
+        if m.offset < r.offset && m.ack_time < q.invoke_time {
+            offer(r.index, q, 2, m);
+        }
+    }
+    out.extend(best.into_iter().map(|(op, b)| (vec![op], b.3)));
+}

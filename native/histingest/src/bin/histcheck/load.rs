@@ -1,0 +1,396 @@
+//! The ops and reads Parquet tables -> rows grouped by Kafka partition.
+//!
+//! Only the columns the checks use are read, each cast to the type the ingest writes, so
+//! tables written by either ingest path (histingest or checkers/ingest.py) load alike. Text
+//! is interned: the checks compare small ids, and the output turns them back into text.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::Path;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use rustc_hash::FxHashMap;
+
+/// Interned text: each distinct string once, named by its position.
+#[derive(Default)]
+pub struct Strings {
+    ids: FxHashMap<String, u32>,
+    names: Vec<String>,
+}
+
+impl Strings {
+    pub fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(s.to_owned());
+        self.ids.insert(s.to_owned(), id);
+        id
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+/// A value that may be null, in the space of the value: `T::NULL` stands for null. Rows
+/// are held by the million, and `Option<i64>` takes twice the room of an `i64`.
+#[derive(Clone, Copy)]
+pub struct Opt<T>(T);
+
+pub trait Sentinel: Copy + PartialEq {
+    const NULL: Self;
+}
+
+impl Sentinel for i64 {
+    const NULL: i64 = i64::MIN;
+}
+
+impl Sentinel for i32 {
+    const NULL: i32 = i32::MIN;
+}
+
+impl Sentinel for u32 {
+    const NULL: u32 = u32::MAX; // interned ids never get that far
+}
+
+impl<T: Sentinel> Opt<T> {
+    /// `v`, or an error when `v` is the sentinel itself (no workload writes it).
+    fn new(v: Option<T>, column: &str) -> Res<Self> {
+        match v {
+            None => Ok(Opt(T::NULL)),
+            Some(x) if x == T::NULL => Err(format!(
+                "column {column}: a value past this checker's range"
+            )),
+            Some(x) => Ok(Opt(x)),
+        }
+    }
+
+    pub fn get(self) -> Option<T> {
+        (self.0 != T::NULL).then_some(self.0)
+    }
+}
+
+/// One completed (not invoke) operation with a partition: a row of `ops` the checks use.
+pub struct Op {
+    pub index: i64,
+    pub time: Opt<i64>,
+    pub process: Opt<u32>,
+    pub ty: u32,
+    pub f: u32,
+    pub value: Opt<i64>,
+    pub offset: Opt<i64>,
+    pub node: Opt<u32>,
+    pub epoch: Opt<i64>,
+    pub error: Opt<u32>,
+    pub hwm: Opt<i64>,
+    pub acks: Opt<u32>,
+    pub invoke_time: Opt<i64>,
+    pub invoke_offset: Opt<i64>,
+    pub txn: Opt<i64>,
+    pub prev_send_op: Opt<i64>,
+    pub prev_send_txn: Opt<i64>,
+}
+
+/// One record returned by a read (a row of `reads`).
+pub struct Read {
+    pub index: i64,
+    pub process: Opt<u32>,
+    pub offset: i64,
+    pub value: Opt<i64>,
+    pub final_poll: bool,
+    pub pos: Opt<i32>,
+    pub invoke_time: Opt<i64>,
+    pub from_offset: Opt<i64>,
+    pub prev_offset: Opt<i64>,
+    pub prev_op: Opt<i64>,
+}
+
+#[derive(Default)]
+pub struct Partition {
+    pub ops: Vec<Op>,
+    pub reads: Vec<Read>,
+}
+
+/// The ids of the words the checks compare with.
+pub struct Words {
+    pub ok: u32,
+    pub info: u32,
+    pub fail: u32,
+    pub send: u32,
+    pub poll: u32,
+    pub final_poll: u32,
+    pub all: u32,
+    pub default_acks: u32,
+}
+
+pub struct History {
+    pub strings: Strings,
+    pub words: Words,
+    pub partitions: BTreeMap<i32, Partition>,
+    /// Operations per (f, type) over every row asked for, the unpartitioned ones included.
+    pub ops_by_f_type: BTreeMap<(u32, u32), u64>,
+    pub n_reads: u64,
+}
+
+/// Which share of the partitions to load: those `p` with `p mod of == share`. Share 0 also
+/// counts the rows without a partition (nemesis operations) in the statistics, so that
+/// shares 0..of together count every row once.
+pub struct Wanted {
+    pub share: i32,
+    pub of: i32,
+}
+
+impl Wanted {
+    fn partition(&self, p: i32) -> bool {
+        p.rem_euclid(self.of) == self.share
+    }
+
+    fn unpartitioned(&self) -> bool {
+        self.share == 0
+    }
+}
+
+const OPS: [&str; 18] = [
+    "index",
+    "time",
+    "process",
+    "type",
+    "f",
+    "partition",
+    "value",
+    "offset",
+    "node",
+    "epoch",
+    "error",
+    "hwm",
+    "acks",
+    "invoke_time",
+    "invoke_offset",
+    "txn",
+    "prev_send_op",
+    "prev_send_txn",
+];
+const READS: [&str; 11] = [
+    "index",
+    "process",
+    "partition",
+    "offset",
+    "value",
+    "f",
+    "pos",
+    "invoke_time",
+    "from_offset",
+    "prev_offset",
+    "prev_op",
+];
+
+type Res<T> = Result<T, String>;
+
+fn batches(path: &Path, columns: &[&str]) -> Res<impl Iterator<Item = Res<RecordBatch>>> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("{}: not a Parquet table ({e})", path.display()))?;
+    let schema = builder.parquet_schema();
+    let mut leaves = Vec::new();
+    for name in columns {
+        let i = (0..schema.num_columns())
+            .find(|&i| schema.column(i).name() == *name)
+            .ok_or_else(|| format!("{}: no column {name}", path.display()))?;
+        leaves.push(i);
+    }
+    let mask = ProjectionMask::leaves(schema, leaves);
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(64 * 1024)
+        .build()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let shown = path.display().to_string();
+    Ok(reader.map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
+}
+
+/// A batch's columns by name, each cast to what the ingest writes.
+struct Cols<'a> {
+    batch: &'a RecordBatch,
+    path: &'a Path,
+}
+
+impl Cols<'_> {
+    fn get(&self, name: &str, to: &DataType) -> Res<ArrayRef> {
+        let col = self
+            .batch
+            .column_by_name(name)
+            .ok_or_else(|| format!("{}: no column {name}", self.path.display()))?;
+        if col.data_type() == to {
+            return Ok(col.clone());
+        }
+        arrow_cast::cast(col, to)
+            .map_err(|e| format!("{}: column {name}: {e}", self.path.display()))
+    }
+
+    fn i64s(&self, name: &str) -> Res<Vec<Option<i64>>> {
+        let a = self.get(name, &DataType::Int64)?;
+        Ok(a.as_primitive::<Int64Type>().iter().collect())
+    }
+
+    fn i32s(&self, name: &str) -> Res<Vec<Option<i32>>> {
+        let a = self.get(name, &DataType::Int32)?;
+        Ok(a.as_primitive::<Int32Type>().iter().collect())
+    }
+
+    fn texts(&self, name: &str, strings: &mut Strings) -> Res<Vec<Option<u32>>> {
+        let a = self.get(name, &DataType::Utf8)?;
+        Ok(a.as_string::<i32>()
+            .iter()
+            .map(|s| s.map(|s| strings.id(s)))
+            .collect())
+    }
+}
+
+fn required(v: Option<i64>, what: &str, path: &Path) -> Res<i64> {
+    v.ok_or_else(|| format!("{}: a row without {what}", path.display()))
+}
+
+pub fn load(ops: &Path, reads: &Path, default_acks: &str, wanted: &Wanted) -> Res<History> {
+    let mut strings = Strings::default();
+    let words = Words {
+        ok: strings.id("ok"),
+        info: strings.id("info"),
+        fail: strings.id("fail"),
+        send: strings.id("send"),
+        poll: strings.id("poll"),
+        final_poll: strings.id("final-poll"),
+        all: strings.id("all"),
+        default_acks: strings.id(default_acks),
+    };
+    let mut partitions: BTreeMap<i32, Partition> = BTreeMap::new();
+    let mut ops_by_f_type = BTreeMap::new();
+    for batch in batches(ops, &OPS)? {
+        let batch = batch?;
+        let c = Cols {
+            batch: &batch,
+            path: ops,
+        };
+        let part = c.i32s("partition")?;
+        let ty = c.texts("type", &mut strings)?;
+        let f = c.texts("f", &mut strings)?;
+        let (index, time, value, offset) = (
+            c.i64s("index")?,
+            c.i64s("time")?,
+            c.i64s("value")?,
+            c.i64s("offset")?,
+        );
+        let (process, node, error, acks) = (
+            c.texts("process", &mut strings)?,
+            c.texts("node", &mut strings)?,
+            c.texts("error", &mut strings)?,
+            c.texts("acks", &mut strings)?,
+        );
+        let (epoch, hwm, invoke_time, invoke_offset) = (
+            c.i64s("epoch")?,
+            c.i64s("hwm")?,
+            c.i64s("invoke_time")?,
+            c.i64s("invoke_offset")?,
+        );
+        let (txn, prev_send_op, prev_send_txn) = (
+            c.i64s("txn")?,
+            c.i64s("prev_send_op")?,
+            c.i64s("prev_send_txn")?,
+        );
+        for i in 0..batch.num_rows() {
+            let keep = match part[i] {
+                Some(p) => wanted.partition(p),
+                None => wanted.unpartitioned(),
+            };
+            if !keep {
+                continue;
+            }
+            if let (Some(f), Some(t)) = (f[i], ty[i]) {
+                *ops_by_f_type.entry((f, t)).or_insert(0) += 1;
+            }
+            let (Some(p), Some(f), Some(t)) = (part[i], f[i], ty[i]) else {
+                continue; // only counted: every check is about one partition
+            };
+            if t != words.ok && t != words.info && t != words.fail {
+                continue; // an invocation: the checks read its completion, which repeats it
+            }
+            let (i64o, ido) = (
+                |v: &[Option<i64>], c| Opt::new(v[i], c),
+                |v: &[Option<u32>], c| Opt::new(v[i], c),
+            );
+            partitions.entry(p).or_default().ops.push(Op {
+                index: required(index[i], "an index", ops)?,
+                time: i64o(&time, "time")?,
+                process: ido(&process, "process")?,
+                ty: t,
+                f,
+                value: i64o(&value, "value")?,
+                offset: i64o(&offset, "offset")?,
+                node: ido(&node, "node")?,
+                epoch: i64o(&epoch, "epoch")?,
+                error: ido(&error, "error")?,
+                hwm: i64o(&hwm, "hwm")?,
+                acks: ido(&acks, "acks")?,
+                invoke_time: i64o(&invoke_time, "invoke_time")?,
+                invoke_offset: i64o(&invoke_offset, "invoke_offset")?,
+                txn: i64o(&txn, "txn")?,
+                prev_send_op: i64o(&prev_send_op, "prev_send_op")?,
+                prev_send_txn: i64o(&prev_send_txn, "prev_send_txn")?,
+            });
+        }
+    }
+    let mut n_reads = 0;
+    for batch in batches(reads, &READS)? {
+        let batch = batch?;
+        let c = Cols {
+            batch: &batch,
+            path: reads,
+        };
+        let part = c.i32s("partition")?;
+        let (index, offset, value) = (c.i64s("index")?, c.i64s("offset")?, c.i64s("value")?);
+        let process = c.texts("process", &mut strings)?;
+        let f = c.texts("f", &mut strings)?;
+        let pos = c.i32s("pos")?;
+        let (invoke_time, from_offset, prev_offset, prev_op) = (
+            c.i64s("invoke_time")?,
+            c.i64s("from_offset")?,
+            c.i64s("prev_offset")?,
+            c.i64s("prev_op")?,
+        );
+        for i in 0..batch.num_rows() {
+            let Some(p) = part[i] else {
+                return Err(format!("{}: a read without a partition", reads.display()));
+            };
+            if !wanted.partition(p) {
+                continue;
+            }
+            n_reads += 1;
+            let i64o = |v: &[Option<i64>], c| Opt::new(v[i], c);
+            partitions.entry(p).or_default().reads.push(Read {
+                index: required(index[i], "an index", reads)?,
+                process: Opt::new(process[i], "process")?,
+                offset: required(offset[i], "an offset", reads)?,
+                value: i64o(&value, "value")?,
+                final_poll: f[i] == Some(words.final_poll),
+                pos: Opt::new(pos[i], "pos")?,
+                invoke_time: i64o(&invoke_time, "invoke_time")?,
+                from_offset: i64o(&from_offset, "from_offset")?,
+                prev_offset: i64o(&prev_offset, "prev_offset")?,
+                prev_op: i64o(&prev_op, "prev_op")?,
+            });
+        }
+    }
+    Ok(History {
+        strings,
+        words,
+        partitions,
+        ops_by_f_type,
+        n_reads,
+    })
+}

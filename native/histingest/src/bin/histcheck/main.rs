@@ -1,0 +1,194 @@
+//! The ops and reads Parquet tables -> every anomaly of checkers/definitions.py, natively.
+//!
+//! The fast kernel of checkers/native_checks.py. Every anomaly is about one Kafka partition,
+//! so the partitions are checked independently on `--threads` threads and merged: counts
+//! add up, and each anomaly's examples are the first EXAMPLES by the reference's sort key
+//! (no two partitions share one). The Spark checker runs this program in its tasks, each on
+//! a share of the partitions, and merges their outputs the same way.
+//!
+//! Usage: histcheck OPS.parquet READS.parquet --acks ACKS --examples N
+//!        [--share R/K] [--threads N]
+//! `--share R/K` checks only the partitions p with p mod K == R (default 0/1: all of them).
+//! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
+//! Exit 0: stdout is one JSON object:
+//!   {"anomalies": {name: [count, [example, ...]]}, "unread": [row, ...],
+//!    "complete_partitions": [p, ...], "stats": {...}}
+//! Exit 2: usage, or a table that cannot be read (stderr says why).
+
+mod checks;
+mod load;
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+
+use serde_json::{json, Map, Value};
+
+use checks::{check, Checked, Ctx, NAMES};
+use load::{load, Wanted};
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+extern "C" {
+    // mimalloc's own API (linked in with the allocator above).
+    fn mi_option_set(option: i32, value: std::ffi::c_long);
+}
+/// `mi_option_purge_delay` in mimalloc 2's `mi_option_e` (the version Cargo.lock pins).
+const MI_OPTION_PURGE_DELAY: i32 = 15;
+
+/// Keep freed memory for reuse instead of returning it to the OS. The row vectors grow by
+/// doubling to gigabytes; with the default 10 ms purge every growth returned the old block
+/// and faulted fresh (transparent huge) pages in again, which took more time than the checks.
+fn keep_freed_memory() {
+    // SAFETY: sets one integer option; called first thing in main, before any thread starts.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+}
+
+struct Args {
+    ops: PathBuf,
+    reads: PathBuf,
+    acks: String,
+    examples: usize,
+    wanted: Wanted,
+    threads: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let usage = "usage: histcheck OPS READS --acks ACKS --examples N [--share R/K] \
+                 [--threads N]";
+    let ops = PathBuf::from(it.next().ok_or(usage)?);
+    let reads = PathBuf::from(it.next().ok_or(usage)?);
+    let mut acks = None;
+    let mut examples = None;
+    let mut wanted = Wanted { share: 0, of: 1 };
+    let mut threads = thread::available_parallelism().map_or(1, |n| n.get());
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--acks" => acks = Some(it.next().ok_or(usage)?),
+            "--examples" | "--threads" | "--share" => {
+                let v = it.next().ok_or(usage)?;
+                let bad = || format!("{flag}: not a number: {v:.40}");
+                match flag.as_str() {
+                    "--examples" => examples = Some(v.parse().map_err(|_| bad())?),
+                    "--threads" => threads = v.parse::<usize>().map_err(|_| bad())?.max(1),
+                    _ => {
+                        let (r, k) = v.split_once('/').ok_or_else(bad)?;
+                        let (r, k) = (r.parse().map_err(|_| bad())?, k.parse().map_err(|_| bad())?);
+                        if k < 1 || r < 0 || r >= k {
+                            return Err(format!("--share {v:.40}: want R/K with 0 <= R < K"));
+                        }
+                        wanted = Wanted { share: r, of: k };
+                    }
+                }
+            }
+            _ => return Err(usage.to_owned()),
+        }
+    }
+    Ok(Args {
+        ops,
+        reads,
+        acks: acks.ok_or(usage)?,
+        examples: examples.ok_or(usage)?,
+        wanted,
+        threads,
+    })
+}
+
+fn run(args: &Args) -> Result<Value, String> {
+    let started = std::time::Instant::now();
+    let h = load(&args.ops, &args.reads, &args.acks, &args.wanted)?;
+    let loaded = started.elapsed();
+    let parts: Vec<(&i32, &load::Partition)> = h.partitions.iter().collect();
+    // Biggest partitions first, each taken by the next free thread.
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(parts[i].1.ops.len() + parts[i].1.reads.len()));
+    let results: Mutex<Vec<Option<Checked>>> = Mutex::new((0..parts.len()).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for _ in 0..args.threads.min(parts.len()) {
+            s.spawn(|| {
+                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let (&p, part) = parts[i];
+                    let cx = Ctx {
+                        p,
+                        s: &h.strings,
+                        w: &h.words,
+                    };
+                    let out = check(&cx, part);
+                    results.lock().unwrap()[i] = Some(out);
+                }
+            });
+        }
+    });
+    if std::env::var_os("HISTCHECK_TIMES").is_some() {
+        eprintln!(
+            "histcheck: load {:.2}s, check {:.2}s",
+            loaded.as_secs_f64(),
+            (started.elapsed() - loaded).as_secs_f64()
+        );
+    }
+    let results: Vec<Checked> = results
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.expect("every partition checked"))
+        .collect();
+
+    let mut anomalies = Map::new();
+    for (n, name) in NAMES.iter().enumerate() {
+        let mut all: Vec<&(Vec<i64>, Value)> = results.iter().flat_map(|c| &c.found[n]).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0)); // stable: ties keep a partition's own order
+        let examples: Vec<&Value> = all.iter().take(args.examples).map(|e| &e.1).collect();
+        anomalies.insert(name.to_string(), json!([all.len(), examples]));
+    }
+    let unread: Vec<&Value> = results.iter().flat_map(|c| &c.unread).collect();
+    let complete: Vec<i32> = parts
+        .iter()
+        .zip(&results)
+        .filter(|(_, c)| c.complete)
+        .map(|((p, _), _)| **p)
+        .collect();
+    let mut by_f_type = BTreeMap::new();
+    for (&(f, t), &n) in &h.ops_by_f_type {
+        by_f_type.insert(format!("{}:{}", h.strings.name(f), h.strings.name(t)), n);
+    }
+    let mut acked = Map::new();
+    for ((p, _), c) in parts.iter().zip(&results).filter(|(_, c)| c.acked > 0) {
+        acked.insert(p.to_string(), json!(c.acked));
+    }
+    let stats = json!({
+        "ops": h.ops_by_f_type.values().sum::<u64>(),
+        "ops_by_f_type": by_f_type,
+        "reads": h.n_reads,
+        "acked_by_partition": acked,
+        "info_sends_read": results.iter().map(|c| c.info_read).sum::<u64>(),
+    });
+    Ok(
+        json!({"anomalies": anomalies, "unread": unread, "complete_partitions": complete,
+              "stats": stats}),
+    )
+}
+
+fn main() -> ExitCode {
+    keep_freed_memory();
+    let result = parse_args().and_then(|a| run(&a));
+    match result {
+        Ok(out) => {
+            let mut stdout = io::stdout().lock();
+            if serde_json::to_writer(&mut stdout, &out).is_err() || stdout.flush().is_err() {
+                return ExitCode::from(2);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("histcheck: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

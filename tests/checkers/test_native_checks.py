@@ -1,0 +1,91 @@
+"""The native checks (checkers/native_checks.py, the histcheck program) are held to the pandas
+reference's exact results: every anomaly scenario at once, a workload-shaped history with
+injected anomalies, and the same history checked in shares of its partitions and merged (as
+the Spark checker's tasks do)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from histories import merge
+from test_checker_anomalies import SCENARIOS
+
+from checkers import native_checks, reference
+from checkers.ingest import ingest
+from checkers.verdict import CheckOutput, classify_unread, records
+
+pytestmark = pytest.mark.skipif(native_checks.binary() is None,
+                                reason="histcheck is not built: make bootstrap builds it")
+UNCAPPED = 1_000_000
+
+
+def _same(n: CheckOutput, r: CheckOutput) -> None:
+    assert json.loads(json.dumps(n.anomalies)) == json.loads(json.dumps(r.anomalies))
+    assert records(classify_unread(n)) == records(classify_unread(r))
+    assert n.complete_partitions == r.complete_partitions
+    assert n.stats == r.stats
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    run = merge([s() for s in SCENARIOS]).write(tmp_path_factory.mktemp("zoo") / "zoo")
+    return ingest(run / "history.jsonl", run / "parquet")
+
+
+def test_native_and_reference_agree_exactly_on_every_scenario(zoo):
+    n = native_checks.run(zoo.ops_path, zoo.reads_path, "all", UNCAPPED)
+    r = reference.run(zoo.ops_path, zoo.reads_path, "all", UNCAPPED)
+    _same(n, r)
+    found = {name for name, (k, _) in n.anomalies.items() if k}
+    assert len(found) >= 10  # the zoo holds nearly every anomaly
+
+
+@pytest.mark.parametrize("k", [2, 3, 7])
+def test_shares_of_the_partitions_merge_to_the_whole(zoo, k):
+    shares = [native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3, (r, k),
+                                        threads=1) for r in range(k)]
+    whole = native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3)
+    assert native_checks.merge(shares, 3) == whole
+    r = reference.run(zoo.ops_path, zoo.reads_path, "all", 3)
+    _same(native_checks.to_output(native_checks.merge(shares, 3)), r)
+
+
+def test_a_missing_acknowledgement_is_a_loss_the_native_checks_find(zoo, tmp_path):
+    """The must-fail twin: delete every read of one acked record and the native checks report
+    it as lost, as the reference does."""
+    import pandas as pd
+
+    ops = pd.read_parquet(zoo.ops_path)
+    reads = pd.read_parquet(zoo.reads_path)
+    acked = ops[(ops["f"] == "send") & (ops["type"] == "ok") & ops["offset"].notna()]
+    read_values = set(zip(reads["partition"], reads["value"], strict=True))
+    target = next(row for row in acked.itertuples()
+                  if (row.partition, row.value) in read_values)
+    kept = reads[~((reads["partition"] == target.partition) & (reads["value"] == target.value))]
+    kept.to_parquet(tmp_path / "reads.parquet", index=False)
+    before = native_checks.run(zoo.ops_path, zoo.reads_path, "all", UNCAPPED)
+    after = native_checks.run(zoo.ops_path, tmp_path / "reads.parquet", "all", UNCAPPED)
+    assert len(after.unread) == len(before.unread) + 1
+    assert target.value in set(after.unread["value"]) - set(before.unread["value"])
+    _same(after, reference.run(zoo.ops_path, tmp_path / "reads.parquet", "all", UNCAPPED))
+
+
+def test_native_checks_find_the_injected_anomalies_of_a_workload_shaped_history(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from checker_throughput import generate, summary
+
+    g = generate(tmp_path / "history.jsonl", 120_000)
+    ing = ingest(tmp_path / "history.jsonl", tmp_path / "pq")
+    n = native_checks.run(ing.ops_path, ing.reads_path, "all")
+    _same(n, reference.run(ing.ops_path, ing.reads_path, "all"))
+    assert summary(n) == g.injected
+
+
+def test_tables_it_cannot_read_are_an_error_not_a_verdict(tmp_path):
+    bad = tmp_path / "ops.parquet"
+    bad.write_bytes(b"PAR1 this is not a table")
+    with pytest.raises(native_checks.NativeCheckError, match="not a Parquet table"):
+        native_checks.run(bad, bad, "all")
