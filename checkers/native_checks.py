@@ -9,8 +9,9 @@ merged: counts add up, each anomaly's examples are the first by the reference's 
 and the rows without a partition are counted by share 0 alone. The Spark checker
 (spark_checks.run) runs one share per task; run() here is the same program on one machine.
 
-It holds the rows of the partitions it checks in memory (about 110 bytes an operation and
-70 a record read), so spark_checks only takes this path while the shares fit its budget.
+It holds the rows of the partitions it checks in memory (about 4 GB for 10M operations and
+18M records read), so Spark's tasks give it a memory limit: past it, it stops as it loads
+(ShareTooBigError) and the SQL plans check instead.
 tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
 """
 
@@ -47,14 +48,15 @@ ORDER: dict[str, list[str]] = {
     "stale-read": ["op"],
 }
 
-# Bytes of memory a share holds per row of its partitions (load.rs: Op and Read, with the
-# vectors' growth and the per-partition maps); spark_checks sizes its shares with these.
-BYTES_PER_OP = 250
-BYTES_PER_READ = 150
+TOO_BIG = 5  # histcheck's exit status past --memory-limit (native/histingest/.../main.rs)
 
 
 class NativeCheckError(Exception):
     """histcheck could not check these tables (it says why); no verdict."""
+
+
+class ShareTooBigError(NativeCheckError):
+    """The rows of a share would not fit the memory limit it was given; nothing checked."""
 
 
 def binary() -> str | None:
@@ -64,14 +66,18 @@ def binary() -> str | None:
 
 def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
                 share: tuple[int, int] = (0, 1), threads: int | None = None,
-                program: str | None = None) -> dict[str, Any]:
+                program: str | None = None, memory_limit: int | None = None) -> dict[str, Any]:
     """histcheck's raw output (JSON) for one share of the partitions."""
     program = program or binary()
     if program is None:
         raise NativeCheckError(f"{BINARY} is not built (make bootstrap builds it)")
     cmd = [program, str(ops_path), str(reads_path), "--acks", acks, "--examples", str(examples),
            "--share", f"{share[0]}/{share[1]}", "--threads", str(threads or os.cpu_count() or 1)]
+    if memory_limit is not None:
+        cmd += ["--memory-limit", str(memory_limit)]
     done = subprocess.run(cmd, capture_output=True, check=False)
+    if done.returncode == TOO_BIG:
+        raise ShareTooBigError(f"share {share[0]}/{share[1]} needs more than {memory_limit} bytes")
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [
             f"exit {done.returncode}"]

@@ -681,24 +681,26 @@ def run(
 ) -> CheckOutput:
     """Check both tables on `spark`: with the native checks in Spark tasks (plan "native",
     checkers/spark_native.py) or with the SQL plans below ("sql"); "auto" takes the native
-    tasks when their shares fit in memory, else the SQL plans."""
+    tasks, and the SQL plans when those cannot check (a share past its memory limit, or
+    histcheck not built)."""
     if plan not in ("auto", "native", "sql"):
         raise ValueError(f"plan: {plan!r}")
     if plan != "sql":
-        how = spark_native.plan(spark, ops_path, reads_path)
-        if how is None and plan == "native":
-            raise NativeCheckError("the native checks do not fit in memory here, or "
-                                   "histcheck is not built")
-        if how is not None:
+        how = spark_native.plan(spark)
+        if how is None:
+            if plan == "native":
+                raise NativeCheckError("histcheck is not built (make bootstrap builds it)")
+            spark_native.say("histcheck is not built: the SQL plans check")
+        else:
             try:
-                raw = spark_native.run(spark, ops_path, reads_path, acks, examples, how.shares)
-                spark_native.say(f"native checks in {how.shares} Spark tasks (largest share "
-                                 f"~{how.share_bytes >> 20} MiB of {how.budget >> 20} MiB)")
+                raw, shares = spark_native.run(spark, ops_path, reads_path, acks, examples, how)
+                spark_native.say(f"native checks in {shares} Spark tasks, each within "
+                                 f"{how.budget >> 20} MiB")
                 return native_checks.to_output(raw)
             except NativeCheckError as e:
                 if plan == "native":
                     raise
-                spark_native.say(f"native checks failed ({e}); the SQL plans check instead")
+                spark_native.say(f"native checks not run ({e}); the SQL plans check instead")
     return _run_sql(spark, ops_path, reads_path, acks, examples)
 
 

@@ -3,10 +3,13 @@ on one share of the Kafka partitions, the driver merges the shares.
 
 The SQL plans of spark_checks.py hold nothing in memory per row and so scale to histories
 larger than the cluster's memory; this path is several times faster (docs/checkers.md) but
-holds each share's rows in its task's memory. spark_checks.run takes it when every share
-fits TASK_MEMORY_FRACTION of this machine's available memory, divided among the tasks that
-run at once, and falls back to the SQL plans otherwise, or when a task cannot run histcheck
-(not built on that executor), saying so on stderr.
+holds each share's rows in its task's memory. So each task gets a memory limit,
+TASK_MEMORY_FRACTION of this machine's available memory divided among the tasks that run at
+once, and `histcheck` stops as it loads once its rows would pass it (ShareTooBigError).
+Then the check is tried once more in MAX_SHARES_PER_CORE times as many shares (a history of
+many partitions fits that way), and if a share is still too big, spark_checks.run leaves the
+check to the SQL plans, as it does when a task cannot run `histcheck` (not built on that
+executor); both said on stderr.
 
 The tasks read the tables from the same paths as Spark's own readers, so the tables must be
 where every executor sees them (as for the SQL plans: the checker's scratch folder on one
@@ -16,38 +19,28 @@ machine, shared storage on a cluster).
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from checkers import native_checks
-from checkers.native_checks import NativeCheckError
+from checkers.native_checks import NativeCheckError, ShareTooBigError
 from checkers.spark import task_failure
 
 # Of the memory available on this machine, what the concurrent tasks' rows may take.
 TASK_MEMORY_FRACTION = 0.5
-# Shares per core at most: more shares than partitions are empty, and each share reads
-# both tables whole (keeping only its rows), so more shares only add reading.
+# The second try's shares per core. Each share reads both tables whole (keeping only its
+# rows), and shares past the number of partitions are empty, so more only add reading.
 MAX_SHARES_PER_CORE = 8
 
 
 @dataclass
 class Plan:
     shares: int
-    share_bytes: int  # the largest share's estimated memory
-    budget: int  # what each task may hold
-
-
-def _rows_by_partition(path: Path) -> Counter:
-    table = pq.read_table(path, columns=["partition"])
-    counts = table.column("partition").value_counts()
-    return Counter({v["values"].as_py(): v["counts"].as_py() for v in counts
-                    if v["values"].as_py() is not None})
+    budget: int  # bytes each task's rows may take
 
 
 def _available_memory() -> int:
@@ -58,43 +51,42 @@ def _available_memory() -> int:
     return 0
 
 
-def plan(spark: SparkSession, ops_path: Path, reads_path: Path) -> Plan | None:
-    """How many shares the native checks take here, or None when they do not fit (or the
-    driver has no histcheck)."""
+def plan(spark: SparkSession) -> Plan | None:
+    """One share per core, with their memory limit; None when the driver has no histcheck."""
     if native_checks.binary() is None:
         return None
-    ops, reads = _rows_by_partition(ops_path), _rows_by_partition(reads_path)
-    weight = {p: ops[p] * native_checks.BYTES_PER_OP + reads[p] * native_checks.BYTES_PER_READ
-              for p in ops.keys() | reads.keys()}
     cores = spark.sparkContext.defaultParallelism
-    budget = int(_available_memory() * TASK_MEMORY_FRACTION) // cores
-    fewest = max(1, min(cores, len(weight)))
-    for k in range(fewest, max(fewest, min(len(weight), cores * MAX_SHARES_PER_CORE)) + 1):
-        share = Counter()
-        for p, w in weight.items():
-            share[p % k] += w
-        biggest = max(share.values(), default=0)
-        if biggest <= budget:
-            return Plan(k, biggest, budget)
-    return None
+    return Plan(cores, int(_available_memory() * TASK_MEMORY_FRACTION) // cores)
 
 
-def _check_one(share: tuple[int, int], ops: str, reads: str, acks: str,
-               examples: int) -> dict[str, Any]:
-    return native_checks.check_share(Path(ops), Path(reads), acks, examples, share, threads=1)
+def _check_one(share: tuple[int, int], ops: str, reads: str, acks: str, examples: int,
+               budget: int) -> dict[str, Any]:
+    return native_checks.check_share(Path(ops), Path(reads), acks, examples, share, threads=1,
+                                     memory_limit=budget)
 
 
 def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,
-        shares: int) -> dict[str, Any]:
-    """The merged raw output of `shares` tasks (native_checks.merge)."""
+        how: Plan) -> tuple[dict[str, Any], int]:
+    """The merged raw output of the tasks (native_checks.merge), and how many shares it took:
+    how.shares, else (a share too big) MAX_SHARES_PER_CORE times as many."""
+    try:
+        return _run(spark, ops_path, reads_path, acks, examples, how), how.shares
+    except ShareTooBigError:
+        more = Plan(how.shares * MAX_SHARES_PER_CORE, how.budget)
+        return _run(spark, ops_path, reads_path, acks, examples, more), more.shares
+
+
+def _run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,
+         how: Plan) -> dict[str, Any]:
     sc = spark.sparkContext
-    rdd = sc.parallelize([(r, shares) for r in range(shares)], shares)
+    rdd = sc.parallelize([(r, how.shares) for r in range(how.shares)], how.shares)
     task = partial(_check_one, ops=str(ops_path), reads=str(reads_path), acks=acks,
-                   examples=examples)
+                   examples=examples, budget=how.budget)
     try:
         outs = rdd.map(task).collect()
     except Exception as e:  # Py4JJavaError: keep the worker's reason, not the JVM's trace
-        raise NativeCheckError(task_failure(e)[:500]) from None
+        why = task_failure(e)[:500]
+        raise (ShareTooBigError if "ShareTooBigError" in why else NativeCheckError)(why) from None
     return native_checks.merge(outs, examples)
 
 

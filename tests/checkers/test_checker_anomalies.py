@@ -409,13 +409,15 @@ def test_realtime_send_order_across_processes(zoo):
 
 
 @pytest.mark.spark
-def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spark, monkeypatch):
+def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spark, monkeypatch,
+                                                                       capfd):
     monkeypatch.setattr(spark_native, "TASK_MEMORY_FRACTION", 0.0)  # no share fits
     _, r, ing, _ = zoo
-    assert spark_native.plan(spark, ing.ops_path, ing.reads_path) is None
     s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
+    assert "the SQL plans check instead" in capfd.readouterr().err
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
-    with pytest.raises(NativeCheckError, match="do not fit"):
+    assert records(classify_unread(s)) == records(classify_unread(r))
+    with pytest.raises(NativeCheckError, match="needs more than 0 bytes"):
         spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", plan="native")
 
 

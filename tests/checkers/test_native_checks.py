@@ -84,6 +84,15 @@ def test_native_checks_find_the_injected_anomalies_of_a_workload_shaped_history(
     assert summary(n) == g.injected
 
 
+def test_a_share_past_its_memory_limit_stops_and_checks_nothing(zoo):
+    with pytest.raises(native_checks.ShareTooBigError, match="needs more than 1000 bytes"):
+        native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3, memory_limit=1000)
+    # the zoo's rows take some tens of kB by the estimate
+    whole = native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3)
+    assert native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3,
+                                     memory_limit=10**7) == whole
+
+
 def test_tables_it_cannot_read_are_an_error_not_a_verdict(tmp_path):
     bad = tmp_path / "ops.parquet"
     bad.write_bytes(b"PAR1 this is not a table")

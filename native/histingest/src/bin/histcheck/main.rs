@@ -14,6 +14,8 @@
 //!   {"anomalies": {name: [count, [example, ...]]}, "unread": [row, ...],
 //!    "complete_partitions": [p, ...], "stats": {...}}
 //! Exit 2: usage, or a table that cannot be read (stderr says why).
+//! Exit 5: with `--memory-limit BYTES`, the rows of the partitions asked for would hold more
+//! than that (an estimate, checked as they load): nothing was checked.
 
 mod checks;
 mod load;
@@ -29,7 +31,7 @@ use std::thread;
 use serde_json::{json, Map, Value};
 
 use checks::{check, Checked, Ctx, NAMES};
-use load::{load, Wanted};
+use load::{load, Failure, Wanted};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -56,27 +58,30 @@ struct Args {
     examples: usize,
     wanted: Wanted,
     threads: usize,
+    memory_limit: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     let usage = "usage: histcheck OPS READS --acks ACKS --examples N [--share R/K] \
-                 [--threads N]";
+                 [--threads N] [--memory-limit BYTES]";
     let ops = PathBuf::from(it.next().ok_or(usage)?);
     let reads = PathBuf::from(it.next().ok_or(usage)?);
     let mut acks = None;
     let mut examples = None;
     let mut wanted = Wanted { share: 0, of: 1 };
     let mut threads = thread::available_parallelism().map_or(1, |n| n.get());
+    let mut memory_limit = None;
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--acks" => acks = Some(it.next().ok_or(usage)?),
-            "--examples" | "--threads" | "--share" => {
+            "--examples" | "--threads" | "--share" | "--memory-limit" => {
                 let v = it.next().ok_or(usage)?;
                 let bad = || format!("{flag}: not a number: {v:.40}");
                 match flag.as_str() {
                     "--examples" => examples = Some(v.parse().map_err(|_| bad())?),
                     "--threads" => threads = v.parse::<usize>().map_err(|_| bad())?.max(1),
+                    "--memory-limit" => memory_limit = Some(v.parse().map_err(|_| bad())?),
                     _ => {
                         let (r, k) = v.split_once('/').ok_or_else(bad)?;
                         let (r, k) = (r.parse().map_err(|_| bad())?, k.parse().map_err(|_| bad())?);
@@ -97,12 +102,19 @@ fn parse_args() -> Result<Args, String> {
         examples: examples.ok_or(usage)?,
         wanted,
         threads,
+        memory_limit,
     })
 }
 
-fn run(args: &Args) -> Result<Value, String> {
+fn run(args: &Args) -> Result<Value, Failure> {
     let started = std::time::Instant::now();
-    let h = load(&args.ops, &args.reads, &args.acks, &args.wanted)?;
+    let h = load(
+        &args.ops,
+        &args.reads,
+        &args.acks,
+        &args.wanted,
+        args.memory_limit,
+    )?;
     let loaded = started.elapsed();
     let parts: Vec<(&i32, &load::Partition)> = h.partitions.iter().collect();
     // Biggest partitions first, each taken by the next free thread.
@@ -175,9 +187,12 @@ fn run(args: &Args) -> Result<Value, String> {
     )
 }
 
+/// Exit status when the rows would not fit `--memory-limit` (nothing checked).
+const TOO_BIG: u8 = 5;
+
 fn main() -> ExitCode {
     keep_freed_memory();
-    let result = parse_args().and_then(|a| run(&a));
+    let result = parse_args().map_err(Failure::Error).and_then(|a| run(&a));
     match result {
         Ok(out) => {
             let mut stdout = io::stdout().lock();
@@ -186,9 +201,13 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Err(Failure::Error(e)) => {
             eprintln!("histcheck: {e}");
             ExitCode::from(2)
+        }
+        Err(Failure::TooBig { limit }) => {
+            eprintln!("histcheck: the rows of these partitions need more than {limit} bytes");
+            ExitCode::from(TOO_BIG)
         }
     }
 }
