@@ -23,12 +23,18 @@ DEFAULT_MASTER = "local[*]"
 
 # Spark's default console logging buries the checker's output: errors only. PySpark counts
 # as a shell, whose loggers (repl.Main, PythonGatewayServer) would reset the root to WARN.
+# A failed task's Java stack trace is not printed either (Executor, TaskSetManager): the
+# job's failure comes back to the caller, which says why in one line (task_failure).
 _LOG4J = """\
 rootLogger.level = error
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = fatal
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = fatal
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console

@@ -10,6 +10,7 @@ the (normally small) set of acked-but-unread records come back to the driver. `r
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -692,6 +693,7 @@ def run(
                 raise NativeCheckError("histcheck is not built (make bootstrap builds it)")
             spark_native.say("histcheck is not built: the SQL plans check")
         else:
+            started = time.perf_counter()
             try:
                 raw, shares = spark_native.run(spark, ops_path, reads_path, acks, examples, how)
                 spark_native.say(f"native checks in {shares} Spark tasks, each within "
@@ -700,7 +702,8 @@ def run(
             except NativeCheckError as e:
                 if plan == "native":
                     raise
-                spark_native.say(f"native checks not run ({e}); the SQL plans check instead")
+                spark_native.say(f"native checks not run ({e}; {time.perf_counter() - started:.1f}"
+                                 " s); the SQL plans check instead")
     return _run_sql(spark, ops_path, reads_path, acks, examples)
 
 
