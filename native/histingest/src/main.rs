@@ -24,6 +24,7 @@
 //! Exit 2: usage or any other I/O error.
 
 mod convert;
+mod orphan;
 mod parse;
 mod tables;
 
@@ -306,6 +307,7 @@ fn consume(
 }
 
 fn main() -> ExitCode {
+    orphan::die_with_parent();
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

@@ -19,6 +19,8 @@
 
 mod checks;
 mod load;
+#[path = "../../orphan.rs"]
+mod orphan;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -191,6 +193,7 @@ fn run(args: &Args) -> Result<Value, Failure> {
 const TOO_BIG: u8 = 5;
 
 fn main() -> ExitCode {
+    orphan::die_with_parent();
     keep_freed_memory();
     let result = parse_args().map_err(Failure::Error).and_then(|a| run(&a));
     match result {
