@@ -94,28 +94,85 @@ fn max_known_in(known: &[i64], lo: i64, hi: i64) -> Option<i64> {
     (n > 0 && known[n - 1] >= lo).then(|| known[n - 1])
 }
 
+/// Every anomaly of one partition, its losses and its statistics.
 pub fn check(cx: &Ctx, part: &Partition) -> Checked {
-    let (w, p) = (cx.w, cx.p);
+    let w = cx.w;
     let sends: Vec<&Op> = part.ops.iter().filter(|o| o.f == w.send).collect();
     let acked: Vec<&Op> = sends
         .iter()
         .copied()
         .filter(|o| o.ty == w.ok && o.offset.get().is_some())
         .collect();
+    let cells = cells(cx, part, &acked);
+    let done = done(cx, &sends, &cells);
+    let losses = losses(cx, &cells, &done);
+    let known = known(&cells, &losses.cells);
+
+    let mut found: [Found; 12] = Default::default();
+    let [inconsistent, duplicate, nm_poll, int_nm_poll, skip, int_skip, nm_send, int_nm_send, int_send_skip, realtime, aborted, stale] =
+        &mut found;
+    shared_cells(cx, &cells.map, inconsistent, duplicate);
+    let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
+    let gaps = read_steps(cx, part, &known, [nm_poll, int_nm_poll, skip, int_skip]);
+    send_steps(cx, &done, &known, [nm_send, int_nm_send, int_send_skip]);
+    realtime_send_order(cx, &done, &losses.ops, realtime);
+    aborted_reads(cx, &sends, &done, &cells.map, aborted);
+    stale_reads(
+        cx,
+        part,
+        &acked,
+        &cells.map,
+        &inconsistent_offsets,
+        &gaps,
+        stale,
+    );
+    for f in found.iter_mut() {
+        f.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+
+    let read_values: FxHashSet<i64> = cells
+        .map
+        .iter()
+        .filter(|(_, c)| c.read)
+        .map(|(&(_, v), _)| v)
+        .collect();
+    let info_read = sends
+        .iter()
+        .filter(|o| o.ty == w.info && o.value.get().is_some_and(|v| read_values.contains(&v)))
+        .count() as u64;
+    Checked {
+        found,
+        unread: losses.rows,
+        complete: complete(w, part),
+        acked: sends.iter().filter(|o| o.ty == w.ok).count() as u64,
+        info_read,
+    }
+}
+
+/// One cell per distinct (offset, value) read or acked, and what the final state holds.
+struct Cells {
+    map: FxHashMap<(i64, i64), Cell>,
+    /// Values in the final state: the partition's last ok final read where there is one,
+    /// else every read.
+    present: FxHashSet<i64>,
+    max_present: Option<i64>,
+    /// Each value's lowest offset read.
+    read_min: FxHashMap<i64, i64>,
+}
+
+fn cells(cx: &Ctx, part: &Partition, acked: &[&Op]) -> Cells {
+    let w = cx.w;
     let last_final = part
         .ops
         .iter()
         .filter(|o| o.f == w.final_poll && o.ty == w.ok)
         .map(|o| o.index)
         .max();
-
-    // One cell per distinct (offset, value) read or acked.
-    let mut cells: FxHashMap<(i64, i64), Cell> = FxHashMap::default();
+    let mut map: FxHashMap<(i64, i64), Cell> = FxHashMap::default();
     for r in &part.reads {
         let Some(v) = r.value.get() else { continue };
         let is_final = Some(r.index) == last_final;
-        cells
-            .entry((r.offset, v))
+        map.entry((r.offset, v))
             .and_modify(|c| {
                 c.read = true;
                 c.in_final |= is_final;
@@ -127,12 +184,11 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
                 first_op: r.index,
             });
     }
-    for o in &acked {
+    for o in acked {
         let (Some(off), Some(v)) = (o.offset.get(), o.value.get()) else {
             continue;
         };
-        cells
-            .entry((off, v))
+        map.entry((off, v))
             .and_modify(|c| c.first_op = c.first_op.min(o.index))
             .or_insert(Cell {
                 read: false,
@@ -140,35 +196,38 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
                 first_op: o.index,
             });
     }
-    let present = |c: &Cell| {
-        if last_final.is_some() {
-            c.in_final
-        } else {
-            c.read
-        }
-    };
     let mut read_min: FxHashMap<i64, i64> = FxHashMap::default();
-    let mut present_values: FxHashSet<i64> = FxHashSet::default();
+    let mut present: FxHashSet<i64> = FxHashSet::default();
     let mut max_present: Option<i64> = None;
-    for (&(off, v), c) in &cells {
+    for (&(off, v), c) in &map {
         if c.read {
             read_min
                 .entry(v)
                 .and_modify(|m| *m = (*m).min(off))
                 .or_insert(off);
         }
-        if present(c) {
-            present_values.insert(v);
+        if (last_final.is_some() && c.in_final) || (last_final.is_none() && c.read) {
+            present.insert(v);
             max_present = max_present.max(Some(off));
         }
     }
+    Cells {
+        map,
+        present,
+        max_present,
+        read_min,
+    }
+}
 
-    // Completed sends, their offsets learned from reads where the send names none.
-    let done: Vec<Done> = sends
+/// Completed sends, their offsets learned from reads where the send names none.
+fn done<'a>(cx: &Ctx, sends: &[&'a Op], cells: &Cells) -> Vec<Done<'a>> {
+    let w = cx.w;
+    sends
         .iter()
         .filter(|o| o.ty == w.ok || o.ty == w.info)
         .map(|&o| {
-            let read_offset = o.value.get().and_then(|v| read_min.get(&v).copied());
+            let read_offset = o.value.get().and_then(|v| cells.read_min.get(&v).copied());
+            // an info send has an offset only once committed (read): else it may never have been
             let committed = o.ty == w.ok || read_offset.is_some();
             Done {
                 op: o,
@@ -180,46 +239,69 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
                 },
             }
         })
-        .collect();
+        .collect()
+}
 
-    // Committed sends missing from the final state.
-    let mut unread = Vec::new();
-    let mut lost: FxHashSet<(i64, i64)> = FxHashSet::default();
-    let mut lost_ops: FxHashSet<i64> = FxHashSet::default();
+/// The committed sends missing from the final state: their rows (checkers/verdict.py's
+/// UNREAD_COLUMNS), their (offset, value) cells and their operations.
+struct Losses {
+    rows: Vec<Value>,
+    cells: FxHashSet<(i64, i64)>,
+    ops: FxHashSet<i64>,
+}
+
+fn losses(cx: &Ctx, cells: &Cells, done: &[Done]) -> Losses {
+    let (w, p) = (cx.w, cx.p);
+    let mut out = Losses {
+        rows: Vec::new(),
+        cells: FxHashSet::default(),
+        ops: FxHashSet::default(),
+    };
     for d in done.iter().filter(|d| d.committed) {
         let o = d.op;
-        if o.value.get().is_some_and(|v| present_values.contains(&v)) {
+        if o.value.get().is_some_and(|v| cells.present.contains(&v)) {
             continue;
         }
-        unread.push(json!({
-            "partition": p, "value": o.value.get(), "offset": d.resolved, "process": cx.text(o.process.get()),
-            "ack_index": o.index, "ack_time": o.time.get(), "invoke_time": o.invoke_time.get(),
-            "node": cx.text(o.node.get()), "epoch": o.epoch.get(),
-            "acks": cx.text(Some(o.acks.get().unwrap_or(w.default_acks))),
-            "max_read_offset": max_present,
+        out.rows.push(json!({
+            "partition": p, "value": o.value.get(), "offset": d.resolved,
+            "process": cx.text(o.process.get()), "ack_index": o.index, "ack_time": o.time.get(),
+            "invoke_time": o.invoke_time.get(), "node": cx.text(o.node.get()),
+            "epoch": o.epoch.get(), "acks": cx.text(Some(o.acks.get().unwrap_or(w.default_acks))),
+            "max_read_offset": cells.max_present,
         }));
-        lost_ops.insert(o.index);
+        out.ops.insert(o.index);
         if let (Some(off), Some(v)) = (d.resolved, o.value.get()) {
-            lost.insert((off, v));
+            out.cells.insert((off, v));
         }
     }
-    // Offsets known to exist, without the records the loss check reports.
+    out
+}
+
+/// Offsets known to exist, sorted, without the records the loss check reports
+/// (definitions.py: poll-skip).
+fn known(cells: &Cells, lost: &FxHashSet<(i64, i64)>) -> Vec<i64> {
     let mut known: Vec<i64> = cells
+        .map
         .keys()
         .filter(|k| !lost.contains(k))
         .map(|&(off, _)| off)
         .collect();
     known.sort_unstable();
     known.dedup();
+    known
+}
 
-    let mut found: [Found; 12] = Default::default();
-    let [inconsistent, duplicate, nm_poll, int_nm_poll, skip, int_skip, nm_send, int_nm_send, int_send_skip, realtime, aborted, stale] =
-        &mut found;
-
-    // inconsistent-offsets and duplicate: cells sharing an offset, or a value.
+/// inconsistent-offsets and duplicate: cells sharing an offset, or a value.
+fn shared_cells(
+    cx: &Ctx,
+    cells: &FxHashMap<(i64, i64), Cell>,
+    inconsistent: &mut Found,
+    duplicate: &mut Found,
+) {
+    let p = cx.p;
     let mut by_offset: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
     let mut by_value: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
-    for (&(off, v), c) in &cells {
+    for (&(off, v), c) in cells {
         by_offset.entry(off).or_default().push((v, c.first_op));
         by_value.entry(v).or_default().push((off, c.first_op));
     }
@@ -245,10 +327,20 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
             json!({"partition": p, "value": v, "offsets": offsets}),
         ));
     }
-    let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
+}
 
-    // Reads that break their process's sequence: nonmonotonic polls and skips.
-    let mut gaps: Vec<(&Read, i64)> = Vec::new();
+/// Reads that break their process's sequence: nonmonotonic-poll, int-nonmonotonic-poll,
+/// poll-skip and int-poll-skip, in that order in `out`. Returns the forward gaps (each read
+/// with the offset it should have had) that the stale-read check looks into.
+fn read_steps<'a>(
+    cx: &Ctx,
+    part: &'a Partition,
+    known: &[i64],
+    out: [&mut Found; 4],
+) -> Vec<(&'a Read, i64)> {
+    let p = cx.p;
+    let [nm_poll, int_nm_poll, skip, int_skip] = out;
+    let mut gaps = Vec::new();
     for r in &part.reads {
         let seek = r.pos.get() == Some(0) && r.from_offset.get().is_some();
         let expected = if seek {
@@ -277,18 +369,24 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
         if internal || r.from_offset.get().is_some() {
             gaps.push((r, e));
         }
-        if let Some(k) = max_known_in(&known, e, r.offset - 1) {
+        if let Some(k) = max_known_in(known, e, r.offset - 1) {
             let row = json!({"process": cx.text(r.process.get()), "partition": p, "op": r.index,
                              "prev_op": r.prev_op.get(), "expected": e, "offset": r.offset,
                              "skipped_offset": k});
             (if internal { &mut *int_skip } else { &mut *skip }).push((key, row));
         }
     }
+    gaps
+}
 
-    // Each completed send against the one before it (same process and partition).
+/// Each completed send against the one before it (same process and partition), both with
+/// known offsets: nonmonotonic-send, int-nonmonotonic-send and int-send-skip in `out`.
+fn send_steps(cx: &Ctx, done: &[Done], known: &[i64], out: [&mut Found; 3]) {
+    let p = cx.p;
+    let [nm_send, int_nm_send, int_send_skip] = out;
     let resolved_of: FxHashMap<i64, Option<i64>> =
         done.iter().map(|d| (d.op.index, d.resolved)).collect();
-    for d in &done {
+    for d in done {
         let o = d.op;
         let Some(prev_op) = o.prev_send_op.get() else {
             continue;
@@ -313,13 +411,17 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
             })
             .push((vec![o.index], row(None)));
         } else if internal && off > prev + 1 {
-            if let Some(k) = max_known_in(&known, prev + 1, off - 1) {
+            if let Some(k) = max_known_in(known, prev + 1, off - 1) {
                 int_send_skip.push((vec![o.index], row(Some(k))));
             }
         }
     }
+}
 
-    // realtime-send-order: against the running maximum of the acked offsets over time.
+/// realtime-send-order: committed sends that landed below the highest offset acked before
+/// they were invoked (the lost ones aside: the loss check reports them).
+fn realtime_send_order(cx: &Ctx, done: &[Done], lost_ops: &FxHashSet<i64>, out: &mut Found) {
+    let (w, p) = (cx.w, cx.p);
     let committed: Vec<&Done> = done
         .iter()
         .filter(|d| d.committed && d.resolved.is_some() && !lost_ops.contains(&d.op.index))
@@ -341,15 +443,24 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
         };
         if off < latest {
             let o = d.op;
-            realtime.push((vec![o.index], json!({
+            out.push((vec![o.index], json!({
                 "process": cx.text(o.process.get()), "partition": p, "op": o.index, "offset": off,
                 "invoke_time": t, "earlier_op": op, "earlier_offset": latest,
                 "earlier_ack_time": at,
             })));
         }
     }
+}
 
-    // aborted-read: a read value whose send definitely failed (and never completed).
+/// aborted-read: a read value whose send definitely failed (and never completed).
+fn aborted_reads(
+    cx: &Ctx,
+    sends: &[&Op],
+    done: &[Done],
+    cells: &FxHashMap<(i64, i64), Cell>,
+    out: &mut Found,
+) {
+    let (w, p) = (cx.w, cx.p);
     let done_values: FxHashSet<i64> = done.iter().filter_map(|d| d.op.value.get()).collect();
     let mut failed: FxHashMap<i64, Vec<&Op>> = FxHashMap::default();
     for o in sends.iter().filter(|o| o.ty == w.fail) {
@@ -357,35 +468,29 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
             failed.entry(v).or_default().push(o);
         }
     }
-    if !failed.is_empty() {
-        for (&(off, v), c) in cells.iter().filter(|(_, c)| c.read) {
-            for o in failed.get(&v).into_iter().flatten() {
-                aborted.push((
-                    vec![p as i64, off, v, o.index],
-                    json!({
-                        "partition": p, "offset": off, "value": v, "read_op": c.first_op,
-                        "fail_op": o.index, "error": cx.text(o.error.get()),
-                    }),
-                ));
-            }
-        }
-        aborted.sort_by(|a, b| a.0.cmp(&b.0));
-        for (k, _) in aborted.iter_mut() {
-            k.truncate(3);
+    if failed.is_empty() {
+        return;
+    }
+    for (&(off, v), c) in cells.iter().filter(|(_, c)| c.read) {
+        for o in failed.get(&v).into_iter().flatten() {
+            out.push((
+                vec![p as i64, off, v, o.index],
+                json!({
+                    "partition": p, "offset": off, "value": v, "read_op": c.first_op,
+                    "fail_op": o.index, "error": cx.text(o.error.get()),
+                }),
+            ));
         }
     }
+    // ties on the reference's key (partition, offset, value) keep the failed sends' order
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    for (k, _) in out.iter_mut() {
+        k.truncate(3);
+    }
+}
 
-    stale_reads(
-        cx,
-        part,
-        &acked,
-        &cells,
-        &inconsistent_offsets,
-        &gaps,
-        stale,
-    );
-
-    // The partition's final read is complete when it read up to the HWM it reported.
+/// The partition's final read is complete when it read up to the HWM it reported.
+fn complete(w: &Words, part: &Partition) -> bool {
     let mut final_max: FxHashMap<i64, i64> = FxHashMap::default();
     for r in part.reads.iter().filter(|r| r.final_poll) {
         final_max
@@ -393,8 +498,7 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
             .and_modify(|m| *m = (*m).max(r.offset))
             .or_insert(r.offset);
     }
-    let complete = part
-        .ops
+    part.ops
         .iter()
         .filter(|o| o.f == w.final_poll && o.ty == w.ok)
         .any(|o| {
@@ -407,27 +511,7 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
                         || (max_off.is_none() && o.invoke_offset.get().is_some_and(|i| i >= h))
                 }
             }
-        });
-    let read_values: FxHashSet<i64> = cells
-        .iter()
-        .filter(|(_, c)| c.read)
-        .map(|(&(_, v), _)| v)
-        .collect();
-    let info_read = sends
-        .iter()
-        .filter(|o| o.ty == w.info && o.value.get().is_some_and(|v| read_values.contains(&v)))
-        .count() as u64;
-    let acked_n = sends.iter().filter(|o| o.ty == w.ok).count() as u64;
-    for f in found.iter_mut() {
-        f.sort_by(|a, b| a.0.cmp(&b.0));
-    }
-    Checked {
-        found,
-        unread,
-        complete,
-        acked: acked_n,
-        info_read,
-    }
+        })
 }
 
 /// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
