@@ -13,36 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support.procs import alive, children, wait_for
 
 from checkers import native_ingest
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def _wait_for(cond, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 @pytest.mark.parametrize("program", ["histingest", "histcheck"])
@@ -59,16 +32,16 @@ def test_the_native_programs_die_with_their_parent(tmp_path, program):
     parent = subprocess.Popen([sys.executable, "-c",
                                "import subprocess, sys; subprocess.run(sys.argv[1:])", *argv])
     try:
-        assert _wait_for(lambda: _children(parent.pid), 10), f"{program} did not start"
-        (child,) = _children(parent.pid)
+        assert wait_for(lambda: children(parent.pid), 10), f"{program} did not start"
+        (child,) = children(parent.pid)
         time.sleep(0.2)  # past its first instructions: it waits in open() on the FIFO
-        assert _alive(child)
+        assert alive(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        assert _wait_for(lambda: not _alive(child), 5), f"{program} outlived its parent"
+        assert wait_for(lambda: not alive(child), 5), f"{program} outlived its parent"
     finally:
         parent.kill()
-        for pid in _children(1):  # an orphan left behind by a failure above
+        for pid in children(1):  # an orphan left behind by a failure above
             if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(binary.encode()):
                 os.kill(pid, signal.SIGKILL)
 

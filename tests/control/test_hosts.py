@@ -15,6 +15,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from support.procs import alive
 
 from control import (
     CommandFailed,
@@ -72,13 +73,6 @@ def _sshds_of(cluster_dir: Path) -> list[int]:
             found.append(int(pid))
     return found
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _forward_rules(slot: int) -> list[str]:
@@ -296,7 +290,7 @@ def test_cleanup_after_a_crashed_run(cluster, tmp_path):
         proc.send_signal(signal.SIGKILL)  # no down(), no finally blocks: a real crash
         proc.wait()
     assert len(_ns_names(slot)) == 2 and _links(slot) and _sshds_of(cluster_dir)
-    assert _alive(daemon)
+    assert alive(daemon)
     assert _forward_rules(slot)
 
     cleaned = cleanup_stale()
@@ -304,7 +298,7 @@ def test_cleanup_after_a_crashed_run(cluster, tmp_path):
     assert slot in cleaned and live_provider.slot not in cleaned
     assert _ns_names(slot) == [] and _links(slot) == [] and _forward_rules(slot) == []
     assert _sshds_of(cluster_dir) == []
-    assert not _alive(daemon)
+    assert not alive(daemon)
     # The live cluster of this process was left alone.
     assert live_hosts[0].remote.run(["echo", "alive"]).stdout == "alive\n"
     assert cleanup_stale() == []
@@ -344,17 +338,17 @@ def test_cleanup_removes_fuse_mounts_of_a_crashed_run(tmp_path):
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert _alive(inner) and _alive(outer)
+    assert alive(inner) and alive(outer)
     assert str(cluster_dir / "outer") in Path("/proc/self/mounts").read_text()
 
     assert slot in cleanup_stale()
 
     assert str(cluster_dir) not in Path("/proc/self/mounts").read_text()
-    assert not _alive(inner)
+    assert not alive(inner)
     deadline = time.monotonic() + 10  # the outer daemon exits by itself once unmounted
-    while _alive(outer) and time.monotonic() < deadline:
+    while alive(outer) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(outer)
+    assert not alive(outer)
 
 
 def test_cleanup_when_nothing_exists_is_harmless():
@@ -414,7 +408,7 @@ def test_ssh_provider_drives_inventory_hosts(cluster, tmp_path):
         assert [v.name for v in vms] == ["vm-n1", "vm-n2"]
         assert vms[1].remote.run(["hostname", "-I"]).stdout.split() == [hosts[1].address]
         napper = vms[0].remote.start_daemon("napper", ["sleep", "300"], vms[0].log_dir / "napper.log")
-        assert vms[0].remote.is_running("napper") and _alive(napper)
+        assert vms[0].remote.is_running("napper") and alive(napper)
     finally:
         ssh.down()
-    assert not _alive(napper)
+    assert not alive(napper)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.procs import alive
 
 from checkers.check import check_path
 from checkers.exitcodes import Exit, UserError
@@ -500,13 +501,6 @@ sys.stdin.read()
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
 
 @pytest.mark.netns
 @needs_hosts
@@ -519,11 +513,11 @@ def test_cleanup_kills_the_toxiproxy_servers_of_a_crashed_run_and_only_those(clu
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert _alive(pid)
+    assert alive(pid)
     live = [h.remote.pid(tp.DAEMON) for h in cluster.hosts]
     cleaned = cleanup.cleanup_stale()  # only slots whose owner is dead: other runs go on
-    assert slot in cleaned and not _alive(pid)
-    assert all(_alive(p) for p in live)  # this module's live cluster kept its servers
+    assert slot in cleaned and not alive(pid)
+    assert all(alive(p) for p in live)  # this module's live cluster kept its servers
 
 
 # Each kind once, on a cluster that must lose nothing: recorded, healed, checked.
