@@ -66,9 +66,9 @@ def binary() -> str | None:
 
 def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
                 share: tuple[int, int] = (0, 1), threads: int | None = None,
-                program: str | None = None, memory_limit: int | None = None) -> dict[str, Any]:
+                memory_limit: int | None = None) -> dict[str, Any]:
     """histcheck's raw output (JSON) for one share of the partitions."""
-    program = program or binary()
+    program = binary()
     if program is None:
         raise NativeCheckError(f"{BINARY} is not built (make bootstrap builds it)")
     cmd = [program, str(ops_path), str(reads_path), "--acks", acks, "--examples", str(examples),
