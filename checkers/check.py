@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ from checkers.definitions import EXAMPLES
 from checkers.exitcodes import Exit, UserError
 from checkers.forensics import forensics
 from checkers.ingest import ACKS, HistoryError, ingest
-from checkers.spark import get_session, resolve_master
+from checkers.spark import get_session, resolve_master, say
 from checkers.trace import findings as invariant_findings
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import atomic_outputs, make_private_tempdir, write_json_atomic
@@ -220,10 +219,6 @@ def _engine(backend: str, ops: int, min_ops: int, master: str) -> str:
     return "spark" if ops >= min_ops or not local else "in-process"
 
 
-def _say(msg: str) -> None:
-    print(f"[checker] {msg}", file=sys.stderr, flush=True)
-
-
 # Errors of a disk that cannot take what the checker writes: said in one line, with the place.
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
 
@@ -265,7 +260,7 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
         notes += ing.notes
         ingested = time.perf_counter()
         how = "native" if ing.path == "native" else f"exact path: {ing.path}"
-        _say(f"ingest of {ing.ops:,} ops and {ing.reads:,} records: "
+        say(f"ingest of {ing.ops:,} ops and {ing.reads:,} records: "
              f"{ingested - started:.1f} s ({how})")
         acks = ACKS[config.get("workload", {}).get("acks", "all")]
         configured = config.get("checker", {}).get("spark_master")
@@ -282,7 +277,7 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
             out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
         checked = time.perf_counter()
         results = finish(out, config, history, ing.ops_path, notes, spark)
-        _say(f"check {checked - ingested:.1f} s {where}; forensics and results "
+        say(f"check {checked - ingested:.1f} s {where}; forensics and results "
              f"{time.perf_counter() - checked:.1f} s")
         return results
     finally:

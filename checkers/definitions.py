@@ -105,3 +105,21 @@ NEEDS_TRANSACTIONS = ("G0", "G0-process", "G1c", "G1c-process", "G1c-realtime",
 
 READ_FS = ("poll", "final-poll")
 EXAMPLES = 8
+# The columns each checked anomaly's examples are sorted by: every backend reports the first
+# EXAMPLES in this order. Each starts with the partition or an operation index, which no two
+# partitions share, so the examples of separate partitions never tie and lists checked apart
+# merge by a stable sort (checkers/native_checks.merge).
+EXAMPLE_ORDER: dict[str, tuple[str, ...]] = {
+    "inconsistent-offsets": ("partition", "offset"),
+    "duplicate": ("partition", "value"),
+    "nonmonotonic-poll": ("op", "offset"),
+    "int-nonmonotonic-poll": ("op", "offset"),
+    "poll-skip": ("op", "offset"),
+    "int-poll-skip": ("op", "offset"),
+    "nonmonotonic-send": ("op",),
+    "int-nonmonotonic-send": ("op",),
+    "int-send-skip": ("op",),
+    "realtime-send-order": ("op",),
+    "aborted-read": ("partition", "offset", "value"),
+    "stale-read": ("op",),
+}

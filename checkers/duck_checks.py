@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from checkers.definitions import EXAMPLES
+from checkers.definitions import EXAMPLE_ORDER, EXAMPLES
 from checkers.verdict import UNREAD_COLUMNS, CheckOutput, records
 
 # Working memory before DuckDB spills its joins, sorts and windows to the scratch folder.
@@ -122,6 +122,13 @@ def _poll_steps(internal: bool) -> str:
 
 def _anomalies() -> dict[str, tuple[str, str]]:
     """name -> (query, example order) of every anomaly."""
+    queries = _queries()
+    return {name: (queries[name], ", ".join(f'"{c}"' for c in EXAMPLE_ORDER[name]))
+            for name in EXAMPLE_ORDER}
+
+
+def _queries() -> dict[str, str]:
+    """name -> the query of every anomaly."""
     nonmono_poll = """SELECT process, partition, index AS op, prev_op, expected, "offset",
                           value FROM ({}) s WHERE "offset" < expected"""
     skip_cols = 'p.process, p.partition, p.index AS op, p.prev_op, p.expected, p."offset"'
@@ -135,25 +142,22 @@ def _anomalies() -> dict[str, tuple[str, str]]:
         'p.process, p.partition, p.index AS op, p.resolved AS "offset", '
         "p.prev_send_op AS prev_op, p.prev_offset")
     return {
-        "inconsistent-offsets": ("SELECT * FROM inconsistent", 'partition, "offset"'),
-        "duplicate": (
-            """SELECT partition, value,
+        "inconsistent-offsets": "SELECT * FROM inconsistent",
+        "duplicate": """SELECT partition, value,
                    list({'offset': "offset", 'first_op': first_op} ORDER BY "offset", first_op)
                    AS offsets
                FROM cells GROUP BY partition, value HAVING count(*) > 1""",
-            "partition, value"),
-        "nonmonotonic-poll": (nonmono_poll.format(_poll_steps(False)), 'op, "offset"'),
-        "int-nonmonotonic-poll": (nonmono_poll.format(_poll_steps(True)), 'op, "offset"'),
-        "poll-skip": (_max_known_in(skip.format(_poll_steps(False)), "expected", "hi",
-                                    skip_cols), 'op, "offset"'),
-        "int-poll-skip": (_max_known_in(skip.format(_poll_steps(True)), "expected", "hi",
-                                        skip_cols), 'op, "offset"'),
-        "nonmonotonic-send": (nonmono_send.format("false"), "op"),
-        "int-nonmonotonic-send": (nonmono_send.format("true"), "op"),
-        "int-send-skip": (send_skip, "op"),
-        "realtime-send-order": (_REALTIME, "op"),
-        "aborted-read": (_ABORTED, 'partition, "offset", value'),
-        "stale-read": (_STALE, "op"),
+        "nonmonotonic-poll": nonmono_poll.format(_poll_steps(False)),
+        "int-nonmonotonic-poll": nonmono_poll.format(_poll_steps(True)),
+        "poll-skip": _max_known_in(skip.format(_poll_steps(False)), "expected", "hi", skip_cols),
+        "int-poll-skip": _max_known_in(skip.format(_poll_steps(True)), "expected", "hi",
+                                       skip_cols),
+        "nonmonotonic-send": nonmono_send.format("false"),
+        "int-nonmonotonic-send": nonmono_send.format("true"),
+        "int-send-skip": send_skip,
+        "realtime-send-order": _REALTIME,
+        "aborted-read": _ABORTED,
+        "stale-read": _STALE,
     }
 
 

@@ -25,28 +25,12 @@ from typing import Any
 
 import pandas as pd
 
-from checkers.definitions import EXAMPLES
+from checkers.definitions import EXAMPLE_ORDER, EXAMPLES
 from checkers.native_ingest import binary as _binary
 from checkers.verdict import UNREAD_COLUMNS, CheckOutput
 
 BINARY = "histcheck"
 P = "partition"
-
-# Each anomaly's examples, in the order the reference (checkers/reference.py) sorts them.
-ORDER: dict[str, list[str]] = {
-    "inconsistent-offsets": [P, "offset"],
-    "duplicate": [P, "value"],
-    "nonmonotonic-poll": ["op", "offset"],
-    "int-nonmonotonic-poll": ["op", "offset"],
-    "poll-skip": ["op", "offset"],
-    "int-poll-skip": ["op", "offset"],
-    "nonmonotonic-send": ["op"],
-    "int-nonmonotonic-send": ["op"],
-    "int-send-skip": ["op"],
-    "realtime-send-order": ["op"],
-    "aborted-read": [P, "offset", "value"],
-    "stale-read": ["op"],
-}
 
 TOO_BIG = 5  # histcheck's exit status past --memory-limit (native/histingest/.../main.rs)
 
@@ -88,7 +72,7 @@ def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
 def merge(shares: list[dict[str, Any]], examples: int) -> dict[str, Any]:
     """One output from the outputs of disjoint shares (see the module's docstring)."""
     anomalies = {}
-    for name, order in ORDER.items():
+    for name, order in EXAMPLE_ORDER.items():
         found = [e for s in shares for e in s["anomalies"][name][1]]
         found.sort(key=lambda e: [e[c] for c in order])  # stable: a partition's own order
         anomalies[name] = [sum(s["anomalies"][name][0] for s in shares), found[:examples]]

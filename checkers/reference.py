@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from checkers.definitions import EXAMPLES, READ_FS
+from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS
 from checkers.verdict import UNREAD_COLUMNS, CheckOutput, py_scalar, records
 
 P = "partition"
@@ -335,21 +335,22 @@ def run(ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES) -
     steps = c.read_steps()
     sends = c.send_steps()
     inconsistent = c.inconsistent_offsets()
-    anomalies = {
-        "inconsistent-offsets": _found(inconsistent, [P, "offset"], examples),
-        "duplicate": _found(c.duplicate(), [P, "value"], examples),
-        "nonmonotonic-poll": _found(c.nonmonotonic_poll(steps, False), ["op", "offset"], examples),
-        "int-nonmonotonic-poll": _found(c.nonmonotonic_poll(steps, True), ["op", "offset"],
-                                        examples),
-        "poll-skip": _found(c.poll_skip(steps, False), ["op", "offset"], examples),
-        "int-poll-skip": _found(c.poll_skip(steps, True), ["op", "offset"], examples),
-        "nonmonotonic-send": _found(c.nonmonotonic_send(sends, False), ["op"], examples),
-        "int-nonmonotonic-send": _found(c.nonmonotonic_send(sends, True), ["op"], examples),
-        "int-send-skip": _found(c.int_send_skip(sends), ["op"], examples),
-        "realtime-send-order": _found(c.realtime_send_order(), ["op"], examples),
-        "aborted-read": _found(c.aborted_read(), [P, "offset", "value"], examples),
-        "stale-read": _found(c.stale_read(steps, inconsistent), ["op"], examples),
+    found = {
+        "inconsistent-offsets": inconsistent,
+        "duplicate": c.duplicate(),
+        "nonmonotonic-poll": c.nonmonotonic_poll(steps, False),
+        "int-nonmonotonic-poll": c.nonmonotonic_poll(steps, True),
+        "poll-skip": c.poll_skip(steps, False),
+        "int-poll-skip": c.poll_skip(steps, True),
+        "nonmonotonic-send": c.nonmonotonic_send(sends, False),
+        "int-nonmonotonic-send": c.nonmonotonic_send(sends, True),
+        "int-send-skip": c.int_send_skip(sends),
+        "realtime-send-order": c.realtime_send_order(),
+        "aborted-read": c.aborted_read(),
+        "stale-read": c.stale_read(steps, inconsistent),
     }
+    anomalies = {name: _found(df, list(EXAMPLE_ORDER[name]), examples)
+                 for name, df in found.items()}
     return CheckOutput(
         anomalies=anomalies,
         unread=c.unread(),

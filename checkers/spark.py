@@ -70,6 +70,11 @@ def _log4j_file() -> Path:
     return path
 
 
+def say(msg: str) -> None:
+    """One line of the checker's progress on stderr."""
+    print(f"[checker] {msg}", file=sys.stderr, flush=True)
+
+
 def task_failure(e: Exception) -> str:
     """The Python error a failed Spark task raised (its last line), from the JVM's report
     (a Py4JJavaError that wraps the worker's traceback in the JVM's stack trace)."""
@@ -116,9 +121,8 @@ def get_session(
         started = time.perf_counter()
         _warm = _new_session(resolve_master(master, configured), driver_memory,
                              shuffle_partitions)
-        print(f"[checker] Spark session ({_warm.sparkContext.master}) started in "
-              f"{time.perf_counter() - started:.1f} s; kept for this process's checks",
-              file=sys.stderr, flush=True)
+        say(f"Spark session ({_warm.sparkContext.master}) started in "
+            f"{time.perf_counter() - started:.1f} s; kept for this process's checks")
         return _warm
 
 

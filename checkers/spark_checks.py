@@ -17,8 +17,9 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from checkers import native_checks, spark_native
-from checkers.definitions import EXAMPLES, READ_FS
+from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS
 from checkers.native_checks import NativeCheckError
+from checkers.spark import say
 from checkers.verdict import CheckOutput
 
 P = "partition"
@@ -691,18 +692,18 @@ def run(
         if how is None:
             if plan == "native":
                 raise NativeCheckError("histcheck is not built (make bootstrap builds it)")
-            spark_native.say("histcheck is not built: the SQL plans check")
+            say("histcheck is not built: the SQL plans check")
         else:
             started = time.perf_counter()
             try:
                 raw, shares = spark_native.run(spark, ops_path, reads_path, acks, examples, how)
-                spark_native.say(f"native checks in {shares} Spark tasks, each within "
+                say(f"native checks in {shares} Spark tasks, each within "
                                  f"{how.budget >> 20} MiB")
                 return native_checks.to_output(raw)
             except NativeCheckError as e:
                 if plan == "native":
                     raise
-                spark_native.say(f"native checks not run ({e}; {time.perf_counter() - started:.1f}"
+                say(f"native checks not run ({e}; {time.perf_counter() - started:.1f}"
                                  " s); the SQL plans check instead")
     return _run_sql(spark, ops_path, reads_path, acks, examples)
 
@@ -715,22 +716,23 @@ def _run_sql(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str,
         steps = c.read_steps()
         sends = c.send_steps()
         inconsistent = c.inconsistent_offsets()
+        plans = {
+            "inconsistent-offsets": inconsistent,
+            "duplicate": c.duplicate(),
+            "nonmonotonic-poll": c.nonmonotonic_poll(steps, False),
+            "int-nonmonotonic-poll": c.nonmonotonic_poll(steps, True),
+            "poll-skip": c.poll_skip(steps, False),
+            "int-poll-skip": c.poll_skip(steps, True),
+            "nonmonotonic-send": c.nonmonotonic_send(sends, False),
+            "int-nonmonotonic-send": c.nonmonotonic_send(sends, True),
+            "int-send-skip": c.int_send_skip(sends),
+            "realtime-send-order": c.realtime_send_order(),
+            "aborted-read": c.aborted_read(),
+            "stale-read": c.stale_read(steps, inconsistent),
+        }
         found = summarise(
-            {
-                "inconsistent-offsets": (inconsistent, [P, "offset"]),
-                "duplicate": (c.duplicate(), [P, "value"]),
-                "nonmonotonic-poll": (c.nonmonotonic_poll(steps, False), ["op", "offset"]),
-                "int-nonmonotonic-poll": (c.nonmonotonic_poll(steps, True), ["op", "offset"]),
-                "poll-skip": (c.poll_skip(steps, False), ["op", "offset"]),
-                "int-poll-skip": (c.poll_skip(steps, True), ["op", "offset"]),
-                "nonmonotonic-send": (c.nonmonotonic_send(sends, False), ["op"]),
-                "int-nonmonotonic-send": (c.nonmonotonic_send(sends, True), ["op"]),
-                "int-send-skip": (c.int_send_skip(sends), ["op"]),
-                "realtime-send-order": (c.realtime_send_order(), ["op"]),
-                "aborted-read": (c.aborted_read(), [P, "offset", "value"]),
-                "stale-read": (c.stale_read(steps, inconsistent), ["op"]),
-                INFO_READ: (c.info_read(), ["index"]),
-            },
+            {name: (df, list(EXAMPLE_ORDER[name])) for name, df in plans.items()}
+            | {INFO_READ: (c.info_read(), ["index"])},
             examples,
         )
         info_read = found.pop(INFO_READ)[0]

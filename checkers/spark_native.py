@@ -18,7 +18,6 @@ machine, shared storage on a cluster).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -88,7 +87,3 @@ def _run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examp
         why = task_failure(e)[:500]
         raise (ShareTooBigError if "ShareTooBigError" in why else NativeCheckError)(why) from None
     return native_checks.merge(outs, examples)
-
-
-def say(msg: str) -> None:
-    print(f"[checker] {msg}", file=sys.stderr, flush=True)

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from histories import merge
 from test_checker_anomalies import SCENARIOS
@@ -56,8 +57,6 @@ def test_shares_of_the_partitions_merge_to_the_whole(zoo, k):
 def test_a_missing_acknowledgement_is_a_loss_the_native_checks_find(zoo, tmp_path):
     """The must-fail twin: delete every read of one acked record and the native checks report
     it as lost, as the reference does."""
-    import pandas as pd
-
     ops = pd.read_parquet(zoo.ops_path)
     reads = pd.read_parquet(zoo.reads_path)
     acked = ops[(ops["f"] == "send") & (ops["type"] == "ok") & ops["offset"].notna()]

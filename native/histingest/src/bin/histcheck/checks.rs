@@ -28,7 +28,7 @@ pub const NAMES: [&str; 12] = [
     "stale-read",
 ];
 
-/// An example with the key the reference sorts that anomaly's examples by.
+/// An example with the key the reference sorts that anomaly's examples by (main.rs sorts).
 pub type Found = Vec<(Vec<i64>, Value)>;
 
 pub struct Checked {
@@ -126,9 +126,6 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
         &gaps,
         stale,
     );
-    for f in found.iter_mut() {
-        f.sort_by(|a, b| a.0.cmp(&b.0));
-    }
 
     let read_values: FxHashSet<i64> = cells
         .map
@@ -528,6 +525,9 @@ fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> 
     out
 }
 
+/// stale-read: a poll that missed an acks=all record acknowledged before it began (hwm-behind,
+/// other-value, skipped: definitions.py); each poll's example is its lowest (missed offset,
+/// kind, missed ack op), so the order the polls are looked at in does not matter.
 fn stale_reads(
     cx: &Ctx,
     part: &Partition,
@@ -588,14 +588,12 @@ fn stale_reads(
     // hwm-behind: a poll's HWM at or below the highest visible offset acked before it began.
     visible.sort_unstable_by_key(|v| (v.ack_time, v.ack_op));
     let holders = running_max_holders(&visible, |v| v.offset);
-    let mut ordered: Vec<(&i64, &Poll)> = polls.iter().filter(|(_, q)| q.hwm.is_some()).collect();
-    ordered.sort_unstable_by_key(|(op, q)| (q.invoke_time, **op));
-    for (&op, q) in ordered {
+    for (&op, q) in &polls {
+        let Some(hwm) = q.hwm else { continue };
         let n = holders.partition_point(|v| v.ack_time < q.invoke_time);
         let Some(m) = n.checked_sub(1).map(|i| holders[i]) else {
             continue;
         };
-        let hwm = q.hwm.unwrap_or(i64::MAX);
         if hwm <= m.offset && q.from_offset.is_none_or(|f| f <= m.offset) {
             offer(op, q, 0, &m);
         }

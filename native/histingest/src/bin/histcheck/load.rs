@@ -254,27 +254,34 @@ impl Cols<'_> {
             .map_err(|e| format!("{}: column {name}: {e}", self.path.display()))
     }
 
-    fn i64s(&self, name: &str) -> Res<Vec<Option<i64>>> {
+    fn i64s(&self, name: &str) -> Res<Vec<Opt<i64>>> {
         let a = self.get(name, &DataType::Int64)?;
-        Ok(a.as_primitive::<Int64Type>().iter().collect())
-    }
-
-    fn i32s(&self, name: &str) -> Res<Vec<Option<i32>>> {
-        let a = self.get(name, &DataType::Int32)?;
-        Ok(a.as_primitive::<Int32Type>().iter().collect())
-    }
-
-    fn texts(&self, name: &str, strings: &mut Strings) -> Res<Vec<Option<u32>>> {
-        let a = self.get(name, &DataType::Utf8)?;
-        Ok(a.as_string::<i32>()
+        a.as_primitive::<Int64Type>()
             .iter()
-            .map(|s| s.map(|s| strings.id(s)))
-            .collect())
+            .map(|v| Opt::new(v, name))
+            .collect()
+    }
+
+    fn i32s(&self, name: &str) -> Res<Vec<Opt<i32>>> {
+        let a = self.get(name, &DataType::Int32)?;
+        a.as_primitive::<Int32Type>()
+            .iter()
+            .map(|v| Opt::new(v, name))
+            .collect()
+    }
+
+    fn texts(&self, name: &str, strings: &mut Strings) -> Res<Vec<Opt<u32>>> {
+        let a = self.get(name, &DataType::Utf8)?;
+        a.as_string::<i32>()
+            .iter()
+            .map(|s| Opt::new(s.map(|s| strings.id(s)), name))
+            .collect()
     }
 }
 
-fn required(v: Option<i64>, what: &str, path: &Path) -> Res<i64> {
-    v.ok_or_else(|| format!("{}: a row without {what}", path.display()))
+fn required(v: Opt<i64>, what: &str, path: &Path) -> Res<i64> {
+    v.get()
+        .ok_or_else(|| format!("{}: a row without {what}", path.display()))
 }
 
 /// Loads the rows of the partitions `wanted`, or stops with `Failure::TooBig` as soon as they
@@ -338,45 +345,41 @@ pub fn load(
             c.i64s("prev_send_txn")?,
         );
         for i in 0..batch.num_rows() {
-            let keep = match part[i] {
+            let keep = match part[i].get() {
                 Some(p) => wanted.partition(p),
                 None => wanted.unpartitioned(),
             };
             if !keep {
                 continue;
             }
-            if let (Some(f), Some(t)) = (f[i], ty[i]) {
+            if let (Some(f), Some(t)) = (f[i].get(), ty[i].get()) {
                 *ops_by_f_type.entry((f, t)).or_insert(0) += 1;
             }
-            let (Some(p), Some(f), Some(t)) = (part[i], f[i], ty[i]) else {
+            let (Some(p), Some(f), Some(t)) = (part[i].get(), f[i].get(), ty[i].get()) else {
                 continue; // only counted: every check is about one partition
             };
             if t != words.ok && t != words.info && t != words.fail {
                 continue; // an invocation: the checks read its completion, which repeats it
             }
-            let (i64o, ido) = (
-                |v: &[Option<i64>], c| Opt::new(v[i], c),
-                |v: &[Option<u32>], c| Opt::new(v[i], c),
-            );
             kept_ops += 1;
             partitions.entry(p).or_default().ops.push(Op {
                 index: required(index[i], "an index", ops)?,
-                time: i64o(&time, "time")?,
-                process: ido(&process, "process")?,
+                time: time[i],
+                process: process[i],
                 ty: t,
                 f,
-                value: i64o(&value, "value")?,
-                offset: i64o(&offset, "offset")?,
-                node: ido(&node, "node")?,
-                epoch: i64o(&epoch, "epoch")?,
-                error: ido(&error, "error")?,
-                hwm: i64o(&hwm, "hwm")?,
-                acks: ido(&acks, "acks")?,
-                invoke_time: i64o(&invoke_time, "invoke_time")?,
-                invoke_offset: i64o(&invoke_offset, "invoke_offset")?,
-                txn: i64o(&txn, "txn")?,
-                prev_send_op: i64o(&prev_send_op, "prev_send_op")?,
-                prev_send_txn: i64o(&prev_send_txn, "prev_send_txn")?,
+                value: value[i],
+                offset: offset[i],
+                node: node[i],
+                epoch: epoch[i],
+                error: error[i],
+                hwm: hwm[i],
+                acks: acks[i],
+                invoke_time: invoke_time[i],
+                invoke_offset: invoke_offset[i],
+                txn: txn[i],
+                prev_send_op: prev_send_op[i],
+                prev_send_txn: prev_send_txn[i],
             });
         }
     }
@@ -399,25 +402,24 @@ pub fn load(
             c.i64s("prev_op")?,
         );
         for i in 0..batch.num_rows() {
-            let Some(p) = part[i] else {
+            let Some(p) = part[i].get() else {
                 return Err(format!("{}: a read without a partition", reads.display()).into());
             };
             if !wanted.partition(p) {
                 continue;
             }
             n_reads += 1;
-            let i64o = |v: &[Option<i64>], c| Opt::new(v[i], c);
             partitions.entry(p).or_default().reads.push(Read {
                 index: required(index[i], "an index", reads)?,
-                process: Opt::new(process[i], "process")?,
+                process: process[i],
                 offset: required(offset[i], "an offset", reads)?,
-                value: i64o(&value, "value")?,
-                final_poll: f[i] == Some(words.final_poll),
-                pos: Opt::new(pos[i], "pos")?,
-                invoke_time: i64o(&invoke_time, "invoke_time")?,
-                from_offset: i64o(&from_offset, "from_offset")?,
-                prev_offset: i64o(&prev_offset, "prev_offset")?,
-                prev_op: i64o(&prev_op, "prev_op")?,
+                value: value[i],
+                final_poll: f[i].get() == Some(words.final_poll),
+                pos: pos[i],
+                invoke_time: invoke_time[i],
+                from_offset: from_offset[i],
+                prev_offset: prev_offset[i],
+                prev_op: prev_op[i],
             });
         }
     }

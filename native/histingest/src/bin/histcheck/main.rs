@@ -7,7 +7,7 @@
 //! a share of the partitions, and merges their outputs the same way.
 //!
 //! Usage: histcheck OPS.parquet READS.parquet --acks ACKS --examples N
-//!        [--share R/K] [--threads N]
+//!        [--share R/K] [--threads N] [--memory-limit BYTES]
 //! `--share R/K` checks only the partitions p with p mod K == R (default 0/1: all of them).
 //! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
 //! Exit 0: stdout is one JSON object:
