@@ -9,6 +9,8 @@ exactly, and each scenario's slice of the Spark results is asserted on. Verdicts
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from histories import History, merge, scenario_view
@@ -437,3 +439,22 @@ def test_a_history_histcheck_refuses_is_checked_by_the_sql_plans(spark, tmp_path
     assert -(2**63) in set(classify_unread(s)["value"])  # never read: a loss, found
     with pytest.raises(NativeCheckError, match="past this checker's range"):
         spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", plan="native")
+
+
+@pytest.mark.spark
+def test_a_failed_native_task_is_one_line_not_a_java_trace(tmp_path):
+    """In a fresh process (its JVM's stderr is the one captured here): the task that
+    histcheck refuses is reported by its reason alone, without Spark's stack trace."""
+    h = loss()
+    h.send(1, 0, -(2**63), 7)
+    run = h.write(tmp_path / "run")
+    ing = ingest(run / "history.jsonl", run / "parquet")
+    script = ("import sys; from pathlib import Path; from checkers import spark_checks; "
+              "from checkers.spark import get_session; "
+              "spark_checks.run(get_session('local[1]'), Path(sys.argv[1]), Path(sys.argv[2]), "
+              "'all')")
+    done = subprocess.run([sys.executable, "-c", script, str(ing.ops_path), str(ing.reads_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "past this checker's range" in done.stderr
+    assert "at org.apache.spark" not in done.stderr
