@@ -256,27 +256,35 @@ impl Cols<'_> {
 
     fn i64s(&self, name: &str) -> Res<Vec<Opt<i64>>> {
         let a = self.get(name, &DataType::Int64)?;
-        a.as_primitive::<Int64Type>()
-            .iter()
-            .map(|v| Opt::new(v, name))
-            .collect()
+        opts(a.as_primitive::<Int64Type>().iter(), name)
     }
 
     fn i32s(&self, name: &str) -> Res<Vec<Opt<i32>>> {
         let a = self.get(name, &DataType::Int32)?;
-        a.as_primitive::<Int32Type>()
-            .iter()
-            .map(|v| Opt::new(v, name))
-            .collect()
+        opts(a.as_primitive::<Int32Type>().iter(), name)
     }
 
     fn texts(&self, name: &str, strings: &mut Strings) -> Res<Vec<Opt<u32>>> {
         let a = self.get(name, &DataType::Utf8)?;
-        a.as_string::<i32>()
-            .iter()
-            .map(|s| Opt::new(s.map(|s| strings.id(s)), name))
-            .collect()
+        opts(
+            a.as_string::<i32>()
+                .iter()
+                .map(|s| s.map(|s| strings.id(s))),
+            name,
+        )
     }
+}
+
+/// A column's values in their sentinel form, in a vector sized once.
+fn opts<T: Sentinel>(
+    values: impl ExactSizeIterator<Item = Option<T>>,
+    name: &str,
+) -> Res<Vec<Opt<T>>> {
+    let mut out = Vec::with_capacity(values.len());
+    for v in values {
+        out.push(Opt::new(v, name)?);
+    }
+    Ok(out)
 }
 
 fn required(v: Opt<i64>, what: &str, path: &Path) -> Res<i64> {
