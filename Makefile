@@ -19,7 +19,11 @@ CARGO ?= $(firstword $(shell command -v cargo 2>/dev/null) $(wildcard $(HOME)/.c
 
 .PHONY: bootstrap test test-slow campaign lint clean-hosts vms vms-down test-vms
 
-bootstrap: $(STAMP) $(TOXIPROXY_STAMP) $(HISTINGEST)
+# PyPy 3.11 for simulated searches (harness/pypy.py): Debian trixie's packages, verified against
+# the signed suite and unpacked into the venv, with a launcher in .venv/bin.
+PYPY := $(VENV)/bin/pypy-sim
+
+bootstrap: $(STAMP) $(TOXIPROXY_STAMP) $(HISTINGEST) $(PYPY)
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -54,6 +58,9 @@ $(HISTINGEST): $(STAMP) $(HISTINGEST_SRC)
 	  --target-dir $(abspath $(VENV))/.histingest-target
 	install -m 0755 $(VENV)/.histingest-target/release/histcheck $(VENV)/bin/histcheck
 	install -m 0755 $(VENV)/.histingest-target/release/histingest $@
+
+$(PYPY): $(STAMP) harness/pypy.py
+	$(VPY) -m harness.pypy install
 
 test: bootstrap
 	$(VENV)/bin/lint-imports

@@ -112,7 +112,7 @@ def _rows(mode: str):
             yield name, runner
         return
     from harness.campaign_spec import load_spec
-    from harness.simulate import simulate_into, with_seed
+    from harness.sim_run import simulate_into, with_seed
     from harness.test import Test
 
     _, cells = load_spec(ROOT / "campaigns" / "validation.toml")

@@ -34,7 +34,7 @@ from harness.shrink import (  # noqa: E402
     start_candidate,
     target_class,
 )
-from harness.simulate import with_seed  # noqa: E402
+from harness.sim_run import with_seed  # noqa: E402
 
 
 def run_dirs(paths: list[Path]) -> list[tuple[str, Path]]:

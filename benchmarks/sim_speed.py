@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/sim_speed.py [--config safe|all] [--faults none|campaign|tour]
         [--runs 3] [--check] [--real RESULTS...] [--profile N] [--pingpong N] [--invariants on|off]
+        [--interpreter cpython|pypy] [--warmup N]
 
 The test is a cell of campaigns/validation.toml (`--campaign` for another file), resolved as
 `harness simulate --campaign FILE --cell NAME` resolves it: nodes, topic, the workload (acks,
@@ -23,7 +24,10 @@ simulator's. `--profile N` profiles one more run with cProfile and prints the N 
 the most own time, then the own time per source file. `--pingpong N` first times N
 request/answer round trips through the simulated network alone. `--invariants off` runs without
 the protocol invariants checked after every step (on by default): the two side by side measure
-the checking's cost. No assertions.
+the checking's cost. `--interpreter pypy` simulates in one PyPy child (harness/pypy.py, as a
+search's worker does) that lives through all the runs, so its JIT warms up; `--warmup N` first
+runs N seeds that are printed but left out of the medians (a long search's steady state). The
+check and the profile stay in this process. No assertions.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +54,9 @@ sys.path.insert(0, str(ROOT))
 from checkers.check import check_path  # noqa: E402
 from harness import store  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
-from harness.simulate import as_simulated, simulate_into, with_seed  # noqa: E402
+from harness.pypy import PypySimulator  # noqa: E402
+from harness.pypy import binary as pypy_binary  # noqa: E402
+from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
 from harness.test import Test  # noqa: E402
 from simulation.loop import SimLoop  # noqa: E402
 from simulation.network import ClientProcess, Network, Pool, Process  # noqa: E402
@@ -80,16 +87,23 @@ def seeds_of(campaign: Path) -> list[int]:
     return sorted({c.seed for c in cells})
 
 
+_PYPY: PypySimulator | None = None  # --interpreter pypy: one child for every run
+
+
 def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = True,
             check: bool = False) -> Any:
     """One whole simulated test of `config` at `seed` into a temporary folder (the nemesis of
-    the config, or `tour`), optionally checked as a search checks each seed; the SimResult with
-    `cpu_s` and `check_s` added."""
+    the config, or `tour`), optionally checked as a search checks each seed; the SimResult (or,
+    under PyPy, what the child reports) with `cpu_s` and `check_s` added."""
     test = Test.of(with_seed(config, seed), Path("/nonexistent"), check=False)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         cpu = time.process_time()
-        if faults == "tour":
+        if _PYPY is not None:
+            # cpu_s is the child's own CPU time
+            result = SimpleNamespace(**_PYPY.simulate(with_seed(config, seed), folder,
+                                                      invariants=invariants))
+        elif faults == "tour":
             s = test.settings
             result = run_simulation(
                 folder, seed=seed, params=WorkloadParams(
@@ -103,7 +117,8 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
                 invariants=invariants)
         else:
             result = simulate_into(test, folder, keep_going=True, invariants=invariants)
-        result.cpu_s = time.process_time() - cpu
+        if _PYPY is None:
+            result.cpu_s = time.process_time() - cpu
         result.check_s = 0.0
         if check:
             store.write_test_json(folder, with_seed(config, seed), ["harness", "simulate"], 0.0)
@@ -195,13 +210,15 @@ def describe(config: dict[str, Any]) -> str:
 
 def measure(config: dict[str, Any], seeds: list[int], args: argparse.Namespace) -> list[Any]:
     runs = []
-    for i in range(args.runs):
+    for i in range(args.warmup + args.runs):
         seed = seeds[i % len(seeds)]
         r = one_run(config, seed, args.faults, args.invariants == "on", args.check)
-        runs.append(r)
+        if i >= args.warmup:
+            runs.append(r)
         checked = (f"; check {r.check_s:5.2f} s, {3600 / (r.wall_s + r.check_s):6.0f} search runs/hour"
                    if args.check else "")
-        print(f"  run {i + 1} (seed {seed}): {r.virtual_s:6.1f} simulated s in {r.wall_s:6.2f} s wall "
+        label = f"warm-up {i + 1}" if i < args.warmup else f"run {i + 1 - args.warmup}"
+        print(f"  {label} (seed {seed}): {r.virtual_s:6.1f} simulated s in {r.wall_s:6.2f} s wall "
               f"({r.virtual_s / r.wall_s:5.1f}x), {r.cpu_s:6.2f} s CPU ({r.virtual_s / r.cpu_s:5.1f}x); "
               f"{r.stats.get('send-ok', 0)} acked sends, {r.net['messages']} messages{checked}",
               flush=True)
@@ -234,7 +251,20 @@ def main() -> None:
     ap.add_argument("--pingpong", type=int, default=0, metavar="N")
     ap.add_argument("--invariants", choices=("on", "off"), default="on",
                     help="check the protocol invariants after every step (default on)")
+    ap.add_argument("--interpreter", choices=("cpython", "pypy"), default="cpython",
+                    help="what simulates: this process, or one warm PyPy child (harness/pypy.py)")
+    ap.add_argument("--warmup", type=int, default=0, metavar="N",
+                    help="first run N seeds left out of the medians")
     args = ap.parse_args()
+    global _PYPY
+    if args.interpreter == "pypy":
+        python = pypy_binary()
+        if python is None:
+            raise SystemExit("--interpreter pypy: no PyPy installed (make bootstrap installs it)")
+        if args.faults == "tour" or args.profile or args.pingpong:
+            raise SystemExit("--interpreter pypy runs whole configured tests only (not --faults "
+                             "tour, --profile or --pingpong)")
+        _PYPY = PypySimulator(python)
     if args.pingpong:
         print(f"simulated network alone: {pingpong(args.pingpong):.2f} us CPU per request/answer "
               "round trip (2 messages, a timeout timer, 2 loop events)")

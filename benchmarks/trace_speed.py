@@ -29,7 +29,7 @@ from checkers.spark import get_session  # noqa: E402
 from checkers.trace import check_run  # noqa: E402
 from checkers.trace_spark import check_run_spark  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
-from harness.simulate import as_simulated, simulate_into, with_seed  # noqa: E402
+from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
 from harness.test import Test  # noqa: E402
 
 

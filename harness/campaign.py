@@ -32,7 +32,8 @@ from harness.report.nightly import compare_nights, format_summary
 from harness.report.outcome import read_outcome
 from harness.report.render import render_run
 from harness.runner import run_test
-from harness.simulate import SIM, simulate_test
+from harness.sim_run import SIM
+from harness.simulate import simulate_test
 from harness.store import default_results_dir
 from harness.test import Test
 

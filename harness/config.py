@@ -26,7 +26,6 @@ from typing import Any
 from checkers.definitions import ANOMALIES
 from checkers.invariants import INVARIANTS
 from control.inventory import InventoryError, load_inventory
-from control.provider import shared_python
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, needs_toxiproxy
 from nemesis.kinds.links import LINK_DEFAULTS
 from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
@@ -623,6 +622,10 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
         raise _relation_error(culprit, f"nodes = {c['nodes']} needs as many hosts, but "
                               f"{hosts['inventory']} lists {len(entries)}", prov)
     try:  # every node of a run starts the same way, so the hosts used share one python
+        # imported here: control.provider brings SSH and namespaces, which a simulated run
+        # (possibly under PyPy, docs/simulation.md) neither needs nor has
+        from control.provider import shared_python
+
         shared_python(Path(hosts["inventory"]), entries[:c["nodes"]])
     except InventoryError as e:
         raise _relation_error("hosts.inventory", str(e), prov) from None

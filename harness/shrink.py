@@ -46,7 +46,8 @@ from control.files import write_json_atomic
 from harness import store
 from harness.config import validate, with_sets
 from harness.report import report_path
-from harness.simulate import SIM, as_simulated, say, simulate_into, simulate_test, with_seed
+from harness.sim_run import SIM, as_simulated, simulate_into, with_seed
+from harness.simulate import say, simulate_test
 from harness.test import Plan, Test
 from nemesis.kinds import lookup
 from nemesis.schedule import load_schedule, replay_plan

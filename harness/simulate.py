@@ -15,7 +15,7 @@ there by the configured checker (Spark), which must agree."""
 
 from __future__ import annotations
 
-import copy
+import atexit
 import hashlib
 import json
 import os
@@ -37,75 +37,17 @@ from checkers.check import check_path
 from checkers.exitcodes import UserError
 from checkers.spark import get_session
 from control.files import write_json_atomic
-from harness import store
+from harness import pypy, store
+from harness.pypy import PypyError, PypySimulator
 from harness.report import report_path
+from harness.sim_run import as_simulated, simulate_into, with_seed
 from harness.test import Test
-from nemesis.faults import Nemesis, metadata_topology
-from nemesis.kinds import lookup
-from nemesis.schedule import ScheduleRecord
-from simulation.run import SimResult, run_simulation
-from simulation.world import Verbs, World
-from workloads.kafka import WorkloadParams
 
-SIM = "sim"
 DETERMINISM_FILES = ("history.jsonl", "events.jsonl", "schedule.json")
 
 
 def say(msg: str) -> None:
     print(f"[harness] {msg}", file=sys.stderr, flush=True)
-
-
-def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config with hosts.provider = "sim"; refuses fault kinds the simulator cannot apply."""
-    out = copy.deepcopy(dict(config))
-    out["hosts"] = {"provider": SIM}
-    unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
-    if unsupported:
-        raise UserError(f"the simulated world cannot apply {', '.join(unsupported)} "
-                        "(real hosts only); remove it from nemesis.faults or use `harness run`")
-    return out
-
-
-def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    out = copy.deepcopy(dict(config))
-    out["seed"] = seed
-    return out
-
-
-# ---- one simulated run ----------------------------------------------------------------------
-
-def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
-                  invariants: bool = True) -> SimResult:
-    """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json.
-    `keep_going`: an invariant violation is recorded and the run goes on to its final read
-    (`harness shrink` needs the checker's anomaly, which only the final read shows).
-    `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
-    cost)."""
-    s = test.settings
-    params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
-                            acks=s.workload.acks, rate=s.workload.rate,
-                            producers=s.workload.producers, consumers=s.workload.consumers,
-                            request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
-    schedule_params = test.schedule_params
-    schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,
-                              test.plan.entries_for(schedule_params))
-
-    def faults(world: World, loop) -> Any:
-        started = loop.time()  # the workload starts now: the schedule's time axis
-        topology = metadata_topology(world.nodes, world.bootstrap(), s.topic.name,
-                                     pool_factory=world.pool)
-        nemesis = Nemesis(Verbs(world), topology, world.history, schedule,
-                          lambda: loop.time() - started, s.nemesis.link)
-        return nemesis.run()
-
-    try:
-        return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
-                              system=test.config["system"], n_nodes=s.nodes,
-                              replication_factor=s.topic.replication_factor,
-                              final_read_timeout=s.workload.final_read_timeout, faults=faults,
-                              keep_going=keep_going, invariants=invariants)
-    finally:
-        schedule.finish("time limit reached")
 
 
 def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = False,
@@ -151,21 +93,64 @@ class SeedRow:
     error: str | None = None
 
 
-def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = None) -> dict:
+INTERPRETERS = ("auto", "pypy", "cpython")
+_pypy: PypySimulator | None = None  # this process's PyPy child, kept warm across its seeds
+_pypy_broken = False  # "auto" fell back to CPython in this process after the child failed
+
+
+def _pypy_simulator(interpreter: str) -> PypySimulator | None:
+    """The PyPy child to simulate with, or None for in-process CPython. "auto" uses PyPy when
+    it is installed and falls back (saying so once) if it cannot start; "pypy" requires it."""
+    global _pypy
+    if interpreter == "cpython" or (interpreter == "auto" and _pypy_broken):
+        return None
+    if _pypy is None or _pypy.proc.poll() is not None:
+        python = pypy.binary()
+        if python is None:
+            if interpreter == "pypy":
+                raise PypyError("no PyPy installed (make bootstrap installs it; "
+                                f"or set {pypy.ENV_VAR})")
+            return None
+        _pypy = PypySimulator(python)
+        atexit.register(_pypy.close)
+    return _pypy
+
+
+def _simulate_seed_into(cfg: dict[str, Any], folder: Path, interpreter: str) -> tuple[float, int]:
+    """Simulate one seed into `folder` (with keep_going: the row has the loss too), under PyPy
+    or in this process; (simulated seconds, acknowledged sends)."""
+    global _pypy_broken
+    child = _pypy_simulator(interpreter)
+    if child is not None:
+        try:
+            reply = child.simulate(cfg, folder)
+            return reply["virtual_s"], int(reply["stats"].get("send-ok", 0))
+        except PypyError as e:
+            if interpreter == "pypy":
+                raise
+            _pypy_broken = True
+            say(f"PyPy failed ({e}); this worker simulates with {sys.executable} from here on")
+            for leftover in DETERMINISM_FILES:
+                (folder / leftover).unlink(missing_ok=True)
+    result = simulate_into(Test.of(cfg, folder, check=False), folder, keep_going=True)
+    return result.virtual_s, int(result.stats.get("send-ok", 0))
+
+
+def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = None,
+                  interpreter: str = "auto") -> dict:
     """Simulate and check one seed in a scratch folder that is removed afterwards; the summary
-    row as a dict (plain data, so it crosses process and Spark boundaries)."""
+    row as a dict (plain data, so it crosses process and Spark boundaries). The simulation
+    runs under PyPy when `interpreter` allows it (harness/pypy.py), the check here."""
     folder = Path(tempfile.mkdtemp(prefix=f"sim-s{seed}-", dir=scratch))
     try:
         cfg = with_seed(config, seed)
         store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
-        test = Test.of(cfg, folder, check=False)
         started = time.perf_counter()
-        result = simulate_into(test, folder, keep_going=True)  # the row has the loss too
+        virtual_s, acked = _simulate_seed_into(cfg, folder, interpreter)
         results = check_path(folder, backend="reference")
         anomalies = {k: int(v.get("count", 0)) for k, v in results.get("anomalies", {}).items()}
         row = SeedRow(seed, results.get("valid"), anomalies,
-                      int(results.get("lost", {}).get("count", 0) or 0),
-                      int(result.stats.get("send-ok", 0)), result.virtual_s,
+                      int(results.get("lost", {}).get("count", 0) or 0), acked, virtual_s,
                       time.perf_counter() - started)
     except Exception as e:  # one broken seed is a row of its own, never the end of a search
         row = SeedRow(seed, "error", error=f"{type(e).__name__}: {e}")
@@ -174,23 +159,24 @@ def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = No
     return asdict(row)
 
 
-def _simulate_many(args: tuple[Mapping[str, Any], list[int], str | None]) -> list[dict]:
-    config, seeds, scratch = args
-    return [simulate_seed(config, s, scratch) for s in seeds]
+def _simulate_many(args: tuple[Mapping[str, Any], list[int], str | None, str]) -> list[dict]:
+    config, seeds, scratch, interpreter = args
+    return [simulate_seed(config, s, scratch, interpreter) for s in seeds]
 
 
-def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int) -> Iterator[dict]:
+def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int,
+                interpreter: str) -> Iterator[dict]:
     """Rows in seed order; at most 2 x jobs seeds in flight, so stopping early wastes little."""
     if jobs <= 1:
         for s in seeds:
-            yield simulate_seed(config, s)
+            yield simulate_seed(config, s, None, interpreter)
         return
     pool = ProcessPoolExecutor(max_workers=jobs)
     window: deque = deque()
     pending = iter(seeds)
     try:
         for s in pending:
-            window.append(pool.submit(simulate_seed, config, s))
+            window.append(pool.submit(simulate_seed, config, s, None, interpreter))
             if len(window) >= 2 * jobs:
                 yield window.popleft().result()
         while window:
@@ -199,13 +185,14 @@ def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int) -> Itera
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _rows_spark(config: Mapping[str, Any], seeds: list[int], master: str) -> Iterator[dict]:
+def _rows_spark(config: Mapping[str, Any], seeds: list[int], master: str,
+                interpreter: str) -> Iterator[dict]:
     """Seeds as an RDD: each task simulates and checks its seeds and returns one row each."""
     spark = get_session(master)
     sc = spark.sparkContext
     slices = max(1, min(len(seeds), sc.defaultParallelism * 4))
     chunks = [seeds[i::slices] for i in range(slices)]
-    rdd = sc.parallelize([(dict(config), c, None) for c in chunks], len(chunks))
+    rdd = sc.parallelize([(dict(config), c, None, interpreter) for c in chunks], len(chunks))
     yield from rdd.flatMap(_simulate_many).toLocalIterator()
 
 
@@ -226,15 +213,22 @@ class SearchSummary:
 
 def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
            spark_master: str | None = None, stop_after: int | None = None,
-           on_row: Callable[[dict], None] | None = None) -> SearchSummary:
+           on_row: Callable[[dict], None] | None = None,
+           interpreter: str = "auto") -> SearchSummary:
     """Simulate and check every seed (locally on `jobs` processes, or on Spark); stop once
-    `stop_after` seeds failed."""
+    `stop_after` seeds failed. `interpreter`: what simulates ("auto": PyPy when installed;
+    the checks stay on this interpreter)."""
+    if interpreter not in INTERPRETERS:
+        raise UserError(f"interpreter must be one of {', '.join(INTERPRETERS)}, got {interpreter!r}")
+    if interpreter == "pypy" and pypy.binary() is None:
+        raise UserError(f"--interpreter pypy: no PyPy installed (make bootstrap installs it, or "
+                        f"set {pypy.ENV_VAR} to one)")
     config = as_simulated(config)
     seeds = list(seeds)
     summary = SearchSummary()
     started = time.perf_counter()
-    rows = _rows_spark(config, seeds, spark_master) if spark_master else \
-        _rows_local(config, seeds, jobs)
+    rows = _rows_spark(config, seeds, spark_master, interpreter) if spark_master else \
+        _rows_local(config, seeds, jobs, interpreter)
     for row in rows:
         summary.runs += 1
         summary.rows.append(row)
@@ -255,7 +249,7 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
 
 
 def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | None,
-               stop_after: int | None, keep: int = 3) -> SearchSummary:
+               stop_after: int | None, keep: int = 3, interpreter: str = "auto") -> SearchSummary:
     """`harness simulate --seeds`: the search with a progress bar, then the first `keep`
     failing seeds re-run into run folders and re-checked by the Spark checker."""
     bar = tqdm(total=len(seeds), unit="run", file=sys.stderr, disable=not sys.stderr.isatty(),
@@ -273,7 +267,7 @@ def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | N
             say(f"seed {row['seed']}: valid={row['valid']} {row['anomalies'] or row['error']}")
 
     summary = search(test.config, seeds, jobs=jobs, spark_master=spark_master,
-                     stop_after=stop_after, on_row=progress)
+                     stop_after=stop_after, on_row=progress, interpreter=interpreter)
     bar.close()
     print_summary(summary)
     for seed in sorted(summary.failing)[:keep]:
@@ -346,16 +340,18 @@ def first_divergence(a: Path, b: Path) -> str | None:
 
 def check_determinism(config: Mapping[str, Any], seed: int) -> str | None:
     """Simulate `seed` twice -- here, and in a fresh interpreter with another hash seed (so a
-    set iterated in hash order shows) -- and return the first divergence, or None."""
+    set iterated in hash order shows), PyPy when installed (as searches simulate, while their
+    failing seeds are re-run here) -- and return the first divergence, or None."""
     config = as_simulated(with_seed(config, seed))
     with tempfile.TemporaryDirectory(prefix=f"det-s{seed}-") as tmp:
         first, second = Path(tmp) / "a", Path(tmp) / "b"
         for folder in (first, second):
             folder.mkdir()
         simulate_into(Test.of(config, first, check=False), first)
-        env = {**os.environ, "PYTHONHASHSEED": str(1 + seed % 4_000_000)}
-        child = [sys.executable, "-c",
-                 "import json, sys; from pathlib import Path; from harness.simulate import "
+        env = {**os.environ, "PYTHONHASHSEED": str(1 + seed % 4_000_000),
+               "PYTHONPATH": str(pypy.ROOT)}
+        child = [pypy.binary() or sys.executable, "-c",
+                 "import json, sys; from pathlib import Path; from harness.sim_run import "
                  "simulate_into; from harness.test import Test; "
                  "c = json.loads(sys.argv[1]); simulate_into(Test.of(c, Path(sys.argv[2]), "
                  "check=False), Path(sys.argv[2]))", json.dumps(config), str(second)]

@@ -24,7 +24,6 @@ import json
 import time
 from typing import Any
 
-from nemesis.hosts_world import HostsWorld
 from nemesis.kinds.base import FaultKind, Resolved, Topology, World, each
 from nemesis.kinds.registry import register
 
@@ -111,6 +110,8 @@ class CorruptSegment(FaultKind):
         return [n for n in nodes if n != topology.controller and n in topology.brokers.values()]
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
+        from nemesis.hosts_world import HostsWorld  # real hosts only: SSH and Toxiproxy
+
         if not isinstance(world, HostsWorld):
             raise TypeError(f"corrupt-segment damages segment files on real hosts; it needs a "
                             f"HostsWorld, not {type(world).__name__} (the simulated world has "

@@ -32,15 +32,15 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from control.cluster import Cluster
-from control.host import Host
-from control.remote import HostKeyMismatch, RemoteError
-from nemesis.hosts_world import HostsWorld
 from nemesis.kinds.base import FaultKind, Resolved, World, each
 from nemesis.kinds.power import HOST_AUTO, HOST_MODES
 from nemesis.kinds.registry import register
+
+if TYPE_CHECKING:  # the SSH side is imported where it runs: a simulated run has no paramiko
+    from control.cluster import Cluster
+    from control.host import Host
 
 CONTENT_LIMIT = 64 << 20  # bytes of data files compared by content; sizes only beyond
 BOOT_TIMEOUT_S = 900.0  # software emulation (TCG) boots in about a minute; KVM in seconds
@@ -112,6 +112,8 @@ def _snapshot(host: Host) -> tuple[dict[str, int], dict[str, int]]:
 
 
 def _wait_for_ssh(host: Host, deadline: float) -> None:
+    from control.remote import HostKeyMismatch, RemoteError
+
     last: BaseException | None = None
     while time.monotonic() < deadline:
         try:
@@ -191,6 +193,8 @@ class VmPowerOff(FaultKind):
     simulated = False  # a simulated world has no VMs to power off
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
+        from nemesis.hosts_world import HostsWorld  # real hosts only: SSH and Toxiproxy
+
         if not isinstance(world, HostsWorld):
             raise TypeError(f"vm-power-off powers off libvirt VMs; it needs a HostsWorld, not "
                             f"{type(world).__name__}")

@@ -14,7 +14,7 @@ import pytest
 from checkers.trace import check_run, findings
 from checkers.trace_spark import check_run_spark
 from harness.campaign_spec import load_spec
-from harness.simulate import as_simulated, simulate_into, with_seed
+from harness.sim_run import as_simulated, simulate_into, with_seed
 from harness.test import Test
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -25,7 +25,8 @@ from harness.shrink import (
     shrink,
     target_class,
 )
-from harness.simulate import as_simulated, digest_files, simulate_test
+from harness.sim_run import as_simulated
+from harness.simulate import digest_files, simulate_test
 from harness.test import Plan, Test
 
 ROOT = Path(__file__).resolve().parents[2]

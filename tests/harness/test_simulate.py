@@ -12,14 +12,8 @@ from harness import cli
 from harness.campaign import run_campaign
 from harness.campaign_spec import load_spec
 from harness.config import load_config
-from harness.simulate import (
-    as_simulated,
-    check_determinism,
-    first_divergence,
-    search,
-    simulate_into,
-    simulate_test,
-)
+from harness.sim_run import as_simulated, simulate_into
+from harness.simulate import check_determinism, first_divergence, search, simulate_test
 from harness.test import Test
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ from harness.config import ConfigError, load_config, typed
 from harness.report import report_path
 from harness.report.story import _fault_text
 from harness.runner import run_test
-from harness.simulate import as_simulated
+from harness.sim_run import as_simulated
 from harness.test import Plan, Test
 from nemesis.kinds import all_kinds, lookup, needs_toxiproxy
 from nemesis.schedule import ScheduleParams, plan

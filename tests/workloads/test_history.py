@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from workloads import history
 from workloads.history import (
     RUN_ENDED,
     HistoryError,
@@ -229,3 +232,37 @@ def test_sigkilled_writer_leaves_a_parseable_contiguous_prefix(tmp_path):
     ops = read_history(path, allow_torn_tail=False)
     assert len(ops) > 1000
     assert_contract(ops)
+
+
+# ---- the plain encoder (the history's encoder under PyPy) --------------------------------------
+
+_scalars = (st.none() | st.booleans() | st.integers() | st.text()
+            | st.floats(allow_nan=True, allow_infinity=True))
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4)
+                       | st.lists(inner, max_size=3).map(tuple)
+                       | st.dictionaries(st.text() | st.integers(), inner, max_size=4),
+                       max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(), _values, max_size=6))
+def test_the_plain_encoder_writes_what_the_json_module_writes(op):
+    """Byte for byte, or it hands the op back (_Unusual) to the json module's encoder."""
+    out: list[str] = []
+    try:
+        history._put(op, out)
+    except history._Unusual:
+        return
+    assert "".join(out) == history._ENCODE(op)
+
+
+def test_the_plain_encoder_escapes_and_hands_back(monkeypatch):
+    monkeypatch.setattr(history, "_PLAIN_ENCODER", True)
+    op = {"index": 1, "s": 'q"\\\n\x7f\u00e9\U0001f600', "l": history.EncodedList([1], "[1]"),
+          "f": [1.5, -0.0], "t": (True, None)}
+    assert history._encode_op(op) == history._ENCODE(op)
+    for unusual in ({"k": {1: 2}}, {"k": float("nan")}, {"k": {"a": object}}):
+        out: list[str] = []
+        with pytest.raises(history._Unusual):
+            history._put(unusual, out)
+    assert history._encode_op({"k": {1: 2}}) == '{"k": {"1": 2}}'

@@ -1,0 +1,75 @@
+"""One simulated run: a test's config into the simulated world (simulation/), written to a run
+folder's history.jsonl, events.jsonl and schedule.json.
+
+Kept apart from harness/simulate.py (searches, checks, reports) so that its imports stay
+within the simulation's own closure: harness/sim_worker.py runs it under PyPy, which has none
+of the checkers' or the report's libraries (harness/pypy.py)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from checkers.exitcodes import UserError
+from harness.test import Test
+from nemesis.faults import Nemesis, metadata_topology
+from nemesis.kinds import lookup
+from nemesis.schedule import ScheduleRecord
+from simulation.run import SimResult, run_simulation
+from simulation.world import Verbs, World
+from workloads.kafka import WorkloadParams
+
+SIM = "sim"
+
+
+def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config with hosts.provider = "sim"; refuses fault kinds the simulator cannot apply."""
+    out = copy.deepcopy(dict(config))
+    out["hosts"] = {"provider": SIM}
+    unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
+    if unsupported:
+        raise UserError(f"the simulated world cannot apply {', '.join(unsupported)} "
+                        "(real hosts only); remove it from nemesis.faults or use `harness run`")
+    return out
+
+
+def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    out = copy.deepcopy(dict(config))
+    out["seed"] = seed
+    return out
+
+
+def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
+                  invariants: bool = True) -> SimResult:
+    """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json.
+    `keep_going`: an invariant violation is recorded and the run goes on to its final read
+    (`harness shrink` needs the checker's anomaly, which only the final read shows).
+    `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
+    cost)."""
+    s = test.settings
+    params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
+                            acks=s.workload.acks, rate=s.workload.rate,
+                            producers=s.workload.producers, consumers=s.workload.consumers,
+                            request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
+    schedule_params = test.schedule_params
+    schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,
+                              test.plan.entries_for(schedule_params))
+
+    def faults(world: World, loop) -> Any:
+        started = loop.time()  # the workload starts now: the schedule's time axis
+        topology = metadata_topology(world.nodes, world.bootstrap(), s.topic.name,
+                                     pool_factory=world.pool)
+        nemesis = Nemesis(Verbs(world), topology, world.history, schedule,
+                          lambda: loop.time() - started, s.nemesis.link)
+        return nemesis.run()
+
+    try:
+        return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
+                              system=test.config["system"], n_nodes=s.nodes,
+                              replication_factor=s.topic.replication_factor,
+                              final_read_timeout=s.workload.final_read_timeout, faults=faults,
+                              keep_going=keep_going, invariants=invariants)
+    finally:
+        schedule.finish("time limit reached")
