@@ -2,9 +2,10 @@
 that simulates seeds with it.
 
 Why: a simulated run is pure Python in one thread, and PyPy's JIT runs it about twice as fast
-as CPython once warm (docs/simulation.md, "Speed"). A search runs many seeds in each worker,
-so its workers stay warm; a single `harness simulate` run does not (PyPy's first run is
-slower than CPython's), so it stays on CPython. The simulation's bytes do not depend on the
+as CPython once warm (docs/simulation.md, "Speed"). A long search (`--interpreter pypy`) runs
+many seeds in each worker, whose PyPy child stays warm; a single `harness simulate` run, or
+a search that ends within its first seeds, does not gain (PyPy's first run is slower than
+CPython's), so CPython stays the default. The simulation's bytes do not depend on the
 interpreter (tests/simulation/test_pypy.py holds the two to byte-identical runs), which is
 what lets a search find a seed under PyPy and replay it exactly under CPython.
 

@@ -137,7 +137,7 @@ def _simulate_seed_into(cfg: dict[str, Any], folder: Path, interpreter: str) -> 
 
 
 def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = None,
-                  interpreter: str = "auto") -> dict:
+                  interpreter: str = "cpython") -> dict:
     """Simulate and check one seed in a scratch folder that is removed afterwards; the summary
     row as a dict (plain data, so it crosses process and Spark boundaries). The simulation
     runs under PyPy when `interpreter` allows it (harness/pypy.py), the check here."""
@@ -214,10 +214,10 @@ class SearchSummary:
 def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
            spark_master: str | None = None, stop_after: int | None = None,
            on_row: Callable[[dict], None] | None = None,
-           interpreter: str = "auto") -> SearchSummary:
+           interpreter: str = "cpython") -> SearchSummary:
     """Simulate and check every seed (locally on `jobs` processes, or on Spark); stop once
-    `stop_after` seeds failed. `interpreter`: what simulates ("auto": PyPy when installed;
-    the checks stay on this interpreter)."""
+    `stop_after` seeds failed. `interpreter`: what simulates ("cpython": this process; "pypy"
+    or "auto", PyPy when installed: harness/pypy.py); the checks stay on this interpreter."""
     if interpreter not in INTERPRETERS:
         raise UserError(f"interpreter must be one of {', '.join(INTERPRETERS)}, got {interpreter!r}")
     if interpreter == "pypy" and pypy.binary() is None:
@@ -249,7 +249,7 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
 
 
 def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | None,
-               stop_after: int | None, keep: int = 3, interpreter: str = "auto") -> SearchSummary:
+               stop_after: int | None, keep: int = 3, interpreter: str = "cpython") -> SearchSummary:
     """`harness simulate --seeds`: the search with a progress bar, then the first `keep`
     failing seeds re-run into run folders and re-checked by the Spark checker."""
     bar = tqdm(total=len(seeds), unit="run", file=sys.stderr, disable=not sys.stderr.isatty(),

@@ -49,10 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --seeds: local processes (default: the cores)")
     parser.add_argument("--spark-master", metavar="URL",
                         help="with --seeds: simulate on this Spark cluster instead")
-    parser.add_argument("--interpreter", choices=INTERPRETERS, default="auto",
+    parser.add_argument("--interpreter", choices=INTERPRETERS, default="cpython",
                         help="with --seeds: what simulates each seed (the checks stay on this "
-                             "Python): auto (PyPy when `make bootstrap` installed it, about twice "
-                             "as fast once warm; else this Python), pypy or cpython")
+                             "Python): cpython (default, in this process), pypy (a warm PyPy "
+                             "child per worker, installed by `make bootstrap`: about twice as "
+                             "fast once warm, slower for the first few seeds, so for long "
+                             "searches) or auto (PyPy when installed, else this Python)")
     parser.add_argument("--campaign", type=Path, metavar="FILE.toml",
                         help="take the test from a campaign file's cell (with --cell)")
     parser.add_argument("--cell", metavar="CONFIG[/MIX]",
