@@ -80,6 +80,8 @@ final read completed, else unconfirmed.
 
 from __future__ import annotations
 
+from typing import Any
+
 ANOMALIES = (
     "lost-write",
     "unseen",
@@ -123,3 +125,26 @@ EXAMPLE_ORDER: dict[str, tuple[str, ...]] = {
     "aborted-read": ("partition", "offset", "value"),
     "stale-read": ("op",),
 }
+
+
+def findings(checks: Any) -> dict[str, Any]:
+    """Each anomaly of EXAMPLE_ORDER (in its order) as `checks` finds it. `checks` is one
+    backend's checks object, whose methods bear these names (checkers.reference.ReferenceChecks
+    on pandas, checkers.spark_checks.SparkChecks on Spark); what they return is its own."""
+    steps = checks.read_steps()
+    sends = checks.send_steps()
+    inconsistent = checks.inconsistent_offsets()
+    return {
+        "inconsistent-offsets": inconsistent,
+        "duplicate": checks.duplicate(),
+        "nonmonotonic-poll": checks.nonmonotonic_poll(steps, False),
+        "int-nonmonotonic-poll": checks.nonmonotonic_poll(steps, True),
+        "poll-skip": checks.poll_skip(steps, False),
+        "int-poll-skip": checks.poll_skip(steps, True),
+        "nonmonotonic-send": checks.nonmonotonic_send(sends, False),
+        "int-nonmonotonic-send": checks.nonmonotonic_send(sends, True),
+        "int-send-skip": checks.int_send_skip(sends),
+        "realtime-send-order": checks.realtime_send_order(),
+        "aborted-read": checks.aborted_read(),
+        "stale-read": checks.stale_read(steps, inconsistent),
+    }

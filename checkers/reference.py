@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS
+from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS, findings
 from checkers.verdict import UNREAD_COLUMNS, CheckOutput, py_scalar, records
 
 P = "partition"
@@ -332,23 +332,7 @@ class ReferenceChecks:
 
 def run(ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES) -> CheckOutput:
     c = ReferenceChecks(ops_path, reads_path, acks)
-    steps = c.read_steps()
-    sends = c.send_steps()
-    inconsistent = c.inconsistent_offsets()
-    found = {
-        "inconsistent-offsets": inconsistent,
-        "duplicate": c.duplicate(),
-        "nonmonotonic-poll": c.nonmonotonic_poll(steps, False),
-        "int-nonmonotonic-poll": c.nonmonotonic_poll(steps, True),
-        "poll-skip": c.poll_skip(steps, False),
-        "int-poll-skip": c.poll_skip(steps, True),
-        "nonmonotonic-send": c.nonmonotonic_send(sends, False),
-        "int-nonmonotonic-send": c.nonmonotonic_send(sends, True),
-        "int-send-skip": c.int_send_skip(sends),
-        "realtime-send-order": c.realtime_send_order(),
-        "aborted-read": c.aborted_read(),
-        "stale-read": c.stale_read(steps, inconsistent),
-    }
+    found = findings(c)
     anomalies = {name: _found(df, list(EXAMPLE_ORDER[name]), examples)
                  for name, df in found.items()}
     return CheckOutput(

@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from checkers import native_checks, spark_native
-from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS
+from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS, findings
 from checkers.native_checks import NativeCheckError
 from checkers.spark import say
 from checkers.verdict import CheckOutput
@@ -713,23 +713,7 @@ def _run_sql(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str,
     tune(spark, ops_path.stat().st_size + reads_path.stat().st_size)
     c = SparkChecks(spark, ops_path, reads_path, acks)
     try:
-        steps = c.read_steps()
-        sends = c.send_steps()
-        inconsistent = c.inconsistent_offsets()
-        plans = {
-            "inconsistent-offsets": inconsistent,
-            "duplicate": c.duplicate(),
-            "nonmonotonic-poll": c.nonmonotonic_poll(steps, False),
-            "int-nonmonotonic-poll": c.nonmonotonic_poll(steps, True),
-            "poll-skip": c.poll_skip(steps, False),
-            "int-poll-skip": c.poll_skip(steps, True),
-            "nonmonotonic-send": c.nonmonotonic_send(sends, False),
-            "int-nonmonotonic-send": c.nonmonotonic_send(sends, True),
-            "int-send-skip": c.int_send_skip(sends),
-            "realtime-send-order": c.realtime_send_order(),
-            "aborted-read": c.aborted_read(),
-            "stale-read": c.stale_read(steps, inconsistent),
-        }
+        plans = findings(c)
         found = summarise(
             {name: (df, list(EXAMPLE_ORDER[name])) for name, df in plans.items()}
             | {INFO_READ: (c.info_read(), ["index"])},

@@ -38,19 +38,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "CommandFailed",
-    "CommandTimeout",
-    "Endpoint",
-    "Host",
-    "HostKeyMismatch",
-    "InventoryError",
-    "NetnsProvider",
-    "Remote",
-    "RemoteError",
-    "Result",
-    "SshProvider",
-    "Unreachable",
-    "cleanup_stale",
-    "load_inventory",
-]
+__all__ = sorted(_HOME)

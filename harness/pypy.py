@@ -59,6 +59,11 @@ class PypyError(RuntimeError):
     """PyPy could not be installed, started or asked to simulate."""
 
 
+class SimulationFailed(RuntimeError):
+    """The simulation itself raised, under PyPy: the seed's own error (CPython raises it too),
+    not a broken child."""
+
+
 # ---- where it is --------------------------------------------------------------------------------
 
 
@@ -232,7 +237,7 @@ class PypySimulator:
                             f"{self.proc.wait()} (its stderr says why)")
         reply = json.loads(line)
         if reply.get("error"):
-            raise PypyError(f"under PyPy: {reply['error']}")
+            raise SimulationFailed(f"under PyPy: {reply['error']}")
         return reply
 
     def close(self) -> None:

@@ -98,9 +98,10 @@ _pypy: PypySimulator | None = None  # this process's PyPy child, kept warm acros
 _pypy_broken = False  # "auto" fell back to CPython in this process after the child failed
 
 
-def _pypy_simulator(interpreter: str) -> PypySimulator | None:
-    """The PyPy child to simulate with, or None for in-process CPython. "auto" uses PyPy when
-    it is installed and falls back (saying so once) if it cannot start; "pypy" requires it."""
+def _pypy_child(interpreter: str) -> PypySimulator | None:
+    """This process's PyPy child (started on first use, or again if it exited), or None: for
+    "cpython", for "auto" once it fell back or with no PyPy installed. PypyError if "pypy" finds
+    none, or if the child cannot start."""
     global _pypy
     if interpreter == "cpython" or (interpreter == "auto" and _pypy_broken):
         return None
@@ -118,20 +119,21 @@ def _pypy_simulator(interpreter: str) -> PypySimulator | None:
 
 def _simulate_seed_into(cfg: dict[str, Any], folder: Path, interpreter: str) -> tuple[float, int]:
     """Simulate one seed into `folder` (with keep_going: the row has the loss too), under PyPy
-    or in this process; (simulated seconds, acknowledged sends)."""
+    or in this process; (simulated seconds, acknowledged sends). Under "auto", a child that
+    cannot start or dies sends this seed and the rest of this process's to CPython."""
     global _pypy_broken
-    child = _pypy_simulator(interpreter)
-    if child is not None:
-        try:
+    try:
+        child = _pypy_child(interpreter)
+        if child is not None:
             reply = child.simulate(cfg, folder)
             return reply["virtual_s"], int(reply["stats"].get("send-ok", 0))
-        except PypyError as e:
-            if interpreter == "pypy":
-                raise
-            _pypy_broken = True
-            say(f"PyPy failed ({e}); this worker simulates with {sys.executable} from here on")
-            for leftover in DETERMINISM_FILES:
-                (folder / leftover).unlink(missing_ok=True)
+    except PypyError as e:
+        if interpreter == "pypy":
+            raise
+        _pypy_broken = True
+        say(f"PyPy failed ({e}); this worker simulates with {sys.executable} from here on")
+        for leftover in DETERMINISM_FILES:  # a dead child's partial files
+            (folder / leftover).unlink(missing_ok=True)
     result = simulate_into(Test.of(cfg, folder, check=False), folder, keep_going=True)
     return result.virtual_s, int(result.stats.get("send-ok", 0))
 

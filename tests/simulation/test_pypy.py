@@ -12,6 +12,7 @@ import json
 import pytest
 
 from harness import pypy
+from harness import simulate as simulate_module
 from harness.campaign_spec import load_spec
 from harness.config import load_config
 from harness.sim_run import as_simulated, simulate_into, with_seed
@@ -67,6 +68,32 @@ def test_a_search_under_pypy_gives_the_rows_of_a_search_under_cpython():
     assert rows["pypy"] == rows["cpython"]
     assert any(r["valid"] is False for r in rows["cpython"])  # acks=1 loses records: not vacuous
     assert not any(r["valid"] == "error" for r in rows["cpython"])
+
+
+@pytest.mark.parametrize("broken", ["/nonexistent/pypy", "/bin/false"])
+def test_auto_falls_back_to_cpython_when_pypy_cannot_start_or_dies(monkeypatch, capsys, broken):
+    """/nonexistent cannot start; /bin/false starts and exits before it answers."""
+    monkeypatch.setattr(simulate_module, "_pypy", None)
+    monkeypatch.setattr(simulate_module, "_pypy_broken", False)
+    config = cell("acks1", 4)
+    want = search(config, [1], jobs=1, interpreter="cpython").rows
+    monkeypatch.setenv(pypy.ENV_VAR, broken)
+    got = search(config, [1, 2], jobs=1, interpreter="auto").rows
+    assert "PyPy failed" in capsys.readouterr().err
+    assert [{k: v for k, v in r.items() if k != "wall_s"} for r in got[:1]] == \
+        [{k: v for k, v in r.items() if k != "wall_s"} for r in want]
+    assert got[1]["valid"] != "error"
+    # "pypy" does not fall back: each seed is an error row, and the search goes on
+    monkeypatch.setattr(simulate_module, "_pypy_broken", False)
+    rows = search(config, [1, 2], jobs=1, interpreter="pypy").rows
+    assert [r["valid"] for r in rows] == ["error", "error"]
+
+
+def test_a_failing_job_is_the_seed_s_error_and_the_child_goes_on(tmp_path, child):
+    with pytest.raises(pypy.SimulationFailed):
+        child.simulate({"nodes": "many"}, tmp_path / "x")
+    (tmp_path / "ok").mkdir()
+    assert child.simulate(with_seed(cell("safe", 2), 1), tmp_path / "ok")["virtual_s"] > 2
 
 
 def test_the_worker_answers_a_broken_job_with_an_error_and_goes_on(tmp_path):
