@@ -94,6 +94,10 @@ class SeedRow:
 
 
 INTERPRETERS = ("auto", "pypy", "cpython")
+# "auto" simulates under PyPy only in a search that gives each worker this many seeds and does
+# not stop at its first failures: PyPy's first seeds are slower than CPython's, and it is
+# ahead only from about 20 seeds per worker on (docs/simulation.md, "Speed").
+PYPY_MIN_SEEDS_PER_WORKER = 32
 _pypy: PypySimulator | None = None  # this process's PyPy child, kept warm across its seeds
 _pypy_broken = False  # "auto" fell back to CPython in this process after the child failed
 
@@ -213,13 +217,25 @@ class SearchSummary:
         return self.runs / self.wall_s if self.wall_s else 0.0
 
 
+def chosen_interpreter(interpreter: str, seeds: int, jobs: int, stop_after: int | None,
+                       spark_master: str | None) -> str:
+    """What "auto" means for a search: PyPy (still "auto", so a child that fails falls back)
+    for a long local search that does not stop early, or on Spark, where each executor uses
+    PyPy if it has one; else CPython. Any other choice stands."""
+    if interpreter != "auto" or spark_master:
+        return interpreter
+    long = stop_after is None and seeds >= PYPY_MIN_SEEDS_PER_WORKER * max(1, jobs)
+    return "auto" if long and pypy.binary() is not None else "cpython"
+
+
 def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
            spark_master: str | None = None, stop_after: int | None = None,
            on_row: Callable[[dict], None] | None = None,
-           interpreter: str = "cpython") -> SearchSummary:
+           interpreter: str = "auto") -> SearchSummary:
     """Simulate and check every seed (locally on `jobs` processes, or on Spark); stop once
-    `stop_after` seeds failed. `interpreter`: what simulates ("cpython": this process; "pypy"
-    or "auto", PyPy when installed: harness/pypy.py); the checks stay on this interpreter."""
+    `stop_after` seeds failed. `interpreter`: what simulates, "cpython" (this process),
+    "pypy" (a PyPy child per worker: harness/pypy.py) or "auto" (see `chosen_interpreter`);
+    the checks stay on this interpreter."""
     if interpreter not in INTERPRETERS:
         raise UserError(f"interpreter must be one of {', '.join(INTERPRETERS)}, got {interpreter!r}")
     if interpreter == "pypy" and pypy.binary() is None:
@@ -227,6 +243,7 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
                         f"set {pypy.ENV_VAR} to one)")
     config = as_simulated(config)
     seeds = list(seeds)
+    interpreter = chosen_interpreter(interpreter, len(seeds), jobs, stop_after, spark_master)
     summary = SearchSummary()
     started = time.perf_counter()
     rows = _rows_spark(config, seeds, spark_master, interpreter) if spark_master else \
@@ -251,7 +268,7 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
 
 
 def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | None,
-               stop_after: int | None, keep: int = 3, interpreter: str = "cpython") -> SearchSummary:
+               stop_after: int | None, keep: int = 3, interpreter: str = "auto") -> SearchSummary:
     """`harness simulate --seeds`: the search with a progress bar, then the first `keep`
     failing seeds re-run into run folders and re-checked by the Spark checker."""
     bar = tqdm(total=len(seeds), unit="run", file=sys.stderr, disable=not sys.stderr.isatty(),

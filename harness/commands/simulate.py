@@ -49,12 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --seeds: local processes (default: the cores)")
     parser.add_argument("--spark-master", metavar="URL",
                         help="with --seeds: simulate on this Spark cluster instead")
-    parser.add_argument("--interpreter", choices=INTERPRETERS, default="cpython",
+    parser.add_argument("--interpreter", choices=INTERPRETERS, default="auto",
                         help="with --seeds: what simulates each seed (the checks stay on this "
-                             "Python): cpython (default, in this process), pypy (a warm PyPy "
-                             "child per worker, installed by `make bootstrap`: about twice as "
-                             "fast once warm, slower for the first few seeds, so for long "
-                             "searches) or auto (PyPy when installed, else this Python)")
+                             "Python): auto (default: PyPy, installed by `make bootstrap`, for a "
+                             "search of at least 32 seeds per job without --stop-after, where its "
+                             "JIT pays off; else this Python), pypy or cpython")
     parser.add_argument("--campaign", type=Path, metavar="FILE.toml",
                         help="take the test from a campaign file's cell (with --cell)")
     parser.add_argument("--cell", metavar="CONFIG[/MIX]",

@@ -75,6 +75,7 @@ def test_auto_falls_back_to_cpython_when_pypy_cannot_start_or_dies(monkeypatch, 
     """/nonexistent cannot start; /bin/false starts and exits before it answers."""
     monkeypatch.setattr(simulate_module, "_pypy", None)
     monkeypatch.setattr(simulate_module, "_pypy_broken", False)
+    monkeypatch.setattr(simulate_module, "PYPY_MIN_SEEDS_PER_WORKER", 1)  # "auto" tries PyPy
     config = cell("acks1", 4)
     want = search(config, [1], jobs=1, interpreter="cpython").rows
     monkeypatch.setenv(pypy.ENV_VAR, broken)
@@ -87,6 +88,19 @@ def test_auto_falls_back_to_cpython_when_pypy_cannot_start_or_dies(monkeypatch, 
     monkeypatch.setattr(simulate_module, "_pypy_broken", False)
     rows = search(config, [1, 2], jobs=1, interpreter="pypy").rows
     assert [r["valid"] for r in rows] == ["error", "error"]
+
+
+def test_auto_chooses_pypy_for_long_searches_only(monkeypatch):
+    choose = simulate_module.chosen_interpreter
+    n = simulate_module.PYPY_MIN_SEEDS_PER_WORKER
+    assert choose("auto", 2 * n, 2, None, None) == "auto"  # PyPy, falling back if it fails
+    assert choose("auto", 2 * n - 1, 2, None, None) == "cpython"
+    assert choose("auto", 100 * n, 2, 1, None) == "cpython"  # a hunt for the first failure
+    assert choose("auto", 1, 1, 1, "spark://x:7077") == "auto"  # each executor decides
+    assert choose("pypy", 1, 1, 1, None) == "pypy"
+    assert choose("cpython", 100 * n, 1, None, None) == "cpython"
+    monkeypatch.setenv(pypy.ENV_VAR, "none")
+    assert choose("auto", 100 * n, 1, None, None) == "cpython"
 
 
 def test_a_failing_job_is_the_seed_s_error_and_the_child_goes_on(tmp_path, child):

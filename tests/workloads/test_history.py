@@ -76,6 +76,28 @@ def test_ops_follow_the_design_format(tmp_path):
     assert read_history(path) == ops
 
 
+def test_a_buffered_writer_writes_whole_lines_late_and_the_same_bytes(tmp_path):
+    """buffer_bytes (the simulator's mode): nothing reaches the file until the buffer fills,
+    then whole lines; close() writes the rest; the file is the unbuffered writer's."""
+    def write(path, **kw):
+        clock = iter(range(0, 10**9, 1000))
+        h = HistoryWriter(path, clock=lambda: next(clock), background_fsync=False, **kw)
+        sizes = []
+        for i in range(40):
+            h.invoke(i, "send", value=f"v{i}").ok(offset=i)
+            sizes.append(path.stat().st_size)
+        h.close()
+        return sizes
+
+    plain, buffered = tmp_path / "plain.jsonl", tmp_path / "buffered.jsonl"
+    write(plain)
+    sizes = write(buffered, buffer_bytes=2000)
+    assert buffered.read_bytes() == plain.read_bytes()
+    assert sizes[0] == 0 and 0 < max(sizes) < plain.stat().st_size
+    for size in set(sizes) - {0}:  # each write() ended on a line
+        assert plain.read_bytes()[size - 1:size] == b"\n"
+
+
 def test_time_counts_from_the_given_start(tmp_path):
     start = time.monotonic_ns() - 5_000_000_000
     with HistoryWriter(tmp_path / "h.jsonl", start_ns=start) as h:
