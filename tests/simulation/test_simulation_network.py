@@ -231,3 +231,28 @@ def test_copied_messages_are_what_the_wire_would_carry():
         reply = await pool.get(ECHO).request({"t": (1, 2), 3: "x"}, 1.0)
         assert reply == {"echo": {"t": [1, 2], "3": "x"}}
     loop.run(main())
+
+
+def test_client_timers_fire_at_their_own_times_in_order_and_cancelled_ones_never():
+    """A client's timers of one delay share one loop event (network._Deadlines): each still
+    fires at its own time, in the order made; cancelled ones never; one made while another
+    fires waits for its own time; other delays interleave by time."""
+    loop = SimLoop()
+    client = ClientProcess(loop)
+    fired: list[tuple[str, float]] = []
+
+    def note(name: str) -> None:
+        fired.append((name, round(loop.time(), 9)))
+        if name == "a":  # made while firing: due 1.0 after now, behind "b"
+            client.call_later(1.0, note, "late")
+
+    def start() -> None:
+        client.call_later(1.0, note, "a")
+        loop.at(0.25, lambda: client.call_later(1.0, note, "b"))
+        dead = client.call_later(1.0, note, "cancelled")
+        loop.at(0.5, dead.cancel)
+        loop.at(0.5, lambda: client.call_later(0.3, note, "short"))
+
+    loop.at(0.0, start)
+    loop.run_for(5.0)
+    assert fired == [("short", 0.8), ("a", 1.0), ("b", 1.25), ("late", 2.0)]
