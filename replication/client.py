@@ -93,17 +93,26 @@ class Client:
         raise ClientError(E.NETWORK_ERROR, f"no bootstrap server answered: {last}")
 
     async def partition_state(self, topic: str, partition: int, refresh: bool = False) -> dict:
-        md = await self.metadata(refresh)
-        for p in md["partitions"]:
-            if p["topic"] == topic and p["partition"] == partition:
-                return p
-        raise ClientError(E.UNKNOWN_TOPIC, f"{topic}-{partition}")
+        state = self._known_state(topic, partition, refresh)
+        if state is None:
+            state = _find_partition(await self.metadata(refresh), topic, partition)
+        return state
+
+    def _known_state(self, topic: str, partition: int, refresh: bool) -> dict | None:
+        """`partition_state` from the metadata already held, without a coroutine; None when it
+        must be fetched (none held, or refresh). Each produce and fetch asks for it, and a
+        coroutine call that never suspends still costs a frame (most of all under PyPy)."""
+        if refresh or self._metadata is None:
+            return None
+        return _find_partition(self._metadata, topic, partition)
 
     async def leader_address(self, topic: str, partition: int, refresh: bool = False) -> tuple[int, str]:
-        state = await self.partition_state(topic, partition, refresh)
+        return self._leader_of(await self.partition_state(topic, partition, refresh))
+
+    def _leader_of(self, state: dict) -> tuple[int, str]:
         leader = state["leader"]
         if leader is None:
-            raise ClientError(E.NOT_LEADER, f"{topic}-{partition} has no leader")
+            raise ClientError(E.NOT_LEADER, f"{state['topic']}-{state['partition']} has no leader")
         return leader, self._metadata["brokers"][str(leader)]["address"]
 
     async def controller_request(self, msg: Request) -> Message:
@@ -167,7 +176,10 @@ class Client:
         msg = ProduceRequest(topic, partition, tuple(values), acks)
         while True:
             try:
-                leader, address = await self.leader_address(topic, partition, refresh)
+                state = self._known_state(topic, partition, refresh)
+                if state is None:
+                    state = await self.partition_state(topic, partition, refresh)
+                leader, address = self._leader_of(state)
             except ClientError as e:
                 error: str = e.error
             else:
@@ -214,9 +226,11 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
         while True:
-            state = await self.partition_state(topic, partition, refresh)
+            state = self._known_state(topic, partition, refresh)
+            if state is None:
+                state = await self.partition_state(topic, partition, refresh)
             try:
-                _, address = await self.leader_address(topic, partition)
+                _, address = self._leader_of(state)
                 msg = ConsumerFetchRequest(topic, partition, offset, max_records, state["leader_epoch"])
                 reply = as_reply(msg, await self.pool.get(address).request(msg, max(0.05, deadline - loop.time())))
             except ConnectFailed:
@@ -230,3 +244,10 @@ class Client:
                 raise ClientError(reply.error, "" if reply.hwm is None else str(reply.hwm))
             await asyncio.sleep(self.retry_backoff_s)
             refresh = True
+
+
+def _find_partition(metadata: dict, topic: str, partition: int) -> dict:
+    for p in metadata["partitions"]:
+        if p["topic"] == topic and p["partition"] == partition:
+            return p
+    raise ClientError(E.UNKNOWN_TOPIC, f"{topic}-{partition}")

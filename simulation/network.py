@@ -790,10 +790,12 @@ class Connection:
         await fut
         return self
 
-    async def request(self, msg: Any, timeout: float) -> Any:
+    def request(self, msg: Any, timeout: float) -> asyncio.Future:
+        """net.Connection.request: await it for the answer. A future rather than a coroutine,
+        which would add a frame to every request for nothing."""
         fut = asyncio.get_running_loop().create_future()
         self.call(msg, timeout, _setter(fut))
-        return await fut
+        return fut
 
     def send_nowait(self, msg: Any) -> None:
         """Fire and forget (acks=0): sent if connected, no answer expected."""

@@ -86,9 +86,21 @@ class _Unusual(Exception):
 
 
 def _string(s: str) -> str:
-    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
-        return '"' + s + '"'  # nothing to escape
-    return encode_basestring_ascii(s)
+    text = _STRINGS.get(s)
+    if text is None:
+        if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+            text = '"' + s + '"'  # nothing to escape
+        else:
+            text = encode_basestring_ascii(s)
+        if len(_STRINGS) < _MAX_STRINGS and len(s) <= 32:
+            _STRINGS[s] = text
+    return text
+
+
+# The JSON text of short strings already written: the keys and the few values (op types,
+# functions, errors) that make up most of every line.
+_STRINGS: dict[str, str] = {}
+_MAX_STRINGS = 4096
 
 
 def _put(o: Any, out: list[str]) -> None:
@@ -187,7 +199,7 @@ class HistoryWriter:
         self._dirty = False
         self._closed = False
         self._buffer_bytes = buffer_bytes
-        self._buffer: list[bytes] = []
+        self._buffer: list[str] = []  # whole lines, without their newlines
         self._buffered = 0
         self._stop = threading.Event()
         self._syncer: threading.Thread | None = None
@@ -270,9 +282,13 @@ class HistoryWriter:
         if pending.done:
             raise HistoryError(f"operation {pending.op['index']} was already completed")
         # A completion repeats its invoke's fields (partition, value...) unless it overrides them.
-        carried = {k: v for k, v in pending.op.items() if k not in _RESERVED}
-        op = self._write_locked({"process": pending.process, "type": kind,
-                                 "f": pending.op["f"], **carried, **fields})
+        invoked = pending.op
+        op = {"process": invoked["process"], "type": kind, "f": invoked["f"]}
+        for k, v in invoked.items():
+            if k not in _RESERVED:
+                op[k] = v
+        op.update(fields)
+        op = self._write_locked(op)
         pending.done = True
         del self._pending[pending.process]
         if kind == "info":
@@ -290,14 +306,14 @@ class HistoryWriter:
         stamp = max(self.now_ns(), self._last_time)
         full = {"index": self._next_index, "time": stamp, **op}
         # Serialise first: an unserialisable op must not consume an index or reach the file.
-        data = (_encode_op(full) + "\n").encode()
+        line = _encode_op(full)
         if self._buffer_bytes:
-            self._buffer.append(data)
-            self._buffered += len(data)
+            self._buffer.append(line)  # ASCII but for an EncodedList's text: len() is near its size
+            self._buffered += len(line) + 1
             if self._buffered >= self._buffer_bytes:
                 self._flush_locked()
         else:
-            _write_all(self._fd, data)
+            _write_all(self._fd, (line + "\n").encode())
         self._next_index += 1
         self._last_time = stamp
         self._dirty = True
@@ -305,7 +321,8 @@ class HistoryWriter:
 
     def _flush_locked(self) -> None:
         if self._buffer:
-            _write_all(self._fd, b"".join(self._buffer))
+            self._buffer.append("")  # the last line's newline
+            _write_all(self._fd, "\n".join(self._buffer).encode())
             self._buffer.clear()
             self._buffered = 0
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import replication
+from replication import errors as E
 from replication.client import Client, ClientError
 from replication.config import NodeConfig
 from simulation.run import run_simulation
@@ -143,22 +144,29 @@ def test_power_loss_of_the_last_isr_member_without_elr_loses_acknowledged_record
         assert loss.final_complete and loss.lost == [] and len(loss.acked) > 1000
 
 
+async def _client_with_topic(world: World, topic: str) -> Client:
+    """A client of the world's cluster once its 3 brokers are registered and unfenced, after
+    creating `topic` (1 partition, RF 3) and giving it 2 s to get a leader."""
+    client = Client(world.bootstrap(), request_timeout_s=3, pool=world.pool())
+    while True:
+        await asyncio.sleep(0.2)
+        try:
+            md = await client.metadata(refresh=True)
+        except ClientError:  # not listening yet
+            continue
+        if len(md["brokers"]) == 3 and not any(b["fenced"] for b in md["brokers"].values()):
+            break
+    await client.create_topic(topic, 1, 3)
+    await asyncio.sleep(2)
+    return client
+
+
 def test_kill_keeps_the_page_cache_and_power_loss_does_not():
     world = World(seed=4, n_nodes=4, node_config=NodeConfig())
     world.start_all()
 
     async def main():
-        client = Client(world.bootstrap(), request_timeout_s=3, pool=world.pool())
-        while True:
-            await asyncio.sleep(0.2)
-            try:
-                md = await client.metadata(refresh=True)
-            except ClientError:  # not listening yet
-                continue
-            if len(md["brokers"]) == 3 and not any(b["fenced"] for b in md["brokers"].values()):
-                break
-        await client.create_topic("t", 1, 3)
-        await asyncio.sleep(2)
+        client = await _client_with_topic(world, "t")
         for i in range(50):
             await client.produce("t", 0, str(i))
         await asyncio.sleep(1)
@@ -181,6 +189,39 @@ def test_kill_keeps_the_page_cache_and_power_loss_does_not():
     assert torn["seed"] == 7 and 0 <= torn["lost_records"] <= 50
     assert logs["n2"].end_offset == 50 - torn["lost_records"]
     assert torn["files"]["t-0"]["unsynced_records"] == 50
+
+
+def test_the_client_asks_for_metadata_only_when_it_holds_none_or_must_refresh():
+    """Produce and fetch take the partition's leader from the metadata the client holds,
+    without a coroutine call (client._known_state); a missing partition is UNKNOWN_TOPIC from
+    that metadata too. Only a refresh, or a retriable error, asks the cluster again."""
+    world = World(seed=4, n_nodes=4, node_config=NodeConfig())
+    world.start_all()
+    asked: list[bool] = []
+
+    async def main():
+        client = await _client_with_topic(world, "t")
+        await client.metadata(refresh=True)
+        fetch_metadata = client.metadata
+
+        async def spy(refresh: bool = False) -> dict:
+            asked.append(refresh)
+            return await fetch_metadata(refresh)
+
+        client.metadata = spy
+        acks = [await client.produce("t", 0, str(i)) for i in range(20)]
+        reply = await client.fetch_reply("t", 0, 0)
+        assert asked == []
+        assert [a["offset"] for a in acks] == list(range(20))
+        assert [o for o, _ in reply.records] == list(range(20))
+        with pytest.raises(ClientError) as e:
+            await client.fetch_reply("t", 7, 0)
+        assert e.value.error == E.UNKNOWN_TOPIC and asked == []
+        assert (await client.partition_state("t", 0, refresh=True))["leader"] is not None
+        assert asked == [True]
+        await client.close()
+
+    world.loop.run(main())
 
 
 # ---- partitions ---------------------------------------------------------------------------------------
