@@ -14,8 +14,8 @@ folder, through harness.simulate.simulate_into as a search runs it.
 work per simulated second. `--faults campaign` runs the cell's own nemesis mix, as searches and
 the soak do. `--faults tour` runs one fault of each kind in turn (simulation.scenarios.tour).
 
-Prints per run and as medians: simulated seconds per wall second and per CPU second of this
-process, and runs per hour. `--check` also checks each run as a search checks each seed (the
+Prints per run and as medians: simulated seconds per wall second (also over all the runs
+together) and per CPU second of this process, and runs per hour. `--check` also checks each run as a search checks each seed (the
 single-process reference checker over history.jsonl) and prints search runs per hour per core.
 `--config all` runs every [[config]] of the campaign and prints one line each.
 `--real RESULTS...` reads real-host runs of the same config from campaign results folders
@@ -230,8 +230,11 @@ def summary(name: str, runs: list[Any], check: bool) -> str:
     worst = min(r.virtual_s / r.wall_s for r in runs)
     cpu = statistics.median(r.virtual_s / r.cpu_s for r in runs)
     per_run = statistics.median(r.wall_s for r in runs)
-    line = (f"{name}: median {wall:.1f} simulated s per wall s (worst {worst:.1f}), {cpu:.1f} per "
-            f"CPU s, {3600 / per_run:.0f} runs/hour (median run {per_run:.2f} s wall)")
+    # All the runs together: what a long search gets, slow runs (a major collection) included.
+    overall = sum(r.virtual_s for r in runs) / sum(r.wall_s for r in runs)
+    line = (f"{name}: median {wall:.1f} simulated s per wall s (worst {worst:.1f}, all runs "
+            f"together {overall:.1f}), {cpu:.1f} per CPU s, {3600 / per_run:.0f} runs/hour "
+            f"(median run {per_run:.2f} s wall)")
     if check:
         search = statistics.median(r.wall_s + r.check_s for r in runs)
         line += f"; with the per-seed check {3600 / search:.0f} runs/hour per core"
