@@ -205,7 +205,7 @@ class Evaluator:
             store.write_test_json(folder, cand.config, ["harness", "shrink"], 0.0)
             test = Test.of(cand.config, folder, plan=Plan.scripted(cand.entries), check=False)
             result = simulate_into(test, folder, keep_going=True)
-            results = check_path(folder, backend="reference")
+            results = check_path(folder, backend="native")
             classes = {k: int(v.get("count", 0) or 0)
                        for k, v in (results.get("anomalies") or {}).items()}
             classes = {k: v for k, v in classes.items() if v}
@@ -464,7 +464,7 @@ def write_minimal(result: ShrinkResult, results_root: Path, argv: Sequence[str])
     """The minimal run folder, simulated exactly as `harness simulate --replay` does."""
     config = minimal_config(result.after.config)
     test = Test.of(config, results_root, argv=list(argv), plan=Plan.scripted(result.after.entries))
-    run_dir = simulate_test(test, backend="reference", keep_going=True)
+    run_dir = simulate_test(test, backend="native", keep_going=True)
     write_json_atomic(run_dir / MINIMAL, minimal_document(result, config))
     return run_dir
 

@@ -153,7 +153,7 @@ def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = No
         store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
         started = time.perf_counter()
         virtual_s, acked = _simulate_seed_into(cfg, folder, interpreter)
-        results = check_path(folder, backend="reference")
+        results = check_path(folder, backend="native")
         anomalies = {k: int(v.get("count", 0)) for k, v in results.get("anomalies", {}).items()}
         row = SeedRow(seed, results.get("valid"), anomalies,
                       int(results.get("lost", {}).get("count", 0) or 0), acked, virtual_s,

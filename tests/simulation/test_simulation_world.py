@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import replication
+from checkers import native_checks
+from checkers.check import check_path
 from replication import errors as E
 from replication.client import Client, ClientError
 from replication.config import NodeConfig
@@ -159,6 +162,23 @@ async def _client_with_topic(world: World, topic: str) -> Client:
     await client.create_topic(topic, 1, 3)
     await asyncio.sleep(2)
     return client
+
+
+@pytest.mark.skipif(native_checks.binary() is None,
+                    reason="histcheck is not built: make bootstrap builds it")
+def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_path, capfd):
+    """A search checks each seed with check_path(backend="native"): histcheck, a few times as
+    fast as the pandas reference. Both write the same results for a run that lost records."""
+    lossy = run(tmp_path / "a", 1, time_limit=8.0, system=NO_ELR,
+                faults=shrink_then("power-loss", "chaos"))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    capfd.readouterr()
+    native = check_path(tmp_path / "a", backend="native")
+    assert "(histcheck)" in capfd.readouterr().err  # it was histcheck that checked
+    reference = check_path(tmp_path / "b", backend="reference")
+    assert native["lost"]["count"] > 100 and native["anomalies"]["lost-write"]["count"] > 100
+    assert native == reference
+    assert len(acknowledged_loss(lossy.history).lost) == native["lost"]["count"]
 
 
 def test_kill_keeps_the_page_cache_and_power_loss_does_not():
