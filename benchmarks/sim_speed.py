@@ -15,8 +15,9 @@ work per simulated second. `--faults campaign` runs the cell's own nemesis mix, 
 the soak do. `--faults tour` runs one fault of each kind in turn (simulation.scenarios.tour).
 
 Prints per run and as medians: simulated seconds per wall second (also over all the runs
-together) and per CPU second of this process, and runs per hour. `--check` also checks each run as a search checks each seed (the
-single-process reference checker over history.jsonl) and prints search runs per hour per core.
+together) and per CPU second of this process, and runs per hour. `--check` also checks each
+run as a search checks each seed (histcheck over the ingested history, or the pandas
+reference where it is not built) and prints search runs per hour per core.
 `--config all` runs every [[config]] of the campaign and prints one line each.
 `--real RESULTS...` reads real-host runs of the same config from campaign results folders
 (`harness campaign` output) and prints their wall time per run and runs per hour beside the
@@ -124,7 +125,7 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
             store.write_test_json(folder, with_seed(config, seed), ["harness", "simulate"], 0.0)
             started = time.perf_counter()
             with contextlib.redirect_stderr(io.StringIO()):  # the checker's stage lines
-                check_path(folder, backend="reference")
+                check_path(folder, backend="native")
             result.check_s = time.perf_counter() - started
     return result
 
