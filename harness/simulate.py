@@ -95,9 +95,9 @@ class SeedRow:
 
 INTERPRETERS = ("auto", "pypy", "cpython")
 # "auto" simulates under PyPy only in a search that gives each worker this many seeds and does
-# not stop at its first failures: PyPy's first seeds are slower than CPython's, and it is
-# ahead only from about 20 seeds per worker on (docs/simulation.md, "Speed").
-PYPY_MIN_SEEDS_PER_WORKER = 32
+# not stop at its first failures: PyPy's first seeds are slower than CPython's; at 10 seeds a
+# worker the two tie, from 12-20 on PyPy is ahead (docs/simulation.md, "Speed").
+PYPY_MIN_SEEDS_PER_WORKER = 16
 _pypy: PypySimulator | None = None  # this process's PyPy child, kept warm across its seeds
 _pypy_broken = False  # "auto" fell back to CPython in this process after the child failed
 

@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interpreter", choices=INTERPRETERS, default="auto",
                         help="with --seeds: what simulates each seed (the checks stay on this "
                              "Python): auto (default: PyPy, installed by `make bootstrap`, for a "
-                             "search of at least 32 seeds per job without --stop-after, where its "
+                             "search of at least 16 seeds per job without --stop-after, where its "
                              "JIT pays off; else this Python), pypy or cpython")
     parser.add_argument("--campaign", type=Path, metavar="FILE.toml",
                         help="take the test from a campaign file's cell (with --cell)")
