@@ -164,6 +164,36 @@ async def _client_with_topic(world: World, topic: str) -> Client:
     return client
 
 
+def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
+    """The first attempt of a batch goes to the leader the client's metadata names, without a
+    task (Client._first_answer); when that leader is gone the connection is refused, which is
+    a definite failure, and the retry (a task, _send_batch) refreshes the metadata and is
+    acknowledged by the new leader."""
+    world = World(seed=4, n_nodes=4, node_config=NodeConfig().with_overrides(FAST))
+    world.start_all()
+    asked: list[bool] = []
+
+    async def main():
+        client = await _client_with_topic(world, "t")
+        first = await client.produce("t", 0, "0")
+        old = first["node"]
+        world.kill(world.brokers[old])
+        await asyncio.sleep(5)  # the controller fences it and elects another leader
+        fetch_metadata = client.metadata
+
+        async def spy(refresh: bool = False) -> dict:
+            asked.append(refresh)
+            return await fetch_metadata(refresh)
+
+        client.metadata = spy
+        ack = await client.produce("t", 0, "1")
+        assert ack["node"] != old and ack["offset"] == 1, ack
+        assert asked and all(asked)  # only refreshes, after the refused first attempt
+        await client.close()
+
+    world.loop.run(main())
+
+
 @pytest.mark.skipif(native_checks.binary() is None,
                     reason="histcheck is not built: make bootstrap builds it")
 def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_path, capfd):
