@@ -195,7 +195,7 @@ def check_path(path: Path, spark_master: str | None = None, *, backend: str = "s
     comparison and tests; only Spark scales past one machine's memory); "native" runs the
     same checks as `histcheck` (checkers/native_checks.py, held to the reference's exact
     results), in this process's machine, or the reference when it is not built or fails: a
-    simulated search checks each seed so, a few times as fast on a 30 s run. With backend
+    simulated search checks each seed so (up to twice as fast on a 30 s run). With backend
     "spark", a history of fewer than `spark_min_ops` operations (default: the run's
     `[checker] spark_min_ops`, else SPARK_MIN_OPS) is checked in this process too, unless the
     master is a cluster's. Each stage's time is

@@ -2,7 +2,8 @@
 
 HistoryWriter assigns `index` (file order) and `time` (integer ns since the run started, from
 time.monotonic_ns) while holding a lock, so both increase along the file whatever thread
-writes. Each op is one write() of one complete line, so a killed writer leaves whole lines;
+writes. Each op is one write() of one complete line (or, with `buffer_bytes`, as a simulation
+asks, one write() of many whole lines), so a killed writer leaves whole lines;
 a background thread fsyncs at least once a second while there are new lines, and close()
 fsyncs once more.
 

@@ -164,6 +164,19 @@ async def _client_with_topic(world: World, topic: str) -> Client:
     return client
 
 
+def _metadata_asks(client: Client) -> list[bool]:
+    """From now on, the `refresh` of each metadata request the client makes, in order."""
+    asked: list[bool] = []
+    fetch_metadata = client.metadata
+
+    async def spy(refresh: bool = False) -> dict:
+        asked.append(refresh)
+        return await fetch_metadata(refresh)
+
+    client.metadata = spy
+    return asked
+
+
 def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
     """The first attempt of a batch goes to the leader the client's metadata names, without a
     task (Client._first_answer); when that leader is gone the connection is refused, which is
@@ -171,7 +184,6 @@ def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
     acknowledged by the new leader."""
     world = World(seed=4, n_nodes=4, node_config=NodeConfig().with_overrides(FAST))
     world.start_all()
-    asked: list[bool] = []
 
     async def main():
         client = await _client_with_topic(world, "t")
@@ -179,13 +191,7 @@ def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
         old = first["node"]
         world.kill(world.brokers[old])
         await asyncio.sleep(5)  # the controller fences it and elects another leader
-        fetch_metadata = client.metadata
-
-        async def spy(refresh: bool = False) -> dict:
-            asked.append(refresh)
-            return await fetch_metadata(refresh)
-
-        client.metadata = spy
+        asked = _metadata_asks(client)
         ack = await client.produce("t", 0, "1")
         assert ack["node"] != old and ack["offset"] == 1, ack
         assert asked and all(asked)  # only refreshes, after the refused first attempt
@@ -197,8 +203,8 @@ def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
 @pytest.mark.skipif(native_checks.binary() is None,
                     reason="histcheck is not built: make bootstrap builds it")
 def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_path, capfd):
-    """A search checks each seed with check_path(backend="native"): histcheck, a few times as
-    fast as the pandas reference. Both write the same results for a run that lost records."""
+    """A search checks each seed with check_path(backend="native"): histcheck, faster than the
+    pandas reference. Both write the same results for a run that lost records."""
     lossy = run(tmp_path / "a", 1, time_limit=8.0, system=NO_ELR,
                 faults=shrink_then("power-loss", "chaos"))
     shutil.copytree(tmp_path / "a", tmp_path / "b")
@@ -247,18 +253,11 @@ def test_the_client_asks_for_metadata_only_when_it_holds_none_or_must_refresh():
     that metadata too. Only a refresh, or a retriable error, asks the cluster again."""
     world = World(seed=4, n_nodes=4, node_config=NodeConfig())
     world.start_all()
-    asked: list[bool] = []
 
     async def main():
         client = await _client_with_topic(world, "t")
         await client.metadata(refresh=True)
-        fetch_metadata = client.metadata
-
-        async def spy(refresh: bool = False) -> dict:
-            asked.append(refresh)
-            return await fetch_metadata(refresh)
-
-        client.metadata = spy
+        asked = _metadata_asks(client)
         acks = [await client.produce("t", 0, str(i)) for i in range(20)]
         reply = await client.fetch_reply("t", 0, 0)
         assert asked == []
