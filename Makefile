@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.bootstrapped
-APT_PKGS := openssh-server iptables iproute2 fuse3 libfuse3-dev procps psmisc openjdk-17-jre-headless chromium chromium-driver
+APT_PKGS := openssh-server iptables iproute2 fuse3 libfuse3-dev procps psmisc openjdk-17-jre-headless maven chromium chromium-driver
 # Toxiproxy (docs/toxiproxy.md), built from its Go module at this tag into .venv/bin, where the
 # harness looks first; control/toxiproxy.py says the same version.
 TOXIPROXY_VERSION := 2.12.0
@@ -23,7 +23,11 @@ CARGO ?= $(firstword $(shell command -v cargo 2>/dev/null) $(wildcard $(HOME)/.c
 # the signed suite and unpacked into the venv, with a launcher in .venv/bin.
 PYPY := $(VENV)/bin/pypy-sim
 
-bootstrap: $(STAMP) $(TOXIPROXY_STAMP) $(HISTINGEST) $(PYPY)
+# Apache Kafka as a second system under test (docs/kafka.md): the pinned broker versions'
+# classpaths, resolved by Maven from systems/kafka/pom.xml into .venv/kafka/<version>/libs.
+KAFKA_STAMP := $(VENV)/kafka/.versions
+
+bootstrap: $(STAMP) $(TOXIPROXY_STAMP) $(HISTINGEST) $(PYPY) $(KAFKA_STAMP)
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -61,6 +65,10 @@ $(HISTINGEST): $(STAMP) $(HISTINGEST_SRC)
 
 $(PYPY): $(STAMP) harness/pypy.py
 	$(VPY) -m harness.pypy install
+
+$(KAFKA_STAMP): $(STAMP) systems/kafka/pom.xml control/kafka_install.py
+	$(VPY) -m control.kafka_install
+	touch $@
 
 test: bootstrap
 	$(VENV)/bin/lint-imports

@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 from checkers.check import check_path  # noqa: E402
 from harness import store  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
+from harness.config import node_settings  # noqa: E402
 from harness.pypy import PypySimulator  # noqa: E402
 from harness.pypy import binary as pypy_binary  # noqa: E402
 from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
@@ -112,7 +113,7 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
                     rate=s.workload.rate, producers=s.workload.producers,
                     consumers=s.workload.consumers,
                     request_timeout_s=s.workload.request_timeout_ms / 1000, seed=seed),
-                time_limit=s.time_limit, system=config["system"], n_nodes=s.nodes,
+                time_limit=s.time_limit, system=node_settings(config["system"]), n_nodes=s.nodes,
                 replication_factor=s.topic.replication_factor,
                 final_read_timeout=s.workload.final_read_timeout, faults=tour(s.topic.name),
                 invariants=invariants)

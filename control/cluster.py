@@ -6,7 +6,10 @@ host's SSH `Remote`, exactly as it would on a VM.
 With `toxiproxy` set (the path of toxiproxy-server on the hosts), each node listens on
 loopback and is reached only through its host's Toxiproxy (control.toxiproxy has the layout):
 its advertised address `host:9092` is a proxy to it, and a broker's own connections to its
-peers go through local proxies (`--route`)."""
+peers go through local proxies (`--route`).
+
+With `kafka` set (control.kafka), the nodes are Apache Kafka's instead, in the same layout: n1
+the KRaft controller, n2..nN the brokers, each the host's "node" daemon."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from pathlib import PurePosixPath
 
 from control import toxiproxy as tp
 from control.host import Host
+from control.kafka import KafkaNodes
 
 PORT = 9092
 LAZYFS_SOCK = "lazyfs.sock"
@@ -31,6 +35,7 @@ class Cluster:
     lazyfs: bool = False
     down: set[str] = field(default_factory=set)  # hosts whose node is deliberately stopped
     toxiproxy: str | None = None  # toxiproxy-server on the hosts; None: nodes listen directly
+    kafka: KafkaNodes | None = None  # Apache Kafka's nodes; None: the embedded system's
 
     @property
     def controller_host(self) -> Host:
@@ -57,6 +62,8 @@ class Cluster:
         return None
 
     def bootstrap(self) -> list[str]:
+        if self.kafka:
+            return self.kafka.bootstrap()
         return [self.controller_address] + [f"{h.address}:{PORT}" for h in self.broker_hosts.values()]
 
     def _config_args(self) -> list[str]:
@@ -66,6 +73,8 @@ class Cluster:
         return args
 
     def node_argv(self, host: Host) -> list[str]:
+        if self.kafka:
+            return self.kafka.argv(host)
         advertised = f"{host.address}:{PORT}"
         listen = f"127.0.0.1:{tp.NODE_PORT}" if self.toxiproxy else advertised
         if host.name == self.controller_host.name:
@@ -115,9 +124,20 @@ class Cluster:
 
     def start(self, host: Host) -> None:
         host.remote.run(["mkdir", "-p", str(host.data_dir), str(host.log_dir)])
+        if self.kafka and not self.kafka.is_formatted(host):
+            self.format_kafka(host)
         if not host.remote.is_running("node"):
             host.remote.start_daemon("node", self.node_argv(host), host.log_dir / "node.log")
         self.down.discard(host.name)
+
+    def format_kafka(self, host: Host) -> None:
+        """A Kafka node's config and formatted storage, made durable: the cluster was set up
+        long before the faults, so a power loss must not take its meta.properties."""
+        assert self.kafka
+        self.kafka.configure(host)
+        host.remote.run(self.kafka.format_argv(host), timeout=120)
+        if self.lazyfs:
+            self.lazyfs_ctl(host, "flush-all")
 
     def signal(self, host: Host, sig: str) -> bool:
         return host.remote.signal("node", sig)

@@ -25,8 +25,10 @@ from typing import Any
 
 from checkers.definitions import ANOMALIES
 from checkers.invariants import INVARIANTS
+from control import kafka_install
 from control.inventory import InventoryError, load_inventory
-from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, needs_toxiproxy
+from control.kafka import KafkaSettings, refusals
+from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup, needs_toxiproxy
 from nemesis.kinds.links import LINK_DEFAULTS
 from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
 from replication.config import ConfigError as NodeConfigError
@@ -42,6 +44,9 @@ HOST_PROVIDERS = ("netns", "ssh", "sim")  # sim: the deterministic simulator (ha
 # Names under results/ that are not tests: the newest-run link and the campaigns folder.
 RESERVED_NAMES = ("latest", "campaigns")
 TOP = ""  # the table holding the top-level keys in SCHEMA
+# [system] kind: which system runs on the hosts; every other [system] key is a node setting
+SYSTEM_KINDS = ("embedded", "kafka")
+KIND = "kind"
 
 _INT32 = 2**31 - 1
 _INT64 = 2**63 - 1
@@ -198,6 +203,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "replication_factor": _int(1, 63),
     },
     "system": {
+        KIND: _choice(*SYSTEM_KINDS),
         "min.insync.replicas": _int(1, 63),
         "eligible.leader.replicas.enable": _bool(),
         "unclean.leader.election.enable": _bool(),
@@ -223,6 +229,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "consumers": _int(0, 1000),
         "request_timeout_ms": _int(1, _INT32),
         "final_read_timeout": _number(0, 86400),
+        # Kafka's idempotent producer (enable.idempotence, with acks = "all"); the embedded
+        # client has no idempotence and ignores it
+        "idempotence": _bool(),
     },
     "nemesis": {
         "faults": _names(KNOWN_FAULTS, "fault kinds"),
@@ -242,6 +251,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "spark_master": _nonempty_str(),
         "spark_min_ops": _int(0, _INT64),
     },
+    # Apache Kafka, when system.kind = "kafka" (docs/kafka.md)
+    "kafka": {
+        "version": _pattern(re.compile(r"[34]\.\d{1,2}\.\d{1,2}"),
+                            "a Kafka release such as " + " or ".join(kafka_install.VERSIONS)),
+        "heap_mb": _int(128, 65536),
+        "controller_heap_mb": _int(128, 65536),
+    },
     "hosts": {
         "provider": _choice(*HOST_PROVIDERS),
         "inventory": _nonempty_str(),
@@ -254,10 +270,12 @@ _MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
 # Keys that may be left out of their table ([system] keys all may, see validate()); configs
 # stored before a key existed leave it out.
 _OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
-              ("checker", "spark_min_ops")}
+              ("checker", "spark_min_ops"), ("kafka", "heap_mb"), ("kafka", "controller_heap_mb"),
+              ("workload", "idempotence")}
              | {("nemesis", k) for k in LINK_DEFAULTS})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
-_ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"}}
+_ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"},
+                                              "kafka": {"version": kafka_install.DEFAULT_VERSION}}
 
 
 @dataclass(frozen=True)
@@ -520,6 +538,7 @@ def validate(config: Mapping[str, Any], prov: Provenance | None = None, *,
                       for key, field in fields.items() if key in given or _required(table, key)}
     _check_relations(out, prov)
     _check_hosts(out, prov)
+    _check_kafka(out, prov)
     node_config(out["system"])  # the nodes' own rules, so a run never starts with settings they refuse
     return out
 
@@ -631,6 +650,37 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
         raise _relation_error("hosts.inventory", str(e), prov) from None
 
 
+def _check_kafka(c: Mapping[str, Any], prov: Provenance) -> None:
+    """What Apache Kafka cannot run: the embedded system's weakness switches, fault kinds that
+    act on what only the embedded system has, hosts Kafka is not installed on."""
+    if system_kind(c) != "kafka":
+        return
+    for reason in refusals(c["system"]):
+        raise _relation_error("system.kind", reason, prov)
+    for name in c["nemesis"]["faults"]:
+        why = lookup(name).not_on_kafka
+        if why:
+            culprit = _later("system.kind", "nemesis.faults", prov)
+            raise _relation_error(culprit, f"{name} cannot run with system.kind = \"kafka\": "
+                                  f"{why}", prov)
+    if c["hosts"]["provider"] not in ("netns",):
+        raise _relation_error("hosts.provider", f"system.kind = \"kafka\" runs on netns hosts; "
+                              f"provider {c['hosts']['provider']!r} is not supported yet", prov)
+    if c["hosts"].get("toxiproxy") is True:
+        raise _relation_error("hosts.toxiproxy", "Kafka's brokers are not put behind "
+                              "Toxiproxy yet; set hosts.toxiproxy = \"auto\"", prov)
+
+
+def system_kind(config: Mapping[str, Any]) -> str:
+    """"embedded" or "kafka": which system a validated config runs."""
+    return config["system"].get(KIND, "embedded")
+
+
+def node_settings(system: Mapping[str, Any]) -> dict[str, Any]:
+    """A [system] table's node settings: everything but `kind`."""
+    return {k: v for k, v in system.items() if k != KIND}
+
+
 def _inventory_path(value: str, origin: _Origin) -> Path:
     """A relative path is relative to the TOML config file that set it, else to the cwd."""
     path = Path(value).expanduser()
@@ -672,6 +722,7 @@ class WorkloadSettings:
     consumers: int
     request_timeout_ms: int
     final_read_timeout: float
+    idempotence: bool = True
 
 
 @dataclass(frozen=True)
@@ -712,6 +763,8 @@ class TestConfig:
     seed: int
     topic: TopicSettings
     system: NodeConfig  # the single source of node settings and their defaults
+    system_kind: str  # "embedded" | "kafka"
+    kafka: KafkaSettings  # used when system_kind is "kafka"
     workload: WorkloadSettings
     nemesis: NemesisSettings
     checker: CheckerSettings
@@ -736,7 +789,7 @@ def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
 def node_config(system: Mapping[str, Any]) -> NodeConfig:
     """The nodes' settings of a [system] table, exactly as the nodes parse `--config K=V`."""
     try:
-        return NodeConfig.from_settings(system)
+        return NodeConfig.from_settings(node_settings(system))
     except NodeConfigError as e:
         raise ConfigError(f"[system]: {e}") from None
 
@@ -748,10 +801,11 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
         name=config["name"], nodes=int(config["nodes"]), time_limit=float(config["time_limit"]),
         seed=int(config["seed"]),
         topic=TopicSettings(t["name"], int(t["partitions"]), int(t["replication_factor"])),
-        system=node_config(config["system"]),
+        system=node_config(config["system"]), system_kind=system_kind(config),
+        kafka=KafkaSettings(**config.get("kafka", _ABSENT_TABLES["kafka"])),
         workload=WorkloadSettings(str(w["acks"]), float(w["rate"]), int(w["producers"]),
                                   int(w["consumers"]), int(w["request_timeout_ms"]),
-                                  float(w["final_read_timeout"])),
+                                  float(w["final_read_timeout"]), bool(w.get("idempotence", True))),
         nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, v)) for k, v in LINK_DEFAULTS.items()},

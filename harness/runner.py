@@ -27,15 +27,16 @@ from control.host import Host
 from control.parallel import on_hosts
 from control.provider import make_provider
 from harness import store
+from harness.config import node_settings
 from harness.report import report_path
+from harness.system import System, Workload, system_of
 from harness.test import RunClock, Test
-from nemesis.faults import Nemesis, metadata_topology
+from nemesis.faults import Nemesis
 from nemesis.hosts_world import HostsWorld, heal_network
 from nemesis.kinds import needs_lazyfs
 from nemesis.schedule import ScheduleRecord
 from workloads.history import HistoryWriter
-from workloads.kafka import KafkaWorkload, WorkloadParams
-from workloads.topics import create_topic, wait_healthy
+from workloads.kafka import WorkloadParams
 
 
 def say(msg: str) -> None:
@@ -47,6 +48,7 @@ def run_test(test: Test) -> Path:
     cleaned = cleanup.cleanup_stale()
     if cleaned:
         say(f"cleaned up {len(cleaned)} leftover cluster(s) from an earlier run")
+    system = system_of(test)  # a missing Kafka install is one clear error before any host
     clock = RunClock()
     run_dir = store.new_run(test.results_root, test.config, list(test.argv), clock.wall_start,
                             latest=False)
@@ -56,8 +58,9 @@ def run_test(test: Test) -> Path:
             # Only a run that got its hosts becomes results/latest: one that failed before
             # (no free slot, a bad inventory) must not hide the last real run.
             store.update_latest(test.results_root, run_dir)
-            with cluster_phase(test, hosts, python, run_dir, clock, toxiproxy) as cluster:
-                asyncio.run(exercise(test, cluster, history, run_dir, clock))
+            with cluster_phase(test, hosts, python, run_dir, clock, toxiproxy,
+                               system) as cluster:
+                asyncio.run(exercise(test, cluster, history, run_dir, clock, system))
     if test.check:
         verdict_phase(test, run_dir)
     return run_dir
@@ -79,12 +82,15 @@ def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], str, st
 
 @contextmanager
 def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
-                  clock: RunClock, toxiproxy: str | None = None) -> Iterator[Cluster]:
+                  clock: RunClock, toxiproxy: str | None = None,
+                  system: System | None = None) -> Iterator[Cluster]:
     """Nodes up on healed hosts (each behind its Toxiproxy with `toxiproxy`); whatever happens
     next, their logs, events and data are collected and they are stopped."""
     settings = test.settings
-    cluster = Cluster(hosts, test.config["system"], python=python,
-                      lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy)
+    system = system or system_of(test)
+    cluster = Cluster(hosts, node_settings(test.config["system"]), python=python,
+                      lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy,
+                      kafka=system.nodes(hosts, run_dir.name))
     try:
         if cluster.toxiproxy:  # before the heal, which removes toxics a crashed run left
             on_hosts(cluster.hosts, lambda h: cluster.start_toxiproxy(h, settings.seed))
@@ -102,23 +108,24 @@ def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
 
 
 async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir: Path,
-                   clock: RunClock) -> None:
+                   clock: RunClock, system: System | None = None) -> None:
     """Topic, then workload and nemesis together for the time limit, then heal everything and
     read every partition to the end."""
     s = test.settings
-    await create_topic(cluster.bootstrap(), len(cluster.broker_hosts), s.topic.name,
-                       s.topic.partitions, s.topic.replication_factor)
-    await wait_healthy(cluster.bootstrap(), s.topic.name, s.topic.partitions, 60)
+    system = system or system_of(test)
+    await system.create_topic(cluster.bootstrap(), len(cluster.broker_hosts), s.topic.name,
+                              s.topic.partitions, s.topic.replication_factor)
+    await system.wait_healthy(cluster.bootstrap(), s.topic.name, s.topic.partitions, 60)
     params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
                             acks=s.workload.acks, rate=s.workload.rate,
                             producers=s.workload.producers, consumers=s.workload.consumers,
                             request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
-    workload = KafkaWorkload(params, cluster.bootstrap(), history)
+    workload = system.workload(params, cluster.bootstrap(), history)
     schedule = ScheduleRecord(run_dir / "schedule.json", test.schedule_params,
                               test.plan.entries_for(test.schedule_params))
     world = HostsWorld(cluster)
-    topology = metadata_topology([h.name for h in cluster.hosts], cluster.bootstrap(),
-                                 s.topic.name)
+    topology = system.topology([h.name for h in cluster.hosts], cluster.bootstrap(),
+                               s.topic.name)
     clock.mark_workload_start()
     nemesis = Nemesis(world, topology, history, schedule, clock.workload_seconds,
                       s.nemesis.settings)
@@ -137,8 +144,8 @@ async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir
     say("healing every fault and restarting stopped nodes")
     await nemesis.heal_all()
     history.nemesis("stop-all", {"healed": True})
-    healthy = await wait_healthy(cluster.bootstrap(), s.topic.name, s.topic.partitions,
-                                 s.workload.final_read_timeout)
+    healthy = await system.wait_healthy(cluster.bootstrap(), s.topic.name, s.topic.partitions,
+                                        s.workload.final_read_timeout)
     if not healthy:
         say("cluster did not fully recover (some partition has no full ISR); reading anyway")
     say("final read")
@@ -163,7 +170,7 @@ def verdict_phase(test: Test, run_dir: Path) -> None:
         say(f"report failed: {e}")
 
 
-async def show_progress(workload: KafkaWorkload, schedule: ScheduleRecord, limit: float) -> None:
+async def show_progress(workload: Workload, schedule: ScheduleRecord, limit: float) -> None:
     """A progress bar on a terminal; a line every 5 s in logs (CI, campaigns under cron)."""
     tty = sys.stderr.isatty()
     width = shutil.get_terminal_size((100, 20)).columns or 100  # a pty may report 0 columns

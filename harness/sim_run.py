@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.exitcodes import UserError
+from harness.config import node_settings
 from harness.test import Test
 from nemesis.faults import Nemesis, metadata_topology
 from nemesis.kinds import lookup
@@ -49,6 +50,9 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
     `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
     cost)."""
     s = test.settings
+    if s.system_kind != "embedded":
+        raise UserError(f"the simulator runs the embedded system, not system.kind = "
+                        f"{s.system_kind!r}: run Kafka on hosts with `harness run`")
     params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
                             acks=s.workload.acks, rate=s.workload.rate,
                             producers=s.workload.producers, consumers=s.workload.consumers,
@@ -67,7 +71,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
 
     try:
         return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
-                              system=test.config["system"], n_nodes=s.nodes,
+                              system=node_settings(test.config["system"]), n_nodes=s.nodes,
                               replication_factor=s.topic.replication_factor,
                               final_read_timeout=s.workload.final_read_timeout, faults=faults,
                               keep_going=keep_going, invariants=invariants)

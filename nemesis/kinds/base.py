@@ -84,6 +84,8 @@ class FaultKind:
     mode_targets: ClassVar[Mapping[str, str]]
     needs_lazyfs: ClassVar[bool] = False  # the data directory must be the lossy filesystem
     simulated: ClassVar[bool] = True  # the simulated world can apply it
+    # Why the kind cannot act on Apache Kafka's nodes (docs/kafka.md); "" when it can.
+    not_on_kafka: ClassVar[str] = ""
     settings_keys: ClassVar[tuple[str, ...]] = ()  # [nemesis] settings it applies
     # Where the history and schedule.json record what describe() returns.
     record_key: ClassVar[str] = "link"

@@ -99,6 +99,7 @@ class CorruptSegment(FaultKind):
     name = "corrupt-segment"
     family = "disk"
     simulated = False  # the simulated world has no segment files
+    not_on_kafka = "it damages the embedded system's segment format, not Kafka's"
     # As process faults, but never the controller (it has no segments) and never the last
     # ISR member or the ELR alone: damaging the only complete copy is loss, not a repair.
     auto_targets = {"leader": 4, "random-broker": 2, "followers": 2}

@@ -191,6 +191,7 @@ class VmPowerOff(FaultKind):
     auto_targets = HOST_AUTO
     mode_targets = HOST_MODES
     simulated = False  # a simulated world has no VMs to power off
+    not_on_kafka = "Kafka runs on namespace hosts only so far; VMs need its classpath there"
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         from nemesis.hosts_world import HostsWorld  # real hosts only: SSH and Toxiproxy

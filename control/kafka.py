@@ -1,0 +1,224 @@
+"""Apache Kafka (KRaft) as the system under test on the run's hosts (docs/kafka.md).
+
+The layout is the embedded system's: n1 runs the one KRaft controller (node id 0, listener
+`CONTROLLER` on port 9093), n2..nN the brokers with node ids 1..N-1 (listener `PLAINTEXT` on
+port 9092, for clients and replication alike). Each node is `java -cp 'libs/*' kafka.Kafka
+server.properties` started as the host's "node" daemon, so every process fault (kill, pause,
+restart), host fault (the lossy filesystem under `log.dirs`) and netfilter fault acts on it
+exactly as on an embedded node. `server.properties` and the logging config sit in the host's
+work directory, outside the data directory, so a power loss never takes them.
+
+The [system] table speaks Kafka's names. Those Kafka has are translated (`flush.messages` is
+the broker's `log.flush.interval.messages`), the embedded system's tuning knobs that Kafka
+lacks are left out, and its weakness switches, which have no Kafka equivalent, are refused
+unless left at their defaults (`refusals`)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the config imports this module, and a simulated run has no SSH (PyPy)
+    from control.host import Host
+
+PORT = 9092
+CONTROLLER_PORT = 9093
+CONTROLLER_ID = 0
+
+# [system] key -> the broker's (or controller's) property of the same meaning
+KAFKA_NAMES = {
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "replica.lag.time.max.ms": "replica.lag.time.max.ms",
+    "broker.session.timeout.ms": "broker.session.timeout.ms",
+    "broker.heartbeat.interval.ms": "broker.heartbeat.interval.ms",
+    "replica.fetch.wait.max.ms": "replica.fetch.wait.max.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "segment.bytes": "log.segment.bytes",
+}
+# The embedded system's historical weaknesses: Kafka has none of these (docs/kafka.md), so a
+# run that asks for one on Kafka is refused rather than silently run without it.
+WEAKNESS_DEFAULTS = {
+    "replica.truncation": "leader-epoch",  # KIP-101 truncation; Kafka removed the HWM one
+    "unclean.shutdown.detection": True,  # KIP-966's unclean-shutdown handling
+    "isr.update": "controller",  # KRaft leaders act on an ISR once committed (KIP-497)
+}
+# Embedded tuning knobs with no Kafka property: left out, said once in the node's notes.
+EMBEDDED_ONLY = ("unclean.recovery.strategy", "unclean.recovery.timeout.ms",
+                 "replica.fetch.max.records", "request.timeout.ms")
+# Settings a chaos run needs that Kafka's defaults would make slow or impossible on a few
+# brokers: internal topics sized to the cluster, no auto-created topics, no rebalance delay.
+_BROKER_BASE = {
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    "controlled.shutdown.enable": "true",
+    "log.flush.scheduler.interval.ms": "100",  # how often flush.ms is looked at (default: never)
+}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """The [kafka] table: which version runs and how big its JVMs are."""
+
+    version: str
+    heap_mb: int = 512
+    controller_heap_mb: int = 256
+
+
+def has_elr(version: str) -> bool:
+    """KIP-966's Eligible Leader Replicas: a feature of 4.1 and later, on by default there."""
+    major, minor = (int(x) for x in version.split(".")[:2])
+    return (major, minor) >= (4, 1)
+
+
+def refusals(system: Mapping[str, object]) -> list[str]:
+    """Why a [system] table cannot run on Kafka: one sentence per weakness switch set."""
+    return [f"system.{key} = {system[key]!r} is a weakness switch of the embedded system that "
+            "Apache Kafka has no equivalent of (docs/kafka.md); leave it at "
+            f"{default!r} with system.kind = \"kafka\""
+            for key, default in WEAKNESS_DEFAULTS.items()
+            if key in system and system[key] != default]
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def translate(system: Mapping[str, object], version: str) -> tuple[dict[str, str], list[str]]:
+    """The Kafka properties of a [system] table, and notes on what was left out."""
+    props = {KAFKA_NAMES[k]: _text(v) for k, v in system.items() if k in KAFKA_NAMES}
+    notes = [f"{k} has no Kafka property; left out" for k in EMBEDDED_ONLY if k in system]
+    if system.get("eligible.leader.replicas.enable") and not has_elr(version):
+        notes.append(f"eligible.leader.replicas.enable: Kafka {version} has no ELR (4.1+)")
+    return props, notes
+
+
+def cluster_id(name: str) -> str:
+    """A KRaft cluster id (16 bytes, URL-safe base64) that is the same for every node of a
+    run and differs between runs."""
+    digest = hashlib.sha256(name.encode()).digest()[:16]
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+def _properties(props: Mapping[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+_LOG4J2 = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d{ISO8601}] %p %m (%c)%n"
+  Loggers:
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: org.apache.kafka.clients
+        level: WARN
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+"""
+_LOG4J1 = """log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.org.apache.kafka.clients=WARN
+"""
+
+
+class KafkaNodes:
+    """How each host's Kafka node is configured, formatted and started."""
+
+    def __init__(self, hosts: list[Host], system: Mapping[str, object], settings: KafkaSettings,
+                 libs: str, java: str, name: str) -> None:
+        self.hosts = hosts
+        self.settings = settings
+        self.libs = libs
+        self.java = java
+        self.cluster_id = cluster_id(name)
+        self.props, self.notes = translate(system, settings.version)
+        self.elr = bool(system.get("eligible.leader.replicas.enable", True)) and has_elr(
+            settings.version)
+
+    @property
+    def controller_host(self) -> Host:
+        return self.hosts[0]
+
+    def bootstrap(self) -> list[str]:
+        """Clients bootstrap from the brokers: a KRaft controller serves no client."""
+        return [f"{h.address}:{PORT}" for h in self.hosts[1:]]
+
+    def _voters(self) -> str:
+        return f"{CONTROLLER_ID}@{self.controller_host.address}:{CONTROLLER_PORT}"
+
+    def server_properties(self, host: Host) -> dict[str, str]:
+        common = {
+            "controller.quorum.voters": self._voters(),
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(host.data_dir),
+        }
+        if host.name == self.controller_host.name:
+            return {"process.roles": "controller", "node.id": str(CONTROLLER_ID), **common,
+                    "listeners": f"CONTROLLER://{host.address}:{CONTROLLER_PORT}",
+                    **{k: v for k, v in self.props.items()
+                       if k in ("broker.session.timeout.ms", "unclean.leader.election.enable",
+                                "min.insync.replicas")}}
+        brokers = len(self.hosts) - 1
+        internal_rf = str(min(3, brokers))
+        return {"process.roles": "broker", "node.id": str(self.hosts.index(host)), **common,
+                "listeners": f"PLAINTEXT://{host.address}:{PORT}",
+                "advertised.listeners": f"PLAINTEXT://{host.address}:{PORT}",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "offsets.topic.replication.factor": internal_rf,
+                "transaction.state.log.replication.factor": internal_rf,
+                "transaction.state.log.min.isr": str(min(2, brokers)),
+                **_BROKER_BASE, **self.props}
+
+    def _paths(self, host: Host) -> tuple[PurePosixPath, PurePosixPath]:
+        log_config = "log4j.properties" if self.settings.version.startswith("3.") else "log4j2.yaml"
+        return host.work_dir / "server.properties", host.work_dir / log_config
+
+    def configure(self, host: Host) -> None:
+        """Write the node's server.properties and logging config on its host."""
+        props_path, log_path = self._paths(host)
+        log_text = _LOG4J1 if self.settings.version.startswith("3.") else _LOG4J2
+        for path, text in ((props_path, _properties(self.server_properties(host))),
+                           (log_path, log_text)):
+            host.remote.run(["sh", "-c", 'umask 022 && cat > "$1"', "sh", str(path)], input=text)
+
+    def format_argv(self, host: Host) -> list[str]:
+        """kafka-storage format: meta.properties (and the controller's bootstrap metadata,
+        with ELR's feature level) in the data directory; a formatted directory is kept."""
+        argv = [self.java, "-Xmx256m", "-cp", f"{self.libs}/*", "kafka.tools.StorageTool",
+                "format", "-t", self.cluster_id, "-c", str(self._paths(host)[0]),
+                "--ignore-formatted"]
+        if has_elr(self.settings.version):
+            argv += ["--feature", f"eligible.leader.replicas.version={int(self.elr)}"]
+        return argv
+
+    def is_formatted(self, host: Host) -> bool:
+        return host.remote.run(["test", "-f", str(host.data_dir / "meta.properties")],
+                               check=False).ok
+
+    def argv(self, host: Host) -> list[str]:
+        controller = host.name == self.controller_host.name
+        heap = self.settings.controller_heap_mb if controller else self.settings.heap_mb
+        props_path, log_path = self._paths(host)
+        logging = (f"-Dlog4j.configuration=file:{log_path}"
+                   if self.settings.version.startswith("3.")
+                   else f"-Dlog4j2.configurationFile={log_path}")
+        # Serial GC and C1 only: two cores shared by five JVMs start in seconds, not a minute
+        return [self.java, f"-Xmx{heap}m", f"-Xms{min(heap, 128)}m", "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", logging,
+                "-cp", f"{self.libs}/*", "kafka.Kafka", str(props_path)]

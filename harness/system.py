@@ -1,0 +1,117 @@
+"""The system under test as one run drives it (Jepsen's `db`): how its nodes are laid out on
+the hosts, how its topic is created and its health awaited, which workload client speaks to
+it, and how fault targets learn its live leaders, ISR and ELR.
+
+Two systems plug in here, chosen by `[system] kind`: the embedded one (replication/, its own
+client) and Apache Kafka (control.kafka on the hosts; confluent-kafka for the workload;
+docs/kafka.md). The run sequence (harness.runner) is written once against `System`."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from control import kafka_install
+from control.host import Host
+from control.kafka import KafkaNodes
+from harness.config import node_settings
+from harness.test import Test
+from nemesis.faults import metadata_topology
+from nemesis.kinds.base import Topology
+from workloads import kafka_admin, topics
+from workloads.history import HistoryWriter
+from workloads.kafka import KafkaWorkload, WorkloadParams
+from workloads.rdkafka import RdKafkaWorkload
+
+
+class Workload(Protocol):
+    stats: dict[str, int]
+    final_errors: dict[int, str]
+
+    async def run(self, duration_s: float) -> None: ...
+    async def final_read(self, timeout_s: float) -> dict[int, bool]: ...
+
+
+class System(Protocol):
+    kind: str
+
+    def nodes(self, hosts: list[Host], run_name: str) -> KafkaNodes | None:
+        """The node layout the cluster starts (None: the embedded system's own)."""
+        ...
+
+    async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
+                           partitions: int, replication_factor: int) -> None: ...
+    async def wait_healthy(self, bootstrap: list[str], topic: str, partitions: int,
+                           timeout: float) -> bool: ...
+    def workload(self, params: WorkloadParams, bootstrap: list[str],
+                 history: HistoryWriter) -> Workload: ...
+    def topology(self, nodes: list[str], bootstrap: list[str], topic: str) -> Topology: ...
+
+
+class Embedded:
+    """replication/'s controller and brokers, driven by its own client."""
+
+    kind = "embedded"
+
+    def nodes(self, hosts: list[Host], run_name: str) -> None:
+        return None
+
+    async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
+                           partitions: int, replication_factor: int) -> None:
+        await topics.create_topic(bootstrap, brokers, topic, partitions, replication_factor)
+
+    async def wait_healthy(self, bootstrap: list[str], topic: str, partitions: int,
+                           timeout: float) -> bool:
+        return await topics.wait_healthy(bootstrap, topic, partitions, timeout)
+
+    def workload(self, params: WorkloadParams, bootstrap: list[str],
+                 history: HistoryWriter) -> Workload:
+        return KafkaWorkload(params, bootstrap, history)
+
+    def topology(self, nodes: list[str], bootstrap: list[str], topic: str) -> Topology:
+        return metadata_topology(nodes, bootstrap, topic)
+
+
+class ApacheKafka:
+    """Apache Kafka in KRaft mode, driven by confluent-kafka."""
+
+    kind = "kafka"
+
+    def __init__(self, test: Test) -> None:
+        self.test = test
+        self.settings = test.settings.kafka
+        self.libs = str(kafka_install.require(self.settings.version))  # before any host is made
+        self.java = kafka_install.java()
+
+    def nodes(self, hosts: list[Host], run_name: str) -> KafkaNodes:
+        return KafkaNodes(hosts, node_settings(self.test.config["system"]), self.settings, self.libs, self.java,
+                          run_name)
+
+    async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
+                           partitions: int, replication_factor: int) -> None:
+        await kafka_admin.create_topic(bootstrap, brokers, topic, partitions, replication_factor)
+
+    async def wait_healthy(self, bootstrap: list[str], topic: str, partitions: int,
+                           timeout: float) -> bool:
+        return await kafka_admin.wait_healthy(bootstrap, topic, partitions, timeout)
+
+    def workload(self, params: WorkloadParams, bootstrap: list[str],
+                 history: HistoryWriter) -> Workload:
+        return RdKafkaWorkload(params, bootstrap, history,
+                               idempotence=self.test.settings.workload.idempotence)
+
+    def topology(self, nodes: list[str], bootstrap: list[str], topic: str) -> Topology:
+        async def partition_state(partition: int) -> dict[str, Any] | None:
+            try:
+                states = await kafka_admin.describe_partitions(bootstrap, topic)
+            except kafka_admin.KafkaAdminError:
+                return None
+            return next((p for p in states if p["partition"] == partition), None)
+
+        brokers = {i: name for i, name in enumerate(nodes[1:], start=1)}
+        return Topology(tuple(nodes), nodes[0], brokers, partition_state)
+
+
+def system_of(test: Test) -> System:
+    """The system a test runs (a missing Kafka install is a one-line error here, before any
+    host is made)."""
+    return ApacheKafka(test) if test.settings.system_kind == "kafka" else Embedded()
