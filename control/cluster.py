@@ -110,8 +110,10 @@ class Cluster:
         """The data directory becomes a lossy page-cache FUSE mount over a backing directory."""
         backing, sock = self.lazyfs_paths(host)
         host.remote.run(["mkdir", "-p", str(backing), str(host.data_dir)])
+        mapped = [a for s in self.kafka.mapped_suffixes for a in ("--page-cached", s)] \
+            if self.kafka else []
         host.remote.run([self.python, "-m", "nemesis.lazyfs", "mount", str(backing), str(host.data_dir),
-                         "--control", str(sock)], timeout=30)
+                         "--control", str(sock), *mapped], timeout=30)
 
     def lazyfs_ctl(self, host: Host, *command: str) -> str:
         _, sock = self.lazyfs_paths(host)

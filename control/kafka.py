@@ -51,6 +51,10 @@ WEAKNESS_DEFAULTS = {
 # Embedded tuning knobs with no Kafka property: left out, said once in the node's notes.
 EMBEDDED_ONLY = ("unclean.recovery.strategy", "unclean.recovery.timeout.ms",
                  "replica.fetch.max.records", "request.timeout.ms")
+# Files Kafka maps into memory, shared and writable (its offset and time indexes): on the
+# lossy filesystem they go through the kernel's page cache (`--page-cached`), since FUSE
+# refuses such a mapping on a direct-I/O file. Kafka rebuilds them after an unclean shutdown.
+MAPPED_SUFFIXES = (".index", ".timeindex")
 # Settings a chaos run needs that Kafka's defaults would make slow or impossible on a few
 # brokers: internal topics sized to the cluster, no auto-created topics, no rebalance delay.
 _BROKER_BASE = {
@@ -115,7 +119,7 @@ _LOG4J2 = """Configuration:
     Console:
       name: STDOUT
       PatternLayout:
-        pattern: "[%d{ISO8601}] %p %m (%c)%n"
+        pattern: "[%d{yyyy-MM-dd'T'HH:mm:ss.SSSZ}] %p %m (%c)%n"
   Loggers:
     Logger:
       - name: kafka.request.logger
@@ -130,7 +134,7 @@ _LOG4J2 = """Configuration:
 _LOG4J1 = """log4j.rootLogger=INFO, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender
 log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.appender.stdout.layout.ConversionPattern=[%d{yyyy-MM-dd'T'HH:mm:ss.SSSZ}] %p %m (%c)%n
 log4j.logger.kafka.request.logger=WARN
 log4j.logger.org.apache.kafka.clients=WARN
 """
@@ -138,6 +142,8 @@ log4j.logger.org.apache.kafka.clients=WARN
 
 class KafkaNodes:
     """How each host's Kafka node is configured, formatted and started."""
+
+    mapped_suffixes = MAPPED_SUFFIXES
 
     def __init__(self, hosts: list[Host], system: Mapping[str, object], settings: KafkaSettings,
                  libs: str, java: str, name: str) -> None:

@@ -103,7 +103,7 @@ def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
             cluster.start(host)
         yield cluster
     finally:
-        collect(cluster, run_dir, clock)
+        collect(cluster, run_dir, clock, system)
         stop_nodes(cluster)
 
 
@@ -121,6 +121,19 @@ async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir
                             producers=s.workload.producers, consumers=s.workload.consumers,
                             request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
     workload = system.workload(params, cluster.bootstrap(), history)
+    watch = asyncio.get_running_loop().create_task(
+        system.observe(cluster.bootstrap(), s.topic.name))
+    try:
+        await _exercise(test, cluster, history, run_dir, clock, system, workload)
+    finally:
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+
+
+async def _exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir: Path,
+                    clock: RunClock, system: System, workload: Workload) -> None:
+    """The workload and nemesis together for the time limit, heal, the final read."""
+    s = test.settings
     schedule = ScheduleRecord(run_dir / "schedule.json", test.schedule_params,
                               test.plan.entries_for(test.schedule_params))
     world = HostsWorld(cluster)
@@ -197,8 +210,10 @@ async def show_progress(workload: Workload, schedule: ScheduleRecord, limit: flo
         bar.close()
 
 
-def collect(cluster: Cluster, run_dir: Path, clock: RunClock) -> None:
-    """Node logs, events and data files into nodes/<host>/; events merged onto the run clock."""
+def collect(cluster: Cluster, run_dir: Path, clock: RunClock,
+            system: System | None = None) -> None:
+    """Node logs, events and data files into nodes/<host>/; events merged onto the run clock,
+    with those the system adds (Kafka's, learnt from outside: harness.kafka_events)."""
     merged: list[dict] = []
     for host in cluster.hosts:
         dest = run_dir / "nodes" / host.name
@@ -220,6 +235,8 @@ def collect(cluster: Cluster, run_dir: Path, clock: RunClock) -> None:
             e["host"] = host.name
             e["time"] = clock.from_wall(e["ts"])
             merged.append(e)
+    for e in system.node_events(run_dir / "nodes", cluster.hosts) if system else []:
+        merged.append({**e, "time": clock.from_wall(e["ts"])})
     merged.sort(key=lambda e: e["ts"])
     with open(run_dir / "events.jsonl", "w") as f:
         for e in merged:

@@ -8,12 +8,14 @@ docs/kafka.md). The run sequence (harness.runner) is written once against `Syste
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from control import kafka_install
 from control.host import Host
 from control.kafka import KafkaNodes
 from harness.config import node_settings
+from harness.kafka_events import PartitionWatch, node_log_events
 from harness.test import Test
 from nemesis.faults import metadata_topology
 from nemesis.kinds.base import Topology
@@ -46,6 +48,16 @@ class System(Protocol):
                  history: HistoryWriter) -> Workload: ...
     def topology(self, nodes: list[str], bootstrap: list[str], topic: str) -> Topology: ...
 
+    async def observe(self, bootstrap: list[str], topic: str) -> None:
+        """Watch the cluster from outside until cancelled (the embedded nodes log their own
+        events, so they need no watching)."""
+        ...
+
+    def node_events(self, nodes_dir: Path, hosts: list[Host]) -> list[dict[str, Any]]:
+        """Events to merge beside the nodes' own, from the observations and collected logs
+        under nodes_dir (one folder per host)."""
+        ...
+
 
 class Embedded:
     """replication/'s controller and brokers, driven by its own client."""
@@ -70,6 +82,12 @@ class Embedded:
     def topology(self, nodes: list[str], bootstrap: list[str], topic: str) -> Topology:
         return metadata_topology(nodes, bootstrap, topic)
 
+    async def observe(self, bootstrap: list[str], topic: str) -> None:
+        return None
+
+    def node_events(self, nodes_dir: Path, hosts: list[Host]) -> list[dict[str, Any]]:
+        return []
+
 
 class ApacheKafka:
     """Apache Kafka in KRaft mode, driven by confluent-kafka."""
@@ -81,6 +99,7 @@ class ApacheKafka:
         self.settings = test.settings.kafka
         self.libs = str(kafka_install.require(self.settings.version))  # before any host is made
         self.java = kafka_install.java()
+        self.watch: PartitionWatch | None = None
 
     def nodes(self, hosts: list[Host], run_name: str) -> KafkaNodes:
         return KafkaNodes(hosts, node_settings(self.test.config["system"]), self.settings, self.libs, self.java,
@@ -109,6 +128,23 @@ class ApacheKafka:
 
         brokers = {i: name for i, name in enumerate(nodes[1:], start=1)}
         return Topology(tuple(nodes), nodes[0], brokers, partition_state)
+
+    async def observe(self, bootstrap: list[str], topic: str) -> None:
+        self.watch = PartitionWatch(bootstrap, topic)
+        await self.watch.run()
+
+    def node_events(self, nodes_dir: Path, hosts: list[Host]) -> list[dict[str, Any]]:
+        """The watched partition changes (as the controller's, on n1) and what each node's
+        log says; node ids as the embedded nodes give them ("controller", or broker ids)."""
+        watched = self.watch.events if self.watch else []
+        topic_ids = self.watch.topic_ids if self.watch else {}
+        events = [{**e, "host": hosts[0].name} for e in watched]
+        for i, host in enumerate(hosts):
+            node: int | str = "controller" if i == 0 else i
+            events += [{**e, "host": host.name}
+                       for e in node_log_events(nodes_dir / host.name / "node.log", node,
+                                                topic_ids)]
+        return events
 
 
 def system_of(test: Test) -> System:

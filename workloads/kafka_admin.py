@@ -10,6 +10,7 @@ the same answer `kafka-topics.sh --describe` prints."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import struct
 from collections.abc import Sequence
@@ -104,6 +105,8 @@ def parse_describe(frame: bytes) -> dict[str, list[dict[str, Any]]]:
     topics: dict[str, list[dict[str, Any]]] = {}
     for _ in range(r.uvarint() - 1):
         error, name = r.take(">h"), r.string()
+        # Kafka prints a topic id as URL-safe base64 without padding (its logs name topics so)
+        topic_id = base64.urlsafe_b64encode(r.data[r.pos:r.pos + 16]).decode().rstrip("=")
         r.pos += 16 + 1  # topic id, is_internal
         partitions = []
         for _ in range(r.uvarint() - 1):
@@ -111,7 +114,7 @@ def parse_describe(frame: bytes) -> dict[str, list[dict[str, Any]]]:
             replicas, isr, elr, last_known, _offline = (r.ints(), r.ints(), r.ints(), r.ints(),
                                                         r.ints())
             r.skip_tags()
-            partitions.append({"partition": index, "error": p_error,
+            partitions.append({"partition": index, "error": p_error, "topic_id": topic_id,
                                "leader": leader if leader >= 0 else None, "leader_epoch": epoch,
                                "replicas": replicas or [], "isr": isr or [], "elr": elr or [],
                                "last_known_elr": last_known or []})

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="flush everything when unsynced bytes exceed this (0: no limit)")
     mount.add_argument("--no-sync-backing", action="store_true",
                        help="do not fsync the backing files when flushing (faster, not crash-safe for the host)")
+    mount.add_argument("--page-cached", action="append", default=[], metavar="SUFFIX",
+                       help="files whose names end so go through the kernel page cache, so they "
+                            "can be memory-mapped (Kafka's indexes); repeatable")
     mount.add_argument("--foreground", action="store_true", help="serve in this process")
 
     ctl = sub.add_parser("ctl", help="send a control request to a mount")
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "mount":
             opts = MountOptions(args.backing, args.mountpoint, args.control, args.flush_interval_ms,
-                                args.dirty_limit_bytes, sync_backing=not args.no_sync_backing)
+                                args.dirty_limit_bytes, sync_backing=not args.no_sync_backing,
+                                page_cached=tuple(args.page_cached))
             if args.foreground:
                 # imported here: only the daemon needs libfuse, ctl and umount do not
                 from nemesis.lazyfs.daemon import run_foreground

@@ -32,7 +32,7 @@ def run_foreground(opts: MountOptions) -> None:
     # Resolved before mounting: touching the mountpoint before init returns deadlocks.
     entry = {"pid": os.getpid(), "control": os.path.abspath(opts.control),
              "mountpoint": os.path.realpath(opts.mountpoint), "backing": os.path.realpath(opts.backing)}
-    ops = LazyOps(store)
+    ops = LazyOps(store, page_cached=opts.page_cached)
     # Bound before mounting so a bad socket path fails here, not inside the FUSE init.
     server = ControlServer(opts.control, Controller(store, ops.faults))
 

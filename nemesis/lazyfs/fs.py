@@ -64,6 +64,18 @@ class LazyFUSE(mfusepy.FUSE):
         return self.operations.chown(self._path(path), -1 if uid == unset else uid,
                                      -1 if gid == unset else gid, _fh(fip))
 
+    # Direct I/O is chosen file by file (init turns the mount-wide switch off): every file but
+    # the page-cached ones, which the kernel caches so they can be mapped shared and writable.
+    def open(self, path: bytes, fip: Any) -> int:
+        result = super().open(path, fip)
+        fip.contents.direct_io = int(not self.operations.is_page_cached(self._path(path)))
+        return result
+
+    def create(self, path: bytes, mode: int, fip: Any) -> int:
+        result = super().create(path, mode, fip)
+        fip.contents.direct_io = int(not self.operations.is_page_cached(self._path(path)))
+        return result
+
     def utimens_fuse_3(self, path: bytes | None, buf: Any, fip: Any) -> int:
         times = (_ns(buf.contents.actime), _ns(buf.contents.modtime)) if buf else None
         return self.operations.utimens(self._path(path), times, _fh(fip))
@@ -72,8 +84,10 @@ class LazyFUSE(mfusepy.FUSE):
 class LazyOps(mfusepy.Operations):
     use_ns = True
 
-    def __init__(self, store: Store, on_ready: Callable[[], None] | None = None) -> None:
+    def __init__(self, store: Store, on_ready: Callable[[], None] | None = None,
+                 page_cached: tuple[str, ...] = ()) -> None:
         self.store = store
+        self.page_cached = page_cached
         self.faults = Faults()
         self.on_ready = on_ready  # called once the kernel has the mount
         self._handles: dict[int, Handle] = {}
@@ -86,7 +100,7 @@ class LazyOps(mfusepy.Operations):
         # Reads must reach us (the kernel page cache would hide a power loss),
         # and sizes must never be served from a stale kernel attribute cache.
         if config_3 is not None:
-            config_3.direct_io = 1
+            config_3.direct_io = 0  # set per open instead: LazyFUSE.open
             config_3.kernel_cache = 0
             config_3.auto_cache = 0
             config_3.entry_timeout = 0.0
@@ -177,6 +191,12 @@ class LazyOps(mfusepy.Operations):
         return {k: getattr(st, k) for k in keys}
 
     # ---- files ---------------------------------------------------------
+
+    def is_page_cached(self, path: str | None) -> bool:
+        """Whether a file is served through the kernel's page cache: its writes still reach
+        this store (as write-back), but a power loss cannot drop what the kernel holds
+        until then, and reads of it may come from the kernel (docs/lazyfs.md)."""
+        return bool(path) and path.endswith(self.page_cached) if self.page_cached else False
 
     def create(self, path: str, mode: int, flags: int) -> int:
         uid, gid, _ = mfusepy.fuse_get_context()

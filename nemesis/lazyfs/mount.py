@@ -41,6 +41,9 @@ class MountOptions:
     flush_interval_ms: int = 0
     dirty_limit_bytes: int = 0
     sync_backing: bool = True
+    # Name endings of files served through the kernel's page cache instead of direct I/O, so
+    # programs can map them shared and writable (FUSE refuses that on a direct-I/O file)
+    page_cached: tuple[str, ...] = ()
 
 
 def registry_dir() -> str:
@@ -133,6 +136,8 @@ def spawn_daemon(opts: MountOptions) -> int:
             "--dirty-limit-bytes", str(opts.dirty_limit_bytes)]
     if not opts.sync_backing:
         argv.append("--no-sync-backing")
+    for suffix in opts.page_cached:
+        argv += ["--page-cached", suffix]
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                                 start_new_session=True, close_fds=True)

@@ -1,0 +1,97 @@
+"""Apache Kafka under the harness, end to end on namespace hosts: real KRaft brokers from the
+versions `make bootstrap` resolved, confluent-kafka's workload, the nemesis, the checker and
+the report. The fast run is in the default suite; the longer scenarios are marked slow."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from control import kafka_install
+from harness.config import load_config
+from harness.runner import run_test
+from harness.test import Test
+from workloads.history import read_history
+
+pytestmark = [pytest.mark.netns, pytest.mark.fuse]
+
+FAST = ["system.kind=kafka", "nodes=4", "time_limit=15", "nemesis.interval=3",
+        "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=300"]
+
+
+def _installed(version: str) -> None:
+    if not kafka_install.is_installed(version):
+        pytest.fail(f"Kafka {version} is not installed: `make bootstrap` resolves it "
+                    f"(control/kafka_install.py)")
+
+
+def _run(tmp_path: Path, *sets: str) -> tuple[Path, list[dict], dict]:
+    config = load_config(None, [*FAST, *sets])
+    _installed(config["kafka"]["version"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    return run_dir, read_history(run_dir / "history.jsonl"), results
+
+
+def _events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def _lost(results: dict) -> dict[str, int]:
+    return {k: v["count"] for k, v in results["anomalies"].items() if k in ("lost-write", "unseen")}
+
+
+def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
+    run_dir, ops, results = _run(tmp_path, "kafka.version=4.2.1", "nemesis.faults=['kill']",
+                                 "seed=11")
+    sends = Counter(op["type"] for op in ops if op["f"] == "send" and op["type"] != "invoke")
+    assert sends["ok"] > 1000, f"the workload should have made progress: {sends}"
+    oks = [op for op in ops if op["f"] == "send" and op["type"] == "ok"]
+    assert all(isinstance(op["offset"], int) for op in oks), "delivery reports carry offsets"
+    assert any(op["f"] == "poll" and op["type"] == "ok" and op["records"] for op in ops)
+    finals = [op for op in ops if op["f"] == "final-poll" and op["type"] == "ok"]
+    assert {op["partition"] for op in finals if op["complete"]} == {0, 1, 2}
+
+    kills = [op for op in ops if op["f"] == "start-kill"]
+    assert kills, "a kill should have started in 15 s"
+    killed = kills[0]["value"]["nodes"][0]
+    log = (run_dir / "nodes" / killed / "node.log").read_text(errors="replace")
+    assert log.count("Kafka Server started") >= 2, "the killed node was started again"
+
+    events = _events(run_dir)
+    observed = [e for e in events if e["kind"] == "partition-change"]
+    assert observed and all(e["source"] == "observed" and "time" in e for e in observed)
+    assert {e["partition"] for e in observed} == {0, 1, 2}
+    assert json.loads((run_dir / "test.json").read_text())["config"]["system"]["kind"] == "kafka"
+    assert results["valid"] is True and not _lost(results), results["anomalies"]
+    assert any("Apache Kafka" in n for n in results["notes"]), "invariants said to be unchecked"
+    assert (run_dir / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_kafka_3_9_under_power_loss_on_the_lossy_filesystem(tmp_path):
+    run_dir, ops, results = _run(tmp_path, "kafka.version=3.9.1", "time_limit=25",
+                                 "nemesis.faults=['power-loss', 'page-cache-loss']", "seed=12")
+    losses = [op for op in ops if op["f"] in ("start-power-loss", "start-page-cache-loss")]
+    assert losses and any(op["value"].get("lost") for op in losses), "unsynced data was dropped"
+    assert "Kafka version: 3.9.1" in (run_dir / "nodes" / "n2" / "node.log").read_text(
+        errors="replace")
+    assert results["valid"] in (True, False), "the history was checked"
+    assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
+
+
+@pytest.mark.slow
+def test_an_unclean_election_on_kafka_is_an_event(tmp_path):
+    """acks=1 with unclean elections allowed, leaders killed: Kafka may lose acknowledged
+    records, and its controller's unclean elections are read from its log."""
+    run_dir, ops, results = _run(tmp_path, "time_limit=30", "workload.acks=1",
+                                 "system.min.insync.replicas=1",
+                                 "system.unclean.leader.election.enable=true",
+                                 "nemesis.faults=['kill']", "nemesis.targets=leader", "seed=13")
+    assert any(op["f"] == "start-kill" for op in ops)
+    assert results["valid"] in (True, False)
+    kinds = Counter(e["kind"] for e in _events(run_dir))
+    assert kinds["partition-change"] > 3, "leaders moved and the watch saw it"
