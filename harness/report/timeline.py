@@ -237,7 +237,6 @@ def timeline_json(data: TimelineData, events: list[dict[str, Any]], faults: list
 
 def write_timeline(out: Path, title: str, payload: dict[str, Any], render: Any) -> int:
     """Write timeline.html (render: a jinja template's render); returns its size in bytes."""
-    blob = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
-    html = render(title=title, data_json=blob)
+    html = render(title=title, data=payload)  # the template escapes it (tojson)
     out.write_text(html, encoding="utf-8")
     return len(html.encode())
