@@ -12,8 +12,6 @@ import errno
 import hashlib
 import json
 import os
-import pwd
-import shutil
 import signal
 import stat
 import subprocess
@@ -24,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.users import ATTACKER, as_attacker
 from test_hardening import run_folder
 
 from checkers import __main__ as checkers_main
@@ -40,41 +39,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (useradd, runuser, mounts, netns)"),
 ]
 
-ATTACKER = "kch-attacker"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def attacker() -> Iterator[pwd.struct_passwd]:
-    created = False
-    try:
-        pw = pwd.getpwnam(ATTACKER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        ATTACKER], check=True, capture_output=True)
-        created = True
-        pw = pwd.getpwnam(ATTACKER)
-    assert pw.pw_uid != 0
-    yield pw
-    if created:
-        subprocess.run(["userdel", ATTACKER], capture_output=True)
-
-
-def as_attacker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["runuser", "-u", ATTACKER, "--", *argv], capture_output=True,
-                          text=True, timeout=60, cwd="/")
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A stand-in for /tmp: root's, world-writable, sticky, reachable by everyone."""
-    d = Path(tempfile.mkdtemp(prefix="kch-hardening-tmp-", dir="/tmp"))
-    d.chmod(0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
