@@ -191,6 +191,24 @@ class Remote:
                     raise self._unreachable(err) from err
         raise AssertionError("unreachable")
 
+    def open_tunnel(self, address: str, port: int, timeout: float | None = None
+                    ) -> paramiko.Channel:
+        """A TCP connection from the host to `address`:`port` there (an SSH direct-tcpip
+        channel, what `ssh -L` uses): how the harness reaches a service the host keeps on its
+        own loopback, out of every other user's reach. ChannelException when the host's sshd
+        refuses (code 1: forwarding not allowed there) or nothing listens (code 2)."""
+        for attempt in (1, 2):
+            transport = self._transport()
+            try:
+                return transport.open_channel("direct-tcpip", (address, port), ("127.0.0.1", 0),
+                                              timeout=timeout or self.connect_timeout)
+            except paramiko.ChannelException:
+                raise  # the host answered: refused, not a broken connection
+            except (paramiko.SSHException, EOFError, OSError) as err:
+                if transport.is_active() or attempt == 2:
+                    raise self._unreachable(err) from err
+        raise AssertionError("unreachable")
+
     def connect(self) -> Remote:
         """Connect now (instead of on first use), so an unreachable host is reported early."""
         self._transport()
