@@ -17,7 +17,7 @@ from pathlib import Path
 import paramiko
 import pytest
 from support.procs import alive
-from support.users import as_attacker
+from support.users import reaches
 
 from checkers.check import check_path
 from checkers.exitcodes import Exit, UserError
@@ -241,13 +241,6 @@ def listening(host: Host) -> list[tuple[str, int, str]]:
         program = fields[5].split('"')[1] if len(fields) > 5 and '"' in fields[5] else "?"
         found.add((address.strip("[]"), int(port), program))
     return sorted(found)
-
-
-def reaches(address: str, port: int) -> bool:
-    """Whether the unprivileged user connects to address:port from the root namespace."""
-    done = as_attacker("timeout", "3", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{port}",
-                       check=False)
-    return done.returncode == 0
 
 
 @pytest.mark.usefixtures("attacker")

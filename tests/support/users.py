@@ -47,3 +47,10 @@ def shared_tmp() -> Iterator[Path]:
     d.chmod(0o1777)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+def reaches(address: str, port: int) -> bool:
+    """Whether the unprivileged user connects to address:port (from the root namespace)."""
+    done = as_attacker("timeout", "3", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{port}",
+                       check=False)
+    return done.returncode == 0
