@@ -108,22 +108,47 @@ def check_trusted_parents(path: Path) -> None:
                                   f"refusing to use {path} below it")
 
 
-def check_private_dir(path: Path) -> os.stat_result:
-    """`path` is a real directory (not a symlink), owned by us, that only we can use."""
-    path = Path(path)
+def _check_own_dir(path: Path, loose: int, kind: str, fix: str) -> os.stat_result:
+    """`path` is a real directory (not a symlink), owned by us, without any `loose` mode bit."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"{path} is a symlink: refusing to use it as a private directory")
+        raise UnsafePathError(f"{path} is a symlink: refusing to use it as {kind}")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path} is not a directory: refusing to use it")
     if st.st_uid != os.geteuid():
         raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}: someone "
                               "else created it; refusing to use it (remove it)")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise UnsafePathError(f"{path} is accessible to other users ({_describe(st)}): refusing "
-                              "to use it (remove it, or chmod 700 it)")
+    if stat.S_IMODE(st.st_mode) & loose:
+        raise UnsafePathError(f"{path} is {'accessible' if loose & 0o044 else 'writable'} to "
+                              f"other users ({_describe(st)}): refusing to use it (remove it, "
+                              f"or {fix} it)")
+    return st
+
+
+def check_private_dir(path: Path) -> os.stat_result:
+    """`path` is a real directory (not a symlink), owned by us, that only we can use."""
+    path = Path(path)
+    st = _check_own_dir(path, 0o077, "a private directory", "chmod 700")
     check_trusted_parents(path)
     return st
+
+
+def owned_dir(path: Path, mode: int = 0o755) -> Path:
+    """The directory `path`, created with `mode` if missing (its missing parents too), for
+    files the harness writes and later reads back or replaces (results, a translated history).
+    Whether new or old it must be a real directory (not a symlink) owned by us that nobody
+    else can write to, under trusted parents (check_trusted_parents): otherwise another user
+    could point it, or swap it, at a folder of ours, and our writes would land there. Others
+    may read it, unlike a private_dir."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    check_trusted_parents(path)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    _check_own_dir(path, 0o022, "a folder to write into", "chmod go-w")
+    return path
 
 
 def private_dir(path: Path) -> Path:
