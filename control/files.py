@@ -5,19 +5,22 @@ any point leaves every file it had written whole and checkable.
 
 The harness and the checker run as root and write beside files other users may control (a
 history in someone's folder, /tmp): nothing here ever follows a symlink or trusts a name it did
-not create itself. Temporary files are made with O_EXCL under unpredictable names (mkstemp) and
-renamed over their target (a rename replaces a symlink, it never writes through it); private
-directories are made 0700 and their owner and mode are checked, with lstat, before use."""
+not create itself. Temporary files are made with O_EXCL | O_NOFOLLOW under unpredictable names,
+0600 until complete, through a descriptor of their directory, and renamed over their target there
+(a rename replaces a symlink, it never writes through it); folders the harness writes into are
+checked for owner, mode and symlinks, with lstat, before use (owned_dir, private_dir)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,33 +46,72 @@ def atomic_output(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
         yield f
 
 
+@dataclass
+class _Scratch:
+    """A file being written for `path`: a fresh name in the directory (`dir_fd`) that will
+    hold it, renamed over `path` there when complete."""
+
+    path: Path
+    dir_fd: int
+    name: str
+    file: IO[bytes]
+
+
+def _scratch(path: Path) -> _Scratch:
+    # The directory is opened once and everything below goes through its descriptor: the
+    # scratch file is renamed in the very directory it was made in, even if the path to it
+    # is swapped meanwhile. O_EXCL | O_NOFOLLOW: a name planted first fails, never followed.
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        name = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dir_fd)  # private until complete
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    return _Scratch(path, dir_fd, name, os.fdopen(fd, "wb"))
+
+
+def _discard(s: _Scratch) -> None:
+    try:
+        s.file.close()
+    except OSError:
+        pass  # a full disk fails the final flush too; the file goes anyway
+    try:
+        os.unlink(s.name, dir_fd=s.dir_fd)
+    except FileNotFoundError:
+        pass
+
+
 @contextmanager
 def atomic_outputs(*paths: Path, mode: int = 0o644) -> Iterator[list[IO[bytes]]]:
     """atomic_output for several files that belong together (results and their loss table):
-    none of them is replaced unless every one was written and synced."""
-    made: list[tuple[Path, str, IO[bytes]]] = []
+    none of them is replaced unless every one was written and synced. This is the harness's
+    one way to write a file: each is a private scratch file, made exclusively beside its
+    target, given `mode` once complete and renamed over the target, so a symlink planted at
+    the name is replaced, never written through."""
+    made: list[_Scratch] = []
     try:
-        for path in map(Path, paths):
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            made.append((path, tmp, os.fdopen(fd, "wb")))
-            os.fchmod(fd, mode)
-        yield [f for _, _, f in made]
-        for _, _, f in made:
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-        for path, tmp, _ in made:
-            os.replace(tmp, path)
-    except BaseException:
-        for _, tmp, f in made:
-            try:
-                f.close()
-            except OSError:
-                pass  # a full disk fails the final flush too; the file goes anyway
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    for parent in dict.fromkeys(path.parent for path, _, _ in made):
-        fsync_dir(parent)
+        try:
+            for path in map(Path, paths):
+                made.append(_scratch(path))
+            yield [s.file for s in made]
+            for s in made:
+                s.file.flush()
+                os.fsync(s.file.fileno())
+                os.fchmod(s.file.fileno(), mode)
+                s.file.close()
+            for s in made:
+                os.replace(s.name, s.path.name, src_dir_fd=s.dir_fd, dst_dir_fd=s.dir_fd)
+        except BaseException:
+            for s in made:
+                _discard(s)
+            raise
+        for s in made:
+            os.fsync(s.dir_fd)  # the rename, durable
+    finally:
+        for s in made:
+            os.close(s.dir_fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
