@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import select
 import shlex
+import socket
 import stat
 import threading
 import time
@@ -161,6 +162,11 @@ class Remote:
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(15)
+            # Many small messages each way (a channel's open, its data, its close): with
+            # Nagle's algorithm one would wait for the peer's delayed ACK, 40 ms at a time
+            # (measured on Toxiproxy API calls through a channel: 60-100 ms for a toxic
+            # added and removed, 9-13 ms without).
+            transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return client
 
     def _transport(self) -> paramiko.Transport:
