@@ -40,6 +40,7 @@ from typing import Any
 
 from checkers.linear.history import HistoryError
 from checkers.linear.importers import read_edn
+from control.files import atomic_output, owned_dir, write_json_atomic, write_text_atomic
 
 CLIENT_FS = ("send", "poll", "txn")
 ASSIGN_FS = ("assign", "subscribe")
@@ -247,17 +248,17 @@ def translate(path: str | Path, out_dir: str | Path) -> Path:
     """Write out_dir/history.jsonl (ours), test.json and jepsen-kafka.json (the legend of
     keys and values, and what was dropped) from a Jepsen Kafka history.edn; return out_dir."""
     t = translate_events(read_edn(path))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "history.jsonl", "w", encoding="utf-8") as fh:
+    # Ours, real, and writable by nobody else: a folder planted at this name (a symlink to a
+    # run folder) would have these files, and the check's results, replace that run's.
+    out = owned_dir(Path(out_dir))
+    with atomic_output(out / "history.jsonl") as fh:
         for e in t.events:
-            fh.write(json.dumps(e) + "\n")
+            fh.write((json.dumps(e) + "\n").encode())
     allow = ["int-send-skip"] + (["poll-skip", "nonmonotonic-poll"] if t.subscribed else [])
     config = {"topic": {"name": "jepsen", "partitions": max(1, t.partitions)},
               "workload": {"acks": "all"}, "checker": {"allow": allow}}
-    (out / "test.json").write_text(json.dumps({"name": "jepsen-kafka", "config": config},
-                                              indent=2) + "\n")
-    (out / "jepsen-kafka.json").write_text(json.dumps(
+    write_json_atomic(out / "test.json", {"name": "jepsen-kafka", "config": config})
+    write_text_atomic(out / "jepsen-kafka.json", json.dumps(
         {"source": str(path), "dropped_reads": t.dropped_reads, "subscribe": t.subscribed,
          **t.legend}, indent=2, default=str) + "\n")
     return out

@@ -126,6 +126,19 @@ def get_session(
         return _warm
 
 
+def local_only(master: str) -> dict[str, str]:
+    """The settings that keep a local master's driver to this machine's loopback. Its RPC
+    server and block manager would otherwise listen on the machine's external address for the
+    whole check, open to anyone who reaches it. Authentication is on too (Spark makes a random
+    secret for a local master and keeps it in the JVM): a local user can still connect to
+    loopback, but not talk to the driver. Executors elsewhere (any other master) must reach
+    the driver, so those keep Spark's defaults (spark_cluster.py's are on loopback too)."""
+    if not master.startswith("local"):
+        return {}
+    return {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1",
+            "spark.authenticate": "true"}
+
+
 def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> SparkSession:
     # Python workers run this interpreter, not whatever `python3` is first on PATH: it has
     # pyspark's dependencies and imports `checkers` (installed in it) from any directory.
@@ -136,9 +149,11 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> Sp
     # The driver's scratch files (Spark's local dirs, native libraries) go to the private
     # directory too; executors elsewhere keep their own machine's default.
     driver_opts = f"{java_opts} -Djava.io.tmpdir={private_dir()}"
+    builder = SparkSession.builder.master(master)
+    for key, value in local_only(master).items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master(master)
-        .appName("harness-checker")
+        builder.appName("harness-checker")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", driver_memory)

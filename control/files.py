@@ -5,19 +5,22 @@ any point leaves every file it had written whole and checkable.
 
 The harness and the checker run as root and write beside files other users may control (a
 history in someone's folder, /tmp): nothing here ever follows a symlink or trusts a name it did
-not create itself. Temporary files are made with O_EXCL under unpredictable names (mkstemp) and
-renamed over their target (a rename replaces a symlink, it never writes through it); private
-directories are made 0700 and their owner and mode are checked, with lstat, before use."""
+not create itself. Temporary files are made with O_EXCL | O_NOFOLLOW under unpredictable names,
+0600 until complete, through a descriptor of their directory, and renamed over their target there
+(a rename replaces a symlink, it never writes through it); folders the harness writes into are
+checked for owner, mode and symlinks, with lstat, before use (owned_dir, private_dir)."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,33 +46,72 @@ def atomic_output(path: Path, mode: int = 0o644) -> Iterator[IO[bytes]]:
         yield f
 
 
+@dataclass
+class _Scratch:
+    """A file being written for `path`: a fresh name in the directory (`dir_fd`) that will
+    hold it, renamed over `path` there when complete."""
+
+    path: Path
+    dir_fd: int
+    name: str
+    file: IO[bytes]
+
+
+def _scratch(path: Path) -> _Scratch:
+    # The directory is opened once and everything below goes through its descriptor: the
+    # scratch file is renamed in the very directory it was made in, even if the path to it
+    # is swapped meanwhile. O_EXCL | O_NOFOLLOW: a name planted first fails, never followed.
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        name = f".{path.name}.{secrets.token_hex(6)}.tmp"
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dir_fd)  # private until complete
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    return _Scratch(path, dir_fd, name, os.fdopen(fd, "wb"))
+
+
+def _discard(s: _Scratch) -> None:
+    try:
+        s.file.close()
+    except OSError:
+        pass  # a full disk fails the final flush too; the file goes anyway
+    try:
+        os.unlink(s.name, dir_fd=s.dir_fd)
+    except FileNotFoundError:
+        pass
+
+
 @contextmanager
 def atomic_outputs(*paths: Path, mode: int = 0o644) -> Iterator[list[IO[bytes]]]:
     """atomic_output for several files that belong together (results and their loss table):
-    none of them is replaced unless every one was written and synced."""
-    made: list[tuple[Path, str, IO[bytes]]] = []
+    none of them is replaced unless every one was written and synced. This is the harness's
+    one way to write a file: each is a private scratch file, made exclusively beside its
+    target, given `mode` once complete and renamed over the target, so a symlink planted at
+    the name is replaced, never written through."""
+    made: list[_Scratch] = []
     try:
-        for path in map(Path, paths):
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-            made.append((path, tmp, os.fdopen(fd, "wb")))
-            os.fchmod(fd, mode)
-        yield [f for _, _, f in made]
-        for _, _, f in made:
-            f.flush()
-            os.fsync(f.fileno())
-            f.close()
-        for path, tmp, _ in made:
-            os.replace(tmp, path)
-    except BaseException:
-        for _, tmp, f in made:
-            try:
-                f.close()
-            except OSError:
-                pass  # a full disk fails the final flush too; the file goes anyway
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    for parent in dict.fromkeys(path.parent for path, _, _ in made):
-        fsync_dir(parent)
+        try:
+            for path in map(Path, paths):
+                made.append(_scratch(path))
+            yield [s.file for s in made]
+            for s in made:
+                s.file.flush()
+                os.fsync(s.file.fileno())
+                os.fchmod(s.file.fileno(), mode)
+                s.file.close()
+            for s in made:
+                os.replace(s.name, s.path.name, src_dir_fd=s.dir_fd, dst_dir_fd=s.dir_fd)
+        except BaseException:
+            for s in made:
+                _discard(s)
+            raise
+        for s in made:
+            os.fsync(s.dir_fd)  # the rename, durable
+    finally:
+        for s in made:
+            os.close(s.dir_fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -108,22 +150,47 @@ def check_trusted_parents(path: Path) -> None:
                                   f"refusing to use {path} below it")
 
 
-def check_private_dir(path: Path) -> os.stat_result:
-    """`path` is a real directory (not a symlink), owned by us, that only we can use."""
-    path = Path(path)
+def _check_own_dir(path: Path, loose: int, kind: str, fix: str) -> os.stat_result:
+    """`path` is a real directory (not a symlink), owned by us, without any `loose` mode bit."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePathError(f"{path} is a symlink: refusing to use it as a private directory")
+        raise UnsafePathError(f"{path} is a symlink: refusing to use it as {kind}")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path} is not a directory: refusing to use it")
     if st.st_uid != os.geteuid():
         raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not {os.geteuid()}: someone "
                               "else created it; refusing to use it (remove it)")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise UnsafePathError(f"{path} is accessible to other users ({_describe(st)}): refusing "
-                              "to use it (remove it, or chmod 700 it)")
+    if stat.S_IMODE(st.st_mode) & loose:
+        raise UnsafePathError(f"{path} is {'accessible' if loose & 0o044 else 'writable'} to "
+                              f"other users ({_describe(st)}): refusing to use it (remove it, "
+                              f"or {fix} it)")
+    return st
+
+
+def check_private_dir(path: Path) -> os.stat_result:
+    """`path` is a real directory (not a symlink), owned by us, that only we can use."""
+    path = Path(path)
+    st = _check_own_dir(path, 0o077, "a private directory", "chmod 700")
     check_trusted_parents(path)
     return st
+
+
+def owned_dir(path: Path, mode: int = 0o755) -> Path:
+    """The directory `path`, created with `mode` if missing (its missing parents too), for
+    files the harness writes and later reads back or replaces (results, a translated history).
+    Whether new or old it must be a real directory (not a symlink) owned by us that nobody
+    else can write to, under trusted parents (check_trusted_parents): otherwise another user
+    could point it, or swap it, at a folder of ours, and our writes would land there. Others
+    may read it, unlike a private_dir."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    check_trusted_parents(path)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    _check_own_dir(path, 0o022, "a folder to write into", "chmod go-w")
+    return path
 
 
 def private_dir(path: Path) -> Path:

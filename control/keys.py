@@ -52,6 +52,11 @@ def write_known_hosts(path: Path, entries: Iterable[tuple[str, int, str]]) -> No
     path.write_text("".join(line + "\n" for line in lines))
 
 
-def write_authorized_keys(path: Path, public_lines: Iterable[str]) -> None:
-    # restrict: no forwarding of any kind, no pty; commands and sftp still work.
-    _write_private(path, "".join(f"restrict {line}\n" for line in public_lines).encode())
+def write_authorized_keys(path: Path, public_lines: Iterable[str],
+                          permit_open: str | None = None) -> None:
+    """The keys, each `restrict`ed: no forwarding of any kind, no pty; commands and sftp still
+    work. `permit_open` (HOST:PORT) allows local forwards to that one destination."""
+    options = "restrict"
+    if permit_open is not None:
+        options += f',port-forwarding,permitopen="{permit_open}"'
+    _write_private(path, "".join(f"{options} {line}\n" for line in public_lines).encode())

@@ -19,7 +19,7 @@ import shutil
 import stat
 from pathlib import Path, PurePosixPath
 
-from control import cleanup, keys, netns, slots, sshd
+from control import cleanup, keys, netns, slots, sshd, toxiproxy
 from control.files import (
     UnsafePathError,
     check_private_dir,
@@ -131,7 +131,9 @@ class NetnsProvider:
         assert slot is not None
         self.ssh_dir.mkdir(mode=0o700)
         client = keys.generate_ed25519(self.ssh_dir / "id_ed25519", f"kch-{self.cluster_dir.name}")
-        keys.write_authorized_keys(self.ssh_dir / "authorized_keys", [client.public_line])
+        # The one forward the key may open: to Toxiproxy's API on a host's loopback.
+        keys.write_authorized_keys(self.ssh_dir / "authorized_keys", [client.public_line],
+                                   permit_open=f"{toxiproxy.API_HOST}:{toxiproxy.API_PORT}")
         specs, host_keys = [], []
         for i, address in enumerate(addresses, start=1):
             hdir = self.cluster_dir / f"n{i}"

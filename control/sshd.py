@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from control import toxiproxy
+
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = Path("/run/sshd")
 READY_TIMEOUT = 20.0
@@ -57,7 +59,10 @@ def render_config(spec: SshdSpec) -> str:
         "StrictModes no",
         "UseDNS no",
         "PermitUserEnvironment no",
-        "AllowTcpForwarding no",
+        # The one forward allowed: to Toxiproxy's API on the host's loopback, which the
+        # harness reaches only this way (control/toxiproxy.py); nothing else, no remote ones.
+        "AllowTcpForwarding local",
+        f"PermitOpen {toxiproxy.API_HOST}:{toxiproxy.API_PORT}",  # and the key's permitopen
         "AllowAgentForwarding no",
         "X11Forwarding no",
         "PermitTunnel no",

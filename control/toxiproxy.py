@@ -11,19 +11,30 @@ Layout on a host when a run uses Toxiproxy (`Cluster.toxiproxy`):
                               peer n<i> go through it (`--route`), so a toxic on a node acts
                               on what it receives over the connections it opened too (a
                               follower's fetch replies)
-    host.address:8474         the HTTP API, bound to the host's own address only
+    127.0.0.1:8474            the HTTP API, on the host's loopback only
 
 The server is `toxiproxy-server` (Shopify's Toxiproxy, built by `make bootstrap` into
-.venv/bin), started and stopped over SSH like the node. The harness talks to its API only
-through toxiproxy-python (PyPI `toxiproxy-python`, import `toxiproxy`), wrapped thinly here
-because of three gaps of its 0.1.1 release:
+.venv/bin), started and stopped over SSH like the node. Its API has no authentication: on any
+address another machine or user can reach, anyone could list the proxies and add or remove
+toxics in a running test. So it listens on the host's own loopback (inside a netns host's
+namespace, or on a VM), and the harness reaches it through its SSH connection to the host: each
+request is one direct-tcpip channel to 127.0.0.1:8474 there (`Remote.open_tunnel`; the netns
+hosts' sshd permits exactly that forward and no other).
 
+The harness talks to the API only through toxiproxy-python (PyPI `toxiproxy-python`, import
+`toxiproxy`), wrapped thinly here because of four gaps of its 0.1.1 release:
+
+- it sends its requests with `requests` to `http://APIConsumer.host:port`: its module's
+  `requests` is replaced, once, by `_Tunnel`, which sends each over a channel to the host
+  `api()` names, so no request can go anywhere else;
 - it keeps the API host and port as *class* attributes of `APIConsumer`, shared by every
-  caller: `api()` sets them under one process-wide lock for each use, which also makes it
-  safe from the nemesis' worker threads (calls are serialised; each takes about a
-  millisecond on our hosts);
-- its requests have no timeout: the lock is taken with one, and a host whose API port does
-  not accept a connection within `CONNECT_TIMEOUT_S` is an error before any request is made;
+  caller: `api()` aims the tunnel under one process-wide lock for each use, which also makes
+  it safe from the nemesis' worker threads (calls are serialised; on netns hosts a request
+  takes about 1 ms, `toxics()` 2 ms and a toxic added and removed 9 ms, as directly over
+  TCP before);
+- its requests have no timeout: the lock is taken with one, a host whose API does not accept
+  a connection within `CONNECT_TIMEOUT_S` is an error before any request is made, and each
+  request's channel times out after `REQUEST_TIMEOUT_S`;
 - it has no call to update a toxic: a toxic applied again is removed and added anew.
 
 Its `Proxy.add_toxic` passes any toxic type through, so it knows every toxic Toxiproxy has.
@@ -31,31 +42,39 @@ Its `Proxy.add_toxic` passes any toxic type through, so it knows every toxic Tox
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import paramiko
+import toxiproxy.api
 from toxiproxy import Proxy, Toxiproxy
 from toxiproxy.api import APIConsumer
 from toxiproxy.exceptions import NotFound
 
 from control.host import Host
+from control.remote import Remote, RemoteError
 
 VERSION = "2.12.0"  # the Toxiproxy release `make bootstrap` builds (Makefile: TOXIPROXY_VERSION)
 BINARY = "toxiproxy-server"
 DAEMON = "toxiproxy"  # its daemon (pidfile) name on the hosts
+API_HOST = "127.0.0.1"  # on the host: its own loopback, reached through SSH
 API_PORT = 8474
 NODE_PORT = 19092  # the node's own listener, on loopback
 OUT_BASE_PORT = 29100  # + i: a broker's local proxy to peer n<i>
 INBOUND = "in"
 CONNECT_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_S = 30.0
 # Where a direction of a toxic goes on each proxy: on "in" the node is Toxiproxy's upstream,
 # on a "to-*" proxy the node is its client.
@@ -104,6 +123,69 @@ def proxies_of(host: Host, peers: Sequence[Host], inbound_port: int,
     return out
 
 
+@dataclass(frozen=True)
+class _Response:
+    """What toxiproxy-python reads of a `requests` response."""
+
+    status_code: int
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+class _Tunnel:
+    """Stands in for `requests` in toxiproxy-python (its get, post and delete): every request
+    goes to the API of the host `api()` aimed it at, over SSH, and nowhere else."""
+
+    remote: Remote | None = None
+
+    def get(self, url: str, params: Any = None, **_: Any) -> _Response:
+        return self._request("GET", url)
+
+    def delete(self, url: str, **_: Any) -> _Response:
+        return self._request("DELETE", url)
+
+    def post(self, url: str, data: Any = None, json: Any = None, **_: Any) -> _Response:
+        return self._request("POST", url, json)
+
+    def _request(self, method: str, url: str, body: Any = None) -> _Response:
+        if self.remote is None:
+            raise ToxiproxyError("toxiproxy API used outside control.toxiproxy.api()")
+        parts = urlsplit(url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        channel = None
+        try:
+            channel = self.remote.open_tunnel(API_HOST, API_PORT, timeout=CONNECT_TIMEOUT_S)
+            channel.settimeout(REQUEST_TIMEOUT_S)
+            channel.sendall(_request_bytes(method, path, body))
+            response = http.client.HTTPResponse(channel, method=method)  # type: ignore[arg-type]
+            response.begin()
+            return _Response(response.status, response.read())
+        except (OSError, EOFError, http.client.HTTPException, paramiko.SSHException,
+                RemoteError) as e:
+            raise ToxiproxyError(f"toxiproxy API of {self.remote.name}: {method} {path}: "
+                                 f"{e}") from e
+        finally:
+            if channel is not None:
+                channel.close()
+
+
+def _request_bytes(method: str, path: str, body: Any) -> bytes:
+    """One HTTP/1.1 request, headers and body in one write: sent in two (as http.client
+    does), the body waited for the first part's delayed ACK in sshd's forward, 40 ms a call."""
+    payload = b"" if body is None else json.dumps(body).encode()
+    head = (f"{method} {path} HTTP/1.1\r\nHost: {API_HOST}:{API_PORT}\r\n"
+            f"Connection: close\r\nContent-Length: {len(payload)}\r\n"
+            + ("Content-Type: application/json\r\n" if body is not None else "") + "\r\n")
+    return head.encode() + payload
+
+
+_tunnel = _Tunnel()
+toxiproxy.api.requests = _tunnel  # toxiproxy-python's only way out: through `api()`'s host
+APIConsumer.host, APIConsumer.port = API_HOST, API_PORT
+
+
 @contextmanager
 def api(host: Host) -> Iterator[Toxiproxy]:
     """toxiproxy-python's client aimed at this host's API, for the duration of the block."""
@@ -111,20 +193,30 @@ def api(host: Host) -> Iterator[Toxiproxy]:
         raise ToxiproxyError(f"toxiproxy API of {host.name}: another call held the client for "
                              f"{LOCK_TIMEOUT_S:g} s")
     try:
-        if not _can_connect(host.address, API_PORT):
-            raise ToxiproxyError(f"toxiproxy API of {host.name} ({host.address}:{API_PORT}) "
+        if not _answers(host):
+            raise ToxiproxyError(f"toxiproxy API of {host.name} ({API_HOST}:{API_PORT} there) "
                                  "does not accept connections")
-        APIConsumer.host, APIConsumer.port = host.address, API_PORT
+        _tunnel.remote = host.remote
         yield Toxiproxy()
     finally:
+        _tunnel.remote = None
         _lock.release()
 
 
-def _can_connect(address: str, port: int) -> bool:
+def _answers(host: Host) -> bool:
+    """Whether the API accepts a connection on the host's loopback (through SSH). A host whose
+    sshd refuses the forward itself is an error naming the setting, not a wait."""
     try:
-        socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S).close()
+        host.remote.open_tunnel(API_HOST, API_PORT, timeout=CONNECT_TIMEOUT_S).close()
         return True
-    except OSError:
+    except paramiko.ChannelException as e:
+        if e.code == paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED:
+            raise ToxiproxyError(
+                f"sshd on {host.name} refuses to forward to {API_HOST}:{API_PORT}, the toxiproxy "
+                "API: allow it there (AllowTcpForwarding local, PermitOpen "
+                f"{API_HOST}:{API_PORT}; docs/toxiproxy.md)") from e
+        return False
+    except (RemoteError, paramiko.SSHException, OSError):
         return False
 
 
@@ -132,13 +224,13 @@ def _can_connect(address: str, port: int) -> bool:
 
 
 def start(host: Host, binary: str, seed: int = 0, timeout: float = 20.0) -> None:
-    """Start the host's toxiproxy-server (if not running) with its API on the host's own
-    address, and wait until the API answers. `seed` makes toxicity draws reproducible."""
+    """Start the host's toxiproxy-server (if not running) with its API on the host's loopback,
+    and wait until the API answers. `seed` makes toxicity draws reproducible."""
     if not host.remote.is_running(DAEMON):
-        host.remote.start_daemon(DAEMON, [binary, "-host", host.address, "-port", str(API_PORT),
+        host.remote.start_daemon(DAEMON, [binary, "-host", API_HOST, "-port", str(API_PORT),
                                           "-seed", str(seed)], host.log_dir / "toxiproxy.log")
     deadline = time.monotonic() + timeout
-    while not _can_connect(host.address, API_PORT):
+    while not _answers(host):
         if not host.remote.is_running(DAEMON):
             tail = host.remote.run(["tail", "-n", "5", str(host.log_dir / "toxiproxy.log")],
                                    check=False).stdout.strip()

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
 
-from control.files import write_json_atomic
+from control.files import owned_dir, write_json_atomic
 from harness.campaign_spec import Cell, load_spec
 from harness.config import validate
 from harness.report.campaign_index import render_campaign, write_results_index
@@ -90,8 +90,7 @@ class Campaign:
 
     @classmethod
     def create(cls, root: Path, name: str, source: Path, cells: list[Cell]) -> Campaign:
-        parent = root / "campaigns" / name
-        parent.mkdir(parents=True, exist_ok=True)
+        parent = owned_dir(owned_dir(root / "campaigns") / name)  # as results/<name> (store)
         start = time.time()
         for bump in range(1000):
             folder = parent / time.strftime(STAMP, time.gmtime(start + bump))

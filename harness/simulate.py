@@ -36,7 +36,7 @@ from tqdm import tqdm
 from checkers.check import check_path
 from checkers.exitcodes import UserError
 from checkers.spark import get_session
-from control.files import write_json_atomic
+from control.files import owned_dir, write_json_atomic
 from harness import pypy, store
 from harness.pypy import PypyError, PypySimulator
 from harness.report import report_path
@@ -325,8 +325,7 @@ def print_summary(summary: SearchSummary) -> None:
 
 def write_search(test: Test, seeds: list[int], summary: SearchSummary) -> Path:
     """results/<name>/search-<stamp>-s<first>-<last>.json: every row, for later analysis."""
-    folder = test.results_root / test.config["name"]
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = owned_dir(test.results_root / test.config["name"])  # as a run's (store)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = folder / f"search-{stamp}-s{seeds[0]}-{seeds[-1]}.json"
     write_json_atomic(path, {"config": as_simulated(test.config), "seeds": [seeds[0], seeds[-1]],

@@ -22,7 +22,7 @@ from typing import Any
 
 from checkers.check import exit_code
 from checkers.exitcodes import Exit
-from control.files import write_json_atomic
+from control.files import owned_dir, write_json_atomic
 from harness.config import RESERVED_NAMES
 
 RESULTS_ENV = "HARNESS_RESULTS"
@@ -46,8 +46,10 @@ def create_run_dir(results: Path, name: str, seed: int, started_at: float | None
     `name` must already be a validated test name (harness.config checks it)."""
     if not name or "/" in name or name in (".", "..", *RESERVED_NAMES):
         raise ValueError(f"bad test name for a results folder: {name!r}")
-    parent = results / name
-    parent.mkdir(parents=True, exist_ok=True)
+    # Ours and writable by nobody else, like every folder above it (the results root too):
+    # whoever could plant results/<name> (a symlink) or swap it would have the run written
+    # into a folder of their choosing.
+    parent = owned_dir(results / name)
     start = int(started_at if started_at is not None else time.time())
     for bump in range(_MAX_TRIES):
         stamp = time.strftime(RUN_NAME_FORMAT, time.gmtime(start + bump))

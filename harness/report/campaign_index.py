@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from control.files import write_text_atomic
+from control.files import check_trusted_parents, write_text_atomic
 from harness.report import plots
 from harness.report.detection import EVIDENCE, WITH_INVARIANTS, detection_times
 from harness.report.nightly import compare_nights
@@ -170,6 +170,7 @@ def _recent_runs(root: Path) -> list[dict[str, Any]]:
 def write_results_index(root: Path) -> Path:
     """(Re)write `root`/index.html: campaigns newest first, trend plots, recent runs."""
     root.mkdir(parents=True, exist_ok=True)
+    check_trusted_parents(root / "index.html")  # the root and above: root's or ours, not loose
     campaigns = _campaigns(root)
     rows = [{"name": folder.parent.name, "stamp": folder.name,
              "started": _night_label(folder.name), "state": state,

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from control.files import atomic_output
 from harness.report.events import EventSummary
 from harness.report.faults import FaultWindow
 from harness.report.loss import LossTable
@@ -30,7 +31,10 @@ def _figure(height: float = 3.2, width: float = 10.0, bottom_in: float = 0.55) -
 
 
 def _save(fig: Figure, out: Path) -> Path:
-    fig.savefig(out, format="png")
+    # Written beside and renamed into place: a symlink planted at the name is replaced,
+    # never written through (savefig itself would follow it).
+    with atomic_output(out) as f:
+        fig.savefig(f, format="png")
     return out
 
 

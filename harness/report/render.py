@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 import pyarrow as pa
 
+from checkers import templating
 from control.files import write_text_atomic
 from harness.report import plots
 from harness.report.events import EventSummary, scan_events
@@ -57,13 +58,7 @@ RAW_FILES = ("history.jsonl", "schedule.json", "events.jsonl", "test.json", "res
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("harness.report", "templates"),
-        autoescape=jinja2.select_autoescape(default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    env = templating.environment("harness.report")  # escaping, as for every page
     env.filters["num"] = _num
     env.filters["cell"] = _cell
     env.filters["details"] = _details

@@ -21,6 +21,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from control.files import write_text_atomic
+
 NS = 1_000_000_000
 BUCKETS = 2000
 DETAIL_CAP = 20_000  # operations kept at full detail per incident window
@@ -237,7 +239,6 @@ def timeline_json(data: TimelineData, events: list[dict[str, Any]], faults: list
 
 def write_timeline(out: Path, title: str, payload: dict[str, Any], render: Any) -> int:
     """Write timeline.html (render: a jinja template's render); returns its size in bytes."""
-    blob = json.dumps(payload, separators=(",", ":"), default=str).replace("</", "<\\/")
-    html = render(title=title, data_json=blob)
-    out.write_text(html, encoding="utf-8")
+    html = render(title=title, data=payload)  # the template escapes it (tojson)
+    write_text_atomic(out, html)  # a symlink planted at the name is replaced, not followed
     return len(html.encode())

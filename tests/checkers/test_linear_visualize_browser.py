@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.browser import CHROMIUM, DevTools, _check_page, _is_error
+from support.browser import (
+    CHROMIUM,
+    DevTools,
+    _check_page,
+    _is_error,
+    planted_scripts_run,
+    xss_payload,
+)
 
 from checkers.linear import check_file
 from checkers.linear.history import pair
@@ -133,3 +140,54 @@ def test_the_page_in_chromium(page: Path, tmp_path: Path) -> None:
     _check_page({"errors": errors, "images": [],
                  "screenshot": imread(io.BytesIO(base64.b64decode(shot)), format="png")},
                 min_images=0)
+
+
+def _planted_history(folder: Path) -> Path:
+    """knossos-invalid.edn with a payload as every key, value, process and the file name."""
+    def q(s: str) -> str:
+        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    text = (DATA / "knossos-invalid.edn").read_text()
+    for name in ("x", "y"):
+        text = text.replace(f"[:{name} ", f"[{q(xss_payload('key-' + name))} ")
+    for n in range(4):
+        text = text.replace(f":process {n},", f":process {q(xss_payload(f'process-{n}'))},")
+    for v in (1, 2, 3, 5):
+        text = (text.replace(f" {v}]", f" {q(xss_payload(f'value-{v}'))}]")
+                .replace(f"[{v} ", f"[{q(xss_payload(f'value-{v}'))} "))
+    stem = xss_payload("file").replace("/", "")  # a file name holds anything but '/'
+    history = folder / f"{stem}.edn"
+    history.write_text(text)
+    return history
+
+
+def test_planted_payloads_do_not_run(tmp_path: Path) -> None:
+    """Every string of the page a history's author controls (its file name, keys, values,
+    process names, and the title a caller passes) holds markup that would run if it reached
+    the page unescaped: Chromium runs none of it, and shows each as text."""
+    import contextlib
+    import io
+
+    from harness.cli import main
+
+    history = _planted_history(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["check", str(history), "--model", "kv"]) == 1
+    page = Path(json.loads(out.getvalue().strip().splitlines()[-1])["visualization"])
+    titled = tmp_path / "titled.html"
+    from checkers.linear.visualize import write_visualization
+    ops = pair(read_events(history))
+    write_visualization(titled, ops, make_model("kv"),
+                        check_file(history, "kv"), title=xss_payload("title"))
+
+    devtools = DevTools(tmp_path / "profile")
+    try:
+        for path in (page, titled):
+            ran, text = planted_scripts_run(devtools, path)
+            assert ran == [], f"{path.name}: planted scripts ran: {ran}"
+            assert "onerror=window.__xss.push('key-y')" in text  # drawn, the payloads as text
+            assert "onerror=window.__xss.push('key-x')" in text
+            assert "onerror=window.__xss.push('file')" in text or path == titled
+    finally:
+        devtools.close()

@@ -12,8 +12,6 @@ import errno
 import hashlib
 import json
 import os
-import pwd
-import shutil
 import signal
 import stat
 import subprocess
@@ -24,14 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.users import ATTACKER, as_attacker
 from test_hardening import run_folder
+from test_report import write_run_folder
 
 from checkers import __main__ as checkers_main
 from checkers import check as check_mod
 from checkers.check import check_path
 from control.files import UnsafePathError
 from control.netns_provider import NetnsProvider
-from harness import cli
+from harness import cli, store
 from harness.commands import check as check_cmd
 from nemesis.lazyfs import mount as lazymount
 
@@ -40,41 +40,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (useradd, runuser, mounts, netns)"),
 ]
 
-ATTACKER = "kch-attacker"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def attacker() -> Iterator[pwd.struct_passwd]:
-    created = False
-    try:
-        pw = pwd.getpwnam(ATTACKER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        ATTACKER], check=True, capture_output=True)
-        created = True
-        pw = pwd.getpwnam(ATTACKER)
-    assert pw.pw_uid != 0
-    yield pw
-    if created:
-        subprocess.run(["userdel", ATTACKER], capture_output=True)
-
-
-def as_attacker(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(["runuser", "-u", ATTACKER, "--", *argv], capture_output=True,
-                          text=True, timeout=60, cwd="/")
-    if check:
-        assert done.returncode == 0, done.stderr
-    return done
-
-
-@pytest.fixture
-def shared_tmp() -> Iterator[Path]:
-    """A stand-in for /tmp: root's, world-writable, sticky, reachable by everyone."""
-    d = Path(tempfile.mkdtemp(prefix="kch-hardening-tmp-", dir="/tmp"))
-    d.chmod(0o1777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
@@ -235,6 +201,96 @@ def test_a_planted_kch_directory_is_neither_used_nor_trusted(attacker, shared_tm
     assert sorted(os.listdir(kch)) == ["20261122T063015-s7"] and sorted(
         os.listdir(shared_tmp)) == ["kch", "kch-link"]
     assert canary.read_text() == "root's own file\n"
+
+
+# -- attack 5: root's outputs at names another user planted ----------------------------------
+
+# A Jepsen Kafka history (one send, acknowledged at offset 0, and a poll that reads it).
+JEPSEN_KAFKA = (
+    "{:index 0, :time 0, :process 0, :type :invoke, :f :txn, :value [[:send :x 1]]}\n"
+    "{:index 1, :time 1, :process 0, :type :ok, :f :txn, :value [[:send :x [0 1]]]}\n"
+    "{:index 2, :time 2, :process 1, :type :invoke, :f :txn, :value [[:poll]]}\n"
+    "{:index 3, :time 3, :process 1, :type :ok, :f :txn, :value [[:poll {:x [[0 1]]}]]}\n")
+
+
+def _fingerprint(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def _as_attackers(path: Path, text: str) -> Path:
+    """A file of the attacker's, with `text`."""
+    done = subprocess.run(["runuser", "-u", ATTACKER, "--", "sh", "-c", f"cat > {path}"],
+                          input=text, text=True, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_a_planted_translation_folder_is_refused_and_the_run_it_names_kept(
+        attacker, shared_tmp, tmp_path, capsys):
+    """`harness check h.edn` writes its translation to h.kafka/: planted as a link to one of
+    root's run folders, it had that run's history.jsonl and test.json replaced."""
+    run = run_folder(tmp_path, config={"topic": {"partitions": 1}})
+    before = _fingerprint(run)
+    history = _as_attackers(shared_tmp / "h.edn", JEPSEN_KAFKA)
+    as_attacker("ln", "-s", str(run), str(shared_tmp / "h.kafka"))
+    assert cli.main(["check", str(history), "--in-process"]) == 3
+    assert "h.kafka is a symlink" in capsys.readouterr().err
+    assert _fingerprint(run) == before
+    # a real folder of theirs at the name: refused too (they could swap it for a link later)
+    (shared_tmp / "h.kafka").unlink()
+    as_attacker("mkdir", "-m", "755", str(shared_tmp / "h.kafka"))
+    assert cli.main(["check", str(history), "--in-process"]) == 3
+    assert f"owned by uid {attacker.pw_uid}" in capsys.readouterr().err
+    assert os.listdir(shared_tmp / "h.kafka") == []
+    # root's own history in root's own folder is translated and checked as before
+    mine = tmp_path / "mine.edn"
+    mine.write_text(JEPSEN_KAFKA)
+    assert cli.main(["check", str(mine), "--in-process"]) != 3  # a verdict, not an error
+    assert (tmp_path / "mine.kafka" / "results.json").is_file()
+
+
+def test_a_planted_link_at_the_linearizability_page_is_replaced_not_written_through(
+        attacker, shared_tmp, canary, capsys):
+    kv = ROOT / "tests" / "data" / "kv" / "knossos-invalid.edn"
+    history = _as_attackers(shared_tmp / "h.edn", kv.read_text())
+    page = shared_tmp / "h.linearizability.html"
+    as_attacker("ln", "-s", str(canary), str(page))
+    assert cli.main(["check", str(history), "--model", "kv", "--in-process"]) == 1
+    assert canary.read_text() == "root's own file\n"
+    assert not page.is_symlink() and "<html" in page.read_text()
+
+
+def test_planted_links_at_a_reports_timeline_and_plots_are_replaced_not_written_through(
+        attacker, shared_tmp, canary):
+    """`harness report` on a run folder another user controls (a copy they handed over)."""
+    run = write_run_folder(shared_tmp / "run")
+    subprocess.run(["chown", "-R", f"{ATTACKER}:", str(run)], check=True)
+    names = ["timeline.html", "latency.png", "throughput.png", "loss.png", "partitions.png",
+             "lag.png", "unseen.png"]
+    for name in names:
+        as_attacker("ln", "-s", str(canary), str(run / name))
+    assert cli.main(["report", str(run)]) == 0
+    assert canary.read_text() == "root's own file\n"
+    written = [n for n in names if (run / n).is_file() and not (run / n).is_symlink()]
+    assert {"timeline.html", "latency.png", "throughput.png"} <= set(written), written
+
+
+def test_a_results_root_or_test_folder_of_another_user_is_refused(attacker, shared_tmp, canary):
+    config = {"name": "t", "seed": 7}
+    # results/<name> planted in a shared results root (sticky, like /tmp): never followed
+    results = shared_tmp / "results"
+    results.mkdir(mode=0o1777)
+    results.chmod(0o1777)
+    as_attacker("ln", "-s", str(canary.parent), str(results / "t"))
+    with pytest.raises(UnsafePathError, match="is a symlink"):
+        store.new_run(results, config, [])
+    assert sorted(os.listdir(canary.parent)) == ["canary"]
+    # a results root the attacker owns: refused, whatever is below it
+    theirs = shared_tmp / "theirs"
+    as_attacker("mkdir", "-m", "755", str(theirs))
+    with pytest.raises(UnsafePathError, match=f"owned by uid {attacker.pw_uid}"):
+        store.new_run(theirs, config, [])
+    assert os.listdir(theirs) == []
 
 
 # -- a full disk -----------------------------------------------------------------------------

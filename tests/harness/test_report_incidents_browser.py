@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from matplotlib.image import imread
-from support.browser import CHROMIUM, DevTools, _is_error
+from support.browser import CHROMIUM, DevTools, _is_error, planted_scripts_run, xss_payload
 from test_report_incidents import acks1_run
 
 from harness.report import report_path
@@ -216,3 +217,32 @@ def test_real_acks1_report_screenshot(browser: DevTools, tmp_path: Path) -> None
         assert tab.errors() == []
     finally:
         tab.close()
+
+
+def test_planted_payloads_in_a_run_folder_do_not_run_in_its_report(tmp_path: Path) -> None:
+    """The strings a run folder gives its pages (the test's name, the folder's name, argv, the
+    recorded versions, the checker's notes and the loss explanations) each hold markup that
+    would run if it reached report.html or timeline.html unescaped: none runs."""
+    run = acks1_run(tmp_path / "t" / xss_payload("folder").replace("/", ""))
+    test = json.loads((run / "test.json").read_text())
+    test["name"] = test["config"]["name"] = xss_payload("name")
+    test["argv"].append(xss_payload("argv"))
+    test["versions"]["python"] = xss_payload("version")
+    (run / "test.json").write_text(json.dumps(test))
+    results = json.loads((run / "results.json").read_text())
+    results["notes"].append(xss_payload("note"))
+    (run / "results.json").write_text(json.dumps(results))
+    loss = pq.read_table(run / "loss.parquet").to_pylist()
+    for row in loss:
+        row["explanation"] = xss_payload("explanation")
+    pq.write_table(pa.Table.from_pylist(loss), run / "loss.parquet")
+    report = report_path(run)
+
+    devtools = DevTools(tmp_path / "profile")
+    try:
+        for page in (report, run / "timeline.html"):
+            ran, text = planted_scripts_run(devtools, page)
+            assert ran == [], f"{page.name}: planted scripts ran: {ran}"
+            assert "onerror=window.__xss.push('name')" in text, page.name  # shown as text
+    finally:
+        devtools.close()

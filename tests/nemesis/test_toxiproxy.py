@@ -14,8 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+import paramiko
 import pytest
 from support.procs import alive
+from support.users import reaches
 
 from checkers.check import check_path
 from checkers.exitcodes import Exit, UserError
@@ -227,6 +229,39 @@ def healed(cluster):
     yield cluster
     on_hosts(cluster.hosts, tp.remove_toxics)
     assert asyncio.run(wait_healthy(cluster.bootstrap(), TOPIC, 1, 30))
+
+
+def listening(host: Host) -> list[tuple[str, int, str]]:
+    """The host's listening TCP sockets, as (address, port, program), from `ss` run there."""
+    out = host.remote.run(["ss", "-Hltnp"]).stdout
+    found = set()
+    for line in out.splitlines():
+        fields = line.split()
+        address, _, port = fields[3].rpartition(":")
+        program = fields[5].split('"')[1] if len(fields) > 5 and '"' in fields[5] else "?"
+        found.add((address.strip("[]"), int(port), program))
+    return sorted(found)
+
+
+@pytest.mark.usefixtures("attacker")
+def test_no_other_user_reaches_the_toxiproxy_api(cluster):
+    """Toxiproxy's API has no authentication: it listens on each host's loopback, where the
+    harness reaches it through its SSH connection, and an unprivileged user on this machine
+    reaches nothing of a host but its sshd and its node's advertised address (the "in"
+    proxy). The hosts' sshd forwards to the API and to nothing else."""
+    for h in cluster.hosts:
+        sockets = listening(h)
+        print(h.name, sockets)  # the record of what listens: `pytest -s` shows it
+        reachable = {p for p in {p for _, p, _ in sockets} if reaches(h.address, p)}
+        assert reachable == {22, 9092}, (h.name, sockets)
+        api = [(a, p) for a, p, prog in sockets if prog.startswith("toxiproxy") and p == 8474]
+        assert api == [("127.0.0.1", 8474)], (h.name, sockets)
+    n1 = cluster.hosts[1]
+    held = tp.toxics(n1)  # the harness itself still reaches it
+    assert "in" in held and all(t == [] for t in held.values())
+    with pytest.raises(paramiko.ChannelException) as refused:
+        n1.remote.open_tunnel("127.0.0.1", tp.NODE_PORT)
+    assert refused.value.code == paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
 
 async def _state(c: Cluster) -> dict:

@@ -126,6 +126,32 @@ def open_page(devtools: DevTools, path: Path) -> dict[str, Any]:
             "screenshot": imread(io.BytesIO(base64.b64decode(shot)), format="png")}
 
 
+def planted_scripts_run(devtools: DevTools, path: Path) -> tuple[list[str], str]:
+    """Load `path` in a fresh tab in which planted payloads report themselves by pushing onto
+    `window.__xss`; (what was pushed, the page's text)."""
+    target = devtools.call("Target.createTarget", url="about:blank")["targetId"]
+    session = devtools.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    devtools.call("Page.enable", session)
+    devtools.call("Page.addScriptToEvaluateOnNewDocument", session, source="window.__xss = [];")
+    devtools.call("Page.navigate", session, url=path.as_uri())
+    devtools.wait_event("Page.loadEventFired")
+    values = []
+    for expression in ("window.__xss", "document.body.innerText"):
+        values.append(devtools.call("Runtime.evaluate", session, returnByValue=True,
+                                    expression=expression)["result"]["value"])
+    devtools.call("Target.closeTarget", targetId=target)
+    return values[0], values[1]
+
+
+def xss_payload(tag: str) -> str:
+    """Markup that pushes `tag` onto window.__xss if it ever runs: an <img> whose load fails,
+    a <script> after a closed one, an <svg onload>; and the placeholders and template syntax a
+    page built by substitution might expand."""
+    return (f"<img src=x onerror=window.__xss.push('{tag}')>"
+            f"</script><script>window.__xss.push('{tag}-s')</script>"
+            f"<svg onload=window.__xss.push('{tag}-v')>@DATA@@SCRIPT@{{{{7*7}}}}")
+
+
 def _is_error(event: dict[str, Any]) -> bool:
     method, params = event.get("method"), event.get("params", {})
     if method == "Runtime.exceptionThrown":
