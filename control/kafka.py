@@ -63,6 +63,11 @@ _BROKER_BASE = {
     "num.partitions": "1",
     "controlled.shutdown.enable": "true",
     "log.flush.scheduler.interval.ms": "100",  # how often flush.ms is looked at (default: never)
+    # A consumer with a group id makes the brokers create __consumer_offsets, 50 partitions by
+    # default, each with two 10 MB preallocated indexes: one partition and 1 MB indexes keep
+    # the data directories small enough to collect into the run folder in seconds.
+    "offsets.topic.num.partitions": "1",
+    "log.index.size.max.bytes": "1048576",
 }
 
 
