@@ -196,6 +196,10 @@ class KafkaNodes:
                 "transaction.state.log.min.isr": str(min(2, brokers)),
                 **_BROKER_BASE, **self.props}
 
+    def config_paths(self, host: Host) -> tuple[PurePosixPath, PurePosixPath]:
+        """server.properties and the logging config, as written on the host."""
+        return self._paths(host)
+
     def _paths(self, host: Host) -> tuple[PurePosixPath, PurePosixPath]:
         log_config = "log4j.properties" if self.settings.version.startswith("3.") else "log4j2.yaml"
         return host.work_dir / "server.properties", host.work_dir / log_config

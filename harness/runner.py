@@ -91,6 +91,8 @@ def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
     cluster = Cluster(hosts, node_settings(test.config["system"]), python=python,
                       lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy,
                       kafka=system.nodes(hosts, run_dir.name))
+    for note in cluster.kafka.notes if cluster.kafka else ():
+        say(f"Kafka {settings.kafka.version}: {note}")
     try:
         if cluster.toxiproxy:  # before the heal, which removes toxics a crashed run left
             on_hosts(cluster.hosts, lambda h: cluster.start_toxiproxy(h, settings.seed))
@@ -218,29 +220,47 @@ def collect(cluster: Cluster, run_dir: Path, clock: RunClock,
     for host in cluster.hosts:
         dest = run_dir / "nodes" / host.name
         dest.mkdir(parents=True, exist_ok=True)
-        for remote_dir, local in ((host.log_dir, dest), (host.data_dir, dest / "data")):
-            try:
-                host.remote.fetch_dir(remote_dir, local)
-            except Exception as e:  # keep collecting the rest: a partial folder is still checkable
-                say(f"could not fetch {remote_dir} from {host.name}: {e}")
-        try:
-            host.remote.get(host.work_dir / "events.jsonl", dest / "events.jsonl")
-        except Exception:
-            continue
-        for line in (dest / "events.jsonl").read_text().splitlines():
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            e["host"] = host.name
-            e["time"] = clock.from_wall(e["ts"])
-            merged.append(e)
+        _fetch_node_files(cluster, host, dest)
+        merged += [{**e, "host": host.name, "time": clock.from_wall(e["ts"])}
+                   for e in _node_events(cluster, host, dest)]
     for e in system.node_events(run_dir / "nodes", cluster.hosts) if system else []:
         merged.append({**e, "time": clock.from_wall(e["ts"])})
     merged.sort(key=lambda e: e["ts"])
     with open(run_dir / "events.jsonl", "w") as f:
         for e in merged:
             f.write(json.dumps(e) + "\n")
+
+
+def _fetch_node_files(cluster: Cluster, host: Host, dest: Path) -> None:
+    """The node's log folder, data folder and (Kafka) config files; what cannot be fetched is
+    said and skipped: a partial folder is still checkable."""
+    for remote_dir, local in ((host.log_dir, dest), (host.data_dir, dest / "data")):
+        try:
+            host.remote.fetch_dir(remote_dir, local)
+        except Exception as e:
+            say(f"could not fetch {remote_dir} from {host.name}: {e}")
+    for path in cluster.kafka.config_paths(host) if cluster.kafka else ():
+        try:
+            host.remote.get(path, dest / path.name)
+        except Exception as e:
+            say(f"could not fetch {path} from {host.name}: {e}")
+
+
+def _node_events(cluster: Cluster, host: Host, dest: Path) -> list[dict]:
+    """The embedded node's own events.jsonl (Kafka's nodes write none)."""
+    if cluster.kafka:
+        return []
+    try:
+        host.remote.get(host.work_dir / "events.jsonl", dest / "events.jsonl")
+    except Exception:
+        return []
+    events = []
+    for line in (dest / "events.jsonl").read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return [e for e in events if isinstance(e, dict) and isinstance(e.get("ts"), int | float)]
 
 
 def stop_nodes(cluster: Cluster) -> None:

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from checkers import templating
 from control.files import write_text_atomic
+from control.kafka import EMBEDDED_ONLY, WEAKNESS_DEFAULTS
 from harness.report import plots
 from harness.report.events import EventSummary, scan_events
 from harness.report.incidents import Incident, build_incidents, read_events
@@ -34,6 +35,7 @@ EXAMPLE_CHARS = 2000  # one example's JSON is cut beyond this
 # (label, table, key): the settings that decide whether acknowledged data can be lost.
 KEY_SETTINGS = (
     ("acks", "workload", "acks"),
+    ("enable.idempotence", "workload", "idempotence"),
     ("replication factor", "topic", "replication_factor"),
     ("min.insync.replicas", "system", "min.insync.replicas"),
     ("eligible.leader.replicas.enable (ELR)", "system", "eligible.leader.replicas.enable"),
@@ -242,9 +244,22 @@ def _make_incidents_and_timeline(page: RunPage, title: str) -> None:
             (out / f"{name}.png").unlink(missing_ok=True)
 
 
+def _system_row(config: dict[str, Any]) -> tuple[str, str]:
+    system = config.get("system") if isinstance(config.get("system"), dict) else {}
+    if system.get("kind") != "kafka":
+        return ("system", "embedded (replication/)")
+    kafka = config.get("kafka") if isinstance(config.get("kafka"), dict) else {}
+    return ("system", f"Apache Kafka {_cell(kafka.get('version'))} (KRaft)")
+
+
 def _config_rows(config: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = []
+    rows = [_system_row(config)]
+    kafka = rows[0][1].startswith("Apache Kafka")
+    # On Kafka the embedded system's own switches do not apply (control.kafka refuses them)
+    skipped = set(EMBEDDED_ONLY) | set(WEAKNESS_DEFAULTS) if kafka else {"idempotence"}
     for label, table, key in KEY_SETTINGS:
+        if table in ("system", "workload") and key in skipped:
+            continue
         scope = config.get(table, {}) if table else config
         keys = key if isinstance(key, tuple) else (key,)
         values = [scope.get(k) if isinstance(scope, dict) else None for k in keys]

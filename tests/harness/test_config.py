@@ -28,7 +28,10 @@ def test_default_matches_the_shared_shape():
     assert (c["name"], c["nodes"], c["time_limit"], c["seed"]) == ("default", 5, 60, 0)
     assert c["topic"] == {"name": "chaos", "partitions": 3, "replication_factor": 3}
     assert c["workload"] == {"acks": "all", "rate": 500, "producers": 4, "consumers": 2,
-                             "request_timeout_ms": 3000, "final_read_timeout": 60}
+                             "request_timeout_ms": 3000, "final_read_timeout": 60,
+                             "idempotence": True}
+    assert c["system"]["kind"] == "embedded"
+    assert c["kafka"] == {"version": "4.2.1", "heap_mb": 512, "controller_heap_mb": 256}
     assert c["nemesis"]["faults"] == ["kill", "partition"]
     assert (c["nemesis"]["interval"], c["nemesis"]["duration"]) == (10, 5)
     assert c["nemesis"]["targets"] == "auto"
@@ -225,7 +228,8 @@ def test_missing_file_that_is_not_a_profile(tmp_path):
 def test_schema_system_keys_are_known_to_the_nodes():
     node_config = pytest.importorskip("replication.config",
                                       reason="replication.config not in this checkout")
-    assert set(cfg.SCHEMA["system"]) <= set(node_config.known_keys())
+    # every key but `kind`, which says which system runs (not a node setting)
+    assert set(cfg.SCHEMA["system"]) - {cfg.KIND} <= set(node_config.known_keys())
 
 
 def test_from_args_maps_the_run_flags():

@@ -18,8 +18,12 @@ from workloads.history import read_history
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse]
 
+# Kafka's reads are not linearizable: a restarted or cut-off leader serves fetches with the high
+# watermark it has, behind what was acknowledged (docs/kafka.md), which the checker reports as
+# a stale read. These tests judge acknowledged records, so stale reads are allowed.
 FAST = ["system.kind=kafka", "nodes=4", "time_limit=15", "nemesis.interval=3",
-        "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=300"]
+        "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=300",
+        "checker.allow=['stale-read']"]
 
 
 def _installed(version: str) -> None:
@@ -72,15 +76,19 @@ def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
 
 
 @pytest.mark.slow
-def test_kafka_3_9_under_power_loss_on_the_lossy_filesystem(tmp_path):
+def test_kafka_3_9_loses_nothing_to_single_power_losses(tmp_path):
+    """One broker at a time loses power with its page cache (the lossy filesystem under
+    log.dirs): with acks=all and min.insync.replicas 2, another replica holds every
+    acknowledged record, so nothing is lost."""
     run_dir, ops, results = _run(tmp_path, "kafka.version=3.9.1", "time_limit=25",
-                                 "nemesis.faults=['power-loss', 'page-cache-loss']", "seed=12")
-    losses = [op for op in ops if op["f"] in ("start-power-loss", "start-page-cache-loss")]
+                                 "nemesis.faults=['power-loss']", "seed=12")
+    losses = [op for op in ops if op["f"] == "start-power-loss"]
     assert losses and any(op["value"].get("lost") for op in losses), "unsynced data was dropped"
     assert "Kafka version: 3.9.1" in (run_dir / "nodes" / "n2" / "node.log").read_text(
         errors="replace")
-    assert results["valid"] in (True, False), "the history was checked"
-    assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
+    assert not _lost(results), results["anomalies"]
+    assert {op["partition"] for op in ops if op["f"] == "final-poll" and op.get("complete")} \
+        == {0, 1, 2}
 
 
 @pytest.mark.slow
@@ -92,6 +100,8 @@ def test_an_unclean_election_on_kafka_is_an_event(tmp_path):
                                  "system.unclean.leader.election.enable=true",
                                  "nemesis.faults=['kill']", "nemesis.targets=leader", "seed=13")
     assert any(op["f"] == "start-kill" for op in ops)
-    assert results["valid"] in (True, False)
-    kinds = Counter(e["kind"] for e in _events(run_dir))
-    assert kinds["partition-change"] > 3, "leaders moved and the watch saw it"
+    leaders = {e["leader"] for e in _events(run_dir) if e["kind"] == "partition-change"}
+    assert len(leaders - {None}) >= 2, "leaders moved and the watch saw it"
+    if _lost(results):  # a loss must be told by an election or truncation Kafka logged
+        kinds = {e["kind"] for e in _events(run_dir)}
+        assert kinds & {"unclean-election", "truncate"}, kinds
