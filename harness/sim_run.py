@@ -27,6 +27,9 @@ SIM = "sim"
 
 def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config with hosts.provider = "sim"; refuses fault kinds the simulator cannot apply."""
+    if config["system"].get("kind", "embedded") != "embedded":
+        raise UserError("the simulator runs the embedded system, not system.kind = "
+                        f"{config['system']['kind']!r}: run Kafka on hosts with `harness run`")
     out = copy.deepcopy(dict(config))
     out["hosts"] = {"provider": SIM}
     unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
@@ -50,9 +53,6 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
     `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
     cost)."""
     s = test.settings
-    if s.system_kind != "embedded":
-        raise UserError(f"the simulator runs the embedded system, not system.kind = "
-                        f"{s.system_kind!r}: run Kafka on hosts with `harness run`")
     params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
                             acks=s.workload.acks, rate=s.workload.rate,
                             producers=s.workload.producers, consumers=s.workload.consumers,

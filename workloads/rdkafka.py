@@ -67,6 +67,7 @@ class RdKafkaWorkload:
         self._threads = ThreadPoolExecutor(max_workers=max(2, params.consumers + params.partitions),
                                            thread_name_prefix="rdkafka")
         self._rng = random.Random(params.seed)
+        self._delivery: _Delivery  # made by run()
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -100,22 +101,25 @@ class RdKafkaWorkload:
 
     async def run(self, duration_s: float) -> None:
         loop = asyncio.get_running_loop()
-        producer = ck.Producer(self.producer_config())
-        stop_polling = threading.Event()
-        poller = threading.Thread(target=_poll_until, args=(producer, stop_polling),
-                                  name="rdkafka-delivery", daemon=True)
-        poller.start()
+        self._delivery = _Delivery(self.producer_config())
         stop = loop.time() + duration_s
         try:
-            tasks = [self._producer(producer, i, stop) for i in range(self.p.producers)]
+            tasks = [self._producer(i, stop) for i in range(self.p.producers)]
             tasks += [self._consumer(i, stop) for i in range(self.p.consumers)]
             await asyncio.gather(*tasks)
         finally:
-            stop_polling.set()
-            await loop.run_in_executor(None, poller.join)
-            await loop.run_in_executor(None, producer.flush, 1.0)
+            await loop.run_in_executor(None, self._delivery.close)
 
-    async def _producer(self, producer: ck.Producer, index: int, stop: float) -> None:
+    def _renew(self, failed: _Delivery) -> None:
+        """A fatal error (an idempotent producer's broken sequence, say) ends a librdkafka
+        producer for good: its clients go on with a new one, as a restarted application
+        would; what the old one still had in flight stays unknown (`info`)."""
+        if self._delivery is failed:
+            self._delivery = _Delivery(self.producer_config())
+            self.stats["producers-renewed"] = self.stats.get("producers-renewed", 0) + 1
+            threading.Thread(target=failed.close, daemon=True).start()
+
+    async def _producer(self, index: int, stop: float) -> None:
         loop = asyncio.get_running_loop()
         process = self.pool.new()
         interval = self.p.producers / self.p.rate if self.p.rate > 0 else 0.0
@@ -128,7 +132,7 @@ class RdKafkaWorkload:
             value = next(self.values)
             partition = value % self.p.partitions
             op = self.history.invoke(process, "send", partition=partition, value=value)
-            outcome, fields = await self._send(producer, partition, value)
+            outcome, fields = await self._send(self._delivery, partition, value)
             if outcome == "ok":
                 op.ok(**fields)
             elif outcome == "fail":
@@ -138,7 +142,7 @@ class RdKafkaWorkload:
                 process = self.pool.retire(process)
             self.stats[f"send-{outcome}"] += 1
 
-    async def _send(self, producer: ck.Producer, partition: int,
+    async def _send(self, delivery: _Delivery, partition: int,
                     value: int) -> tuple[str, dict[str, Any]]:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[tuple[ck.KafkaError | None, int]] = loop.create_future()
@@ -147,12 +151,15 @@ class RdKafkaWorkload:
             loop.call_soon_threadsafe(_settle, answer, (err, msg.offset()))
 
         try:
-            producer.produce(self.p.topic, str(value).encode(), partition=partition,
-                             on_delivery=delivered)
+            delivery.producer.produce(self.p.topic, str(value).encode(), partition=partition,
+                                      on_delivery=delivered)
         except BufferError:
             return "fail", {"error": "QUEUE_FULL"}
         except ck.KafkaException as e:
             err = e.args[0]
+            if err.fatal():  # refused locally before sending: nothing was written
+                self._renew(delivery)
+                return "fail", {"error": _error_name(err)}
             return send_outcome(err.code(), not self.idempotence), {"error": _error_name(err)}
         try:
             err, offset = await asyncio.wait_for(
@@ -160,6 +167,8 @@ class RdKafkaWorkload:
         except TimeoutError:
             return "info", {"error": "NO_DELIVERY_REPORT"}
         if err is not None:
+            if err.fatal():
+                self._renew(delivery)
             return send_outcome(err.code(), not self.idempotence), {"error": _error_name(err)}
         return "ok", ({"offset": offset} if offset >= 0 else {})
 
@@ -293,7 +302,21 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
         future.set_result(result)
 
 
-def _poll_until(producer: ck.Producer, stop: threading.Event) -> None:
-    """Serve delivery reports until told to stop."""
-    while not stop.is_set():
-        producer.poll(0.05)
+class _Delivery:
+    """A producer and the thread that serves its delivery reports."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.producer = ck.Producer(config)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="rdkafka-delivery",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.producer.flush(1.0)

@@ -58,6 +58,15 @@ def test_fault_kinds_that_cannot_act_on_kafka_are_refused(fault):
         load_config(None, ["system.kind=kafka", f"nemesis.faults=['{fault}']"])
 
 
+def test_the_simulator_refuses_kafka():
+    from checkers.exitcodes import UserError
+    from harness.sim_run import as_simulated
+
+    with pytest.raises(UserError, match="embedded system"):
+        as_simulated(load_config(None, ["system.kind=kafka"]))
+    assert as_simulated(load_config(None, []))["hosts"] == {"provider": "sim"}
+
+
 def test_kafka_config_resolves_and_defaults():
     config = load_config(None, ["system.kind=kafka", "kafka.version=3.9.1",
                                 "nemesis.faults=['kill', 'pause', 'power-loss', 'partition']"])
