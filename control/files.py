@@ -157,3 +157,12 @@ def remove_private_dir(path: Path, marker: str | None = None) -> bool:
         return False
     shutil.rmtree(path, ignore_errors=True)
     return not os.path.lexists(path)
+
+
+_KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+          stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file of this st_mode is, in words, or None for a regular file."""
+    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
