@@ -32,7 +32,12 @@ from checkers.ingest import ACKS, HistoryError, ingest
 from checkers.spark import get_session, resolve_master, say
 from checkers.trace import findings as invariant_findings
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
-from control.files import atomic_outputs, make_private_tempdir, write_json_atomic
+from control.files import (
+    atomic_outputs,
+    check_regular_file,
+    make_private_tempdir,
+    write_json_atomic,
+)
 
 RUN_HISTORY = "history.jsonl"
 # Below `[checker] spark_min_ops` operations (0 by default: every check on Spark, the
@@ -53,6 +58,8 @@ def locate(path: Path) -> tuple[Path, Path]:
     """(history.jsonl, run folder) for a run folder or a bare history file."""
     path = Path(path)
     history = path / "history.jsonl" if path.is_dir() else path
+    if history.exists() and not history.is_dir():
+        check_regular_file(history)  # a FIFO or a device says what it is, and is never read
     if not history.is_file():
         raise FileNotFoundError(f"no history at {history}")
     return history, history.parent

@@ -21,7 +21,7 @@ import duckdb
 import pandas as pd
 
 from checkers.definitions import EXAMPLE_ORDER, EXAMPLES
-from checkers.verdict import UNREAD_COLUMNS, CheckOutput, records
+from checkers.verdict import UNREAD_COLUMNS, CheckOutput, exact_frame, records
 
 # Working memory before DuckDB spills its joins, sorts and windows to the scratch folder.
 WORK_MEMORY = 4 << 30
@@ -271,7 +271,7 @@ def run(ops_path: Path, reads_path: Path, acks: str, examples: int = EXAMPLES,
             rows = _fetch(con, f"SELECT * FROM found ORDER BY {order} LIMIT {examples}")
             anomalies[name] = (int(n), records(pd.DataFrame(rows)) if rows else [])
             con.execute("DROP TABLE found")
-        unread = con.execute("SELECT * FROM unread").df()[UNREAD_COLUMNS]
+        unread = exact_frame(con.sql("SELECT * FROM unread").to_arrow_table())[UNREAD_COLUMNS]
         complete = {int(r[0]) for r in con.execute(_COMPLETE).fetchall()}
         return CheckOutput(anomalies=anomalies, unread=unread, complete_partitions=complete,
                            stats=_stats(con))

@@ -1,5 +1,6 @@
 """The exit-code contract of every entry point (`harness`, `python -m checkers`,
-`python -m checkers.linear`): 0 valid, 1 invalid, 2 unknown, 3 error.
+`python -m checkers.linear`): 0 valid, 1 invalid, 2 unknown, 3 error; 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM, where the entry point asks for it: terminate_as_interrupt).
 
 A verdict is only ever 0, 1 or 2. Anything that went wrong -- a bad argument, an unreadable
 file, a bug -- exits 3 with a message, so a crash never reads as "invalid" or "unknown"."""
@@ -7,7 +8,9 @@ file, a bug -- exits 3 with a message, so a crash never reads as "invalid" or "u
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from enum import IntEnum
@@ -20,6 +23,7 @@ class Exit(IntEnum):
     UNKNOWN = 2
     ERROR = 3
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+    TERMINATED = 143  # SIGTERM (kill, systemd, CI), as shells report it: after the same teardown
 
     @classmethod
     def of(cls, valid: Any) -> Exit:
@@ -39,6 +43,33 @@ class Parser(argparse.ArgumentParser):
         self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
 
 
+_terminating = False  # a SIGTERM came (terminate_as_interrupt): its interrupt exits 143
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    global _terminating
+    if _terminating:  # a second SIGTERM while the first one's teardown runs: let it finish
+        return
+    _terminating = True
+    # Whatever Ctrl-C would do now: asyncio.run's own handler cancels its main task, so the
+    # coroutines' teardown runs as for Ctrl-C; elsewhere KeyboardInterrupt is raised here.
+    on_sigint = signal.getsignal(signal.SIGINT)
+    if callable(on_sigint):
+        on_sigint(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def terminate_as_interrupt() -> None:
+    """From now on SIGTERM is a Ctrl-C: every teardown that a KeyboardInterrupt runs (each
+    phase's `finally` in harness/runner.py, a campaign's interrupted cell) runs for it too,
+    instead of the process dying with its hosts left behind; `guarded` then exits 143. A
+    handler that returns, not SIG_IGN, for a second one: children inherit an ignored signal.
+    Only the main thread may set a handler (and only it gets signals): elsewhere, nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 class UserError(Exception):
     """Bad input the user can fix: printed as one line, no traceback."""
 
@@ -49,10 +80,14 @@ USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError)
 
 def guarded(prog: str, main: Callable[[], int]) -> int:
     """Run `main` and map whatever escapes it onto the contract: user errors print one line,
-    bugs a short traceback, both exit 3; Ctrl-C exits 130."""
+    bugs a short traceback, both exit 3; Ctrl-C exits 130, SIGTERM (terminate_as_interrupt)
+    143."""
     try:
         return int(main())
     except KeyboardInterrupt:
+        if _terminating:
+            print(f"{prog}: terminated", file=sys.stderr)
+            return Exit.TERMINATED
         print(f"{prog}: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
     except USER_ERRORS as e:

@@ -39,7 +39,9 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from checkers.exitcodes import UserError
 from checkers.native_ingest import NativeUnsure, native_ingest
+from control.files import file_kind
 
 BATCH_OPS = 50_000
 MAX_REPORTED_ERRORS = 20
@@ -180,6 +182,32 @@ def _scalar(op: dict, key: str) -> str | None:
     if isinstance(v, bool) or not isinstance(v, str | int):
         raise _BadLine(f"{key!r} must be a string or an integer, got {_short(v)}")
     return _text(key, str(v))
+
+
+def refuse_outputs(history: Path, outputs: list[Path]) -> None:
+    """Raise UserError, before anything is touched, for an output that replacing would harm
+    (as histingest's refuse_outputs): a device (root would remove it), FIFO, directory or
+    symlink, or the same file as the history or as another output."""
+    seen = set()
+    try:
+        st = history.stat()
+        seen.add((st.st_dev, st.st_ino))
+    except OSError:
+        pass  # no history: reading it says so
+    if len(set(outputs)) < len(outputs):
+        raise UserError(f"{outputs[0]}: both outputs are this one file")
+    for out in outputs:
+        try:
+            st = out.lstat()
+        except FileNotFoundError:
+            continue
+        kind = file_kind(st.st_mode)
+        if kind is not None:
+            raise UserError(f"{out}: {kind}: refusing to replace it")
+        if (st.st_dev, st.st_ino) in seen:
+            raise UserError(f"{out}: the same file as an input or the other output: refusing "
+                            "to replace it")
+        seen.add((st.st_dev, st.st_ino))
 
 
 def _create(path: Path) -> BinaryIO:
@@ -528,6 +556,7 @@ def ingest(history: Path, out_dir: Path, partitions: int | None = None, *,
             return result
         except NativeUnsure as e:
             result.path = str(e)
+    refuse_outputs(history, [result.ops_path, result.reads_path])
     batches = _Batches(result.ops_path, result.reads_path)
     conv = _Converter(batches, partitions)
     try:

@@ -124,6 +124,45 @@ class Translation:
     legend: dict[str, Any] = field(default_factory=dict)
 
 
+def _int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _bad_micro_op(mop: Any) -> str | None:
+    """Why a micro-op of a :send/:poll/:txn op cannot be read, or None: `[:send k v]` (v may
+    be `[offset v]`), `[:poll]` (an invocation) or `[:poll {k [[offset v] ...]}]`. Names other
+    than send and poll are left out, as before."""
+    if not isinstance(mop, list) or not mop:
+        return "a micro-op must be a non-empty vector"
+    if mop[0] == "send" and not 2 <= len(mop) <= 3:
+        return "a :send micro-op is [:send key value]"
+    if mop[0] == "poll":
+        reads = mop[1] if len(mop) > 1 else None
+        if len(mop) > 2 or not isinstance(reads, dict | None):
+            return "a :poll micro-op is [:poll] or [:poll {key [[offset value] ...]}]"
+        if reads and not all(isinstance(pairs, list | None) for pairs in reads.values()):
+            return "a :poll micro-op's reads of a key must be a vector of [offset value]"
+    return None
+
+
+def _bad_op(e: dict[str, Any]) -> str | None:
+    """Why a client op cannot be translated, or None (what the translation relies on)."""
+    if any(k in e and not _int(e[k]) for k in ("time", "index")):
+        return ":time and :index must be integers"
+    value = e.get("value")
+    if not isinstance(value, list | None):
+        return f":{e.get('f')} needs a vector value"
+    if e.get("f") in CLIENT_FS:
+        for mop in value or []:
+            if (why := _bad_micro_op(mop)) is not None:
+                return why
+    log = e.get("rebalance-log")
+    if log is not None and not (isinstance(log, list) and all(
+            isinstance(r, dict) and isinstance(r.get("keys"), list | None) for r in log)):
+        return ":rebalance-log must be a vector of maps with :keys vectors"
+    return None
+
+
 def _pairs(events: list[tuple[str, dict[str, Any]]]) -> list[_Op]:
     """Client ops paired by process, in completion order (pending invokes last)."""
     pending: dict[Any, tuple[str, dict[str, Any]]] = {}
@@ -132,6 +171,8 @@ def _pairs(events: list[tuple[str, dict[str, Any]]]) -> list[_Op]:
         process, kind, f = e.get("process"), e.get("type"), e.get("f")
         if process == "nemesis" or f not in CLIENT_FS + ASSIGN_FS:
             continue
+        if (why := _bad_op(e)) is not None:
+            raise HistoryError(f"{where}: {why}")
         if kind == "invoke":
             if process in pending:
                 raise HistoryError(f"{where}: process {process!r} invoked again while its op "

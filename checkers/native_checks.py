@@ -23,11 +23,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from checkers.definitions import EXAMPLE_ORDER, EXAMPLES
 from checkers.native_ingest import binary as _binary
-from checkers.verdict import UNREAD_COLUMNS, CheckOutput
+from checkers.verdict import UNREAD_COLUMNS, UNREAD_INTS, CheckOutput, exact_rows
 
 BINARY = "histcheck"
 P = "partition"
@@ -98,13 +96,9 @@ def merge(shares: list[dict[str, Any]], examples: int) -> dict[str, Any]:
 
 
 def to_output(raw: dict[str, Any]) -> CheckOutput:
-    unread = pd.DataFrame(raw["unread"], columns=UNREAD_COLUMNS)
-    for c in ("partition", "value", "offset", "ack_index", "ack_time", "invoke_time", "epoch",
-              "max_read_offset"):
-        unread[c] = pd.to_numeric(unread[c])  # int64, or float64 with NaN where null
     return CheckOutput(
         anomalies={name: (n, ex) for name, (n, ex) in raw["anomalies"].items()},
-        unread=unread,
+        unread=exact_rows(raw["unread"], UNREAD_COLUMNS, UNREAD_INTS),
         complete_partitions=set(raw["complete_partitions"]),
         stats=raw["stats"],
     )

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS, findings
-from checkers.verdict import UNREAD_COLUMNS, CheckOutput, py_scalar, records
+from checkers.verdict import UNREAD_COLUMNS, CheckOutput, py_scalar, read_exact, records
 
 P = "partition"
 
@@ -36,16 +36,17 @@ def _nested(df: pd.DataFrame, keys: list[str], inner: list[str], name: str) -> p
 class ReferenceChecks:
     def __init__(self, ops_path: Path, reads_path: Path, acks: str) -> None:
         self.default_acks = acks
-        self.ops = pd.read_parquet(ops_path)
-        self.reads = pd.read_parquet(reads_path)
+        # Integers stay exact (nullable Int64, never float64): values and offsets go past 2^53.
+        self.ops = read_exact(ops_path)
+        self.reads = read_exact(reads_path)
         sends = self.ops[self.ops["f"] == "send"]
         self.sends = sends
         acked = sends[(sends["type"] == "ok") & sends["offset"].notna()]
         self.acked = pd.DataFrame(
             {
-                P: acked[P].astype("int32"),
-                "value": acked["value"].astype("int64"),
-                "offset": acked["offset"].astype("int64"),
+                P: acked[P].astype("Int32"),
+                "value": acked["value"].astype("Int64"),
+                "offset": acked["offset"].astype("Int64"),
                 "process": acked["process"],
                 "ack_index": acked["index"],
                 "ack_time": acked["time"],
@@ -83,10 +84,10 @@ class ReferenceChecks:
         # completed sends with their offsets, learned from reads where the send names none
         read_min = (self.cells[self.cells["read"]].groupby([P, "value"])["offset"].min()
                     .rename("read_offset").reset_index())
-        done = sends[sends["type"].isin(["ok", "info"])].astype({P: "int32", "value": "int64"})
+        done = sends[sends["type"].isin(["ok", "info"])].astype({P: "Int32", "value": "Int64"})
         done = done.merge(read_min, on=[P, "value"], how="left")
         # an info send has an offset only once committed (read): else it may never have been
-        own = done["offset"].astype("float64").fillna(done["read_offset"])
+        own = done["offset"].fillna(done["read_offset"])
         done["resolved"] = own.where((done["type"] == "ok") | done["read_offset"].notna())
         self.done = done
         self.committed = done[(done["type"] == "ok") | done["read_offset"].notna()]
@@ -113,7 +114,7 @@ class ReferenceChecks:
         c = c[c["_merge"] == "left_only"]
         max_present = present.groupby(P)["offset"].max().rename("max_read_offset").reset_index()
         u = pd.DataFrame({
-            P: c[P].astype("int32"), "value": c["value"].astype("int64"),
+            P: c[P].astype("Int32"), "value": c["value"].astype("Int64"),
             "offset": c["resolved"], "process": c["process"], "ack_index": c["index"],
             "ack_time": c["time"], "invoke_time": c["invoke_time"], "node": c["node"],
             "epoch": c["epoch"], "acks": c["acks"].fillna(self.default_acks),
@@ -124,16 +125,16 @@ class ReferenceChecks:
     def known(self) -> pd.DataFrame:
         """(partition, offset) of the records known to exist, sorted, without the records
         the loss check reports (definitions.py: poll-skip)."""
-        lost = self.unread()[[P, "offset", "value"]].dropna().astype({"offset": "int64"})
+        lost = self.unread()[[P, "offset", "value"]].dropna().astype({"offset": "Int64"})
         k = self.cells.merge(lost.assign(lost=True), on=[P, "offset", "value"], how="left")
         k = k.loc[k["lost"].ne(True), [P, "offset"]].drop_duplicates()
-        return k.rename(columns={"offset": "k"}).astype({"k": "int64"}).sort_values("k")
+        return k.rename(columns={"offset": "k"}).astype({"k": "Int64"}).sort_values("k")
 
     def _in_range(self, probes: pd.DataFrame, lo: str, hi: str) -> pd.DataFrame:
         """Probes with ``skipped_offset``: the highest known offset in [lo, hi], if any."""
         if probes.empty:
-            return probes.assign(skipped_offset=pd.Series(dtype="int64"))
-        p = probes.assign(_hi=probes[hi].astype("int64")).sort_values("_hi")
+            return probes.assign(skipped_offset=pd.Series(dtype="Int64"))
+        p = probes.assign(_hi=probes[hi].astype("Int64")).sort_values("_hi")
         m = pd.merge_asof(p, self.known(), left_on="_hi", right_on="k", by=P,
                           direction="backward")
         m = m[m["k"].notna() & (m["k"] >= m[lo])]
@@ -142,11 +143,9 @@ class ReferenceChecks:
     def read_steps(self) -> pd.DataFrame:
         r = self.reads
         seek = (r["pos"] == 0) & r["from_offset"].notna()
-        start = r["from_offset"].to_numpy("float64", na_value=np.nan)
-        prev = r["prev_offset"].to_numpy("float64", na_value=np.nan)
-        expected = pd.Series(np.where(seek, start, prev + 1), index=r.index)
+        expected = r["from_offset"].where(seek, r["prev_offset"] + 1)
         steps = r.assign(expected=expected)
-        return steps[expected.notna() & (steps["offset"] != expected)]
+        return steps[expected.notna() & (steps["offset"] != expected).fillna(False)]
 
     @staticmethod
     def nonmonotonic_poll(steps: pd.DataFrame, internal: bool) -> pd.DataFrame:
@@ -166,11 +165,10 @@ class ReferenceChecks:
         d = self.done
         prev = d[["index", "resolved"]].rename(columns={"index": "prev_send_op",
                                                          "resolved": "prev_offset"})
-        s = d[d["prev_send_op"].notna()].astype({"prev_send_op": "int64"})
+        s = d[d["prev_send_op"].notna()].astype({"prev_send_op": "Int64"})
         s = s.merge(prev, on="prev_send_op")
         s = s[s["resolved"].notna() & s["prev_offset"].notna()]
-        txn = s["txn"].astype("float64")
-        return s.assign(internal=txn.notna() & (txn == s["prev_send_txn"].astype("float64")))
+        return s.assign(internal=(s["txn"] == s["prev_send_txn"]).fillna(False))
 
     @staticmethod
     def nonmonotonic_send(steps: pd.DataFrame, internal: bool) -> pd.DataFrame:
@@ -194,7 +192,7 @@ class ReferenceChecks:
         a = a[[P, "time", "resolved", "index"]].rename(
             columns={"time": "earlier_ack_time", "resolved": "earlier_offset",
                      "index": "earlier_op"})
-        b = c[c["invoke_time"].notna()].astype({"invoke_time": "int64"}).sort_values("invoke_time")
+        b = c[c["invoke_time"].notna()].astype({"invoke_time": "Int64"}).sort_values("invoke_time")
         m = pd.merge_asof(b, a, left_on="invoke_time", right_on="earlier_ack_time", by=P,
                           allow_exact_matches=False)
         m = m[m["earlier_offset"].notna() & (m["resolved"] < m["earlier_offset"])]
@@ -205,7 +203,7 @@ class ReferenceChecks:
     def aborted_read(self) -> pd.DataFrame:
         s = self.sends
         failed = s.loc[(s["type"] == "fail") & s["value"].notna() & s[P].notna(),
-                       [P, "value", "index", "error"]].astype({P: "int32", "value": "int64"})
+                       [P, "value", "index", "error"]].astype({P: "Int32", "value": "Int64"})
         done = self.done[[P, "value"]].drop_duplicates().assign(done=True)
         failed = failed.merge(done, on=[P, "value"], how="left")
         failed = failed[failed["done"].ne(True)].drop(columns="done")
@@ -219,7 +217,7 @@ class ReferenceChecks:
     def _polls(self) -> pd.DataFrame:
         o = self.ops
         polls = o[o["f"].isin(READ_FS) & (o["type"] == "ok") & o["invoke_time"].notna()]
-        polls = polls.astype({P: "int32", "invoke_time": "int64"})
+        polls = polls.astype({P: "Int32", "invoke_time": "Int64"})
         return polls.rename(columns={"index": "op", "invoke_offset": "from_offset"})
 
     def _visible(self) -> pd.DataFrame:
@@ -271,7 +269,7 @@ class ReferenceChecks:
             (steps["offset"] > steps["expected"])
             & ((steps["pos"] > 0) | steps["from_offset"].notna())
         ]
-        gaps = gaps.assign(key=gaps["expected"].astype("int64"), hi=gaps["offset"] - 1)
+        gaps = gaps.assign(key=gaps["expected"].astype("Int64"), hi=gaps["offset"] - 1)
         gaps = gaps[["index", "key", P, "hi"]].rename(columns={"index": "op"})
         v = visible.assign(key=visible["offset"]).sort_values("key")
         m = pd.merge_asof(

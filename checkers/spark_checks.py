@@ -20,12 +20,15 @@ from checkers import native_checks, spark_native
 from checkers.definitions import EXAMPLE_ORDER, EXAMPLES, READ_FS, findings
 from checkers.native_checks import NativeCheckError
 from checkers.spark import say
-from checkers.verdict import CheckOutput
+from checkers.verdict import CheckOutput, exact_frame
 
 P = "partition"
 INFO_READ = "info-sends-read"  # a statistic, counted in the same job as the anomalies
 # Below this many probes, range conditions are broadcast joins; above, window scans.
 RANGE_JOIN_MAX = 10_000
+# ... and below this many offset bins over all the probes: a gap can be as wide as the offsets
+# (a read from 0 whose first record is at 2^53 covers 2^43 bins), so it may be too many.
+RANGE_JOIN_BINS = 1_000_000
 # Intermediate tables that are small in a healthy history (failed sends, candidate losses,
 # inconsistent offsets) are counted first and broadcast when at most this many rows, so the
 # large side of their joins is scanned instead of shuffled. Above it they are shuffled.
@@ -251,7 +254,7 @@ class SparkChecks:
         [lo, hi], kept only where there is one. Few probes: binned broadcast range join;
         many: a sorted window scan of the known offsets and the probes together."""
         cols = probes.columns
-        if probes.count() <= RANGE_JOIN_MAX:
+        if self._binnable(probes, lo, hi):
             hits = self._in_ranges(self.known(), probes, lo, hi)
             return hits.groupBy(*cols).agg(F.max("k").alias("skipped_offset"))
         known = self.known().distinct().select(P, "k", F.lit(0).alias("kind_order"))
@@ -596,7 +599,7 @@ class SparkChecks:
         self, visible: DataFrame, g: DataFrame, missed: Column
     ) -> DataFrame:
         """Each gap row of g with `next`: the lowest visible acked record at offset >= lo."""
-        if g.count() <= RANGE_JOIN_MAX:
+        if self._binnable(g, "lo", "hi"):
             sends = visible.select(P, F.col("offset").alias("k"), missed)
             hits = self._in_ranges(sends, g, "lo", "hi")
             return hits.groupBy(*g.columns).agg(F.min("missed").alias("next"))
@@ -609,17 +612,28 @@ class SparkChecks:
         ev = ev.withColumn("next", F.last("missed", ignorenulls=True).over(w))
         return ev.filter(F.col("kind_order") == 0).select(*g.columns, "next")
 
+    def _bins(self, lo: str, hi: str) -> tuple[Column, Column]:
+        """The first and last offset bins of a probe's range [lo, hi], clipped to the offsets
+        that exist (empty where first > last)."""
+        if self.top_offset is None:
+            self.top_offset = self.cells.agg(F.max("offset")).first()[0] or 0
+        first = F.greatest(F.col(lo), F.lit(0))
+        last = F.least(F.col(hi), F.lit(self.top_offset))
+        return F.floor(first / OFFSET_BIN), F.when(first <= last, F.floor(last / OFFSET_BIN))
+
+    def _binnable(self, probes: DataFrame, lo: str, hi: str) -> bool:
+        """Few probes over few offset bins: the binned broadcast join; else the window scan."""
+        first, last = self._bins(lo, hi)
+        n, bins = probes.agg(F.count(F.lit(1)), F.sum((last - first + 1).cast("double"))).first()
+        return n <= RANGE_JOIN_MAX and (bins or 0) <= RANGE_JOIN_BINS
+
     def _in_ranges(self, rows: DataFrame, probes: DataFrame, lo: str, hi: str) -> DataFrame:
         """rows (partition, k, ...) joined to the few probes (partition, lo, hi, ...) whose
         range holds k. Each probe is exploded into the fixed-width offset bins its range
         covers (clipped to the offsets that exist) and broadcast, so every row is matched by
         an equi-join on (partition, bin) against the handful of probes in its bin only."""
-        if self.top_offset is None:
-            self.top_offset = self.cells.agg(F.max("offset")).first()[0] or 0
-        first = F.greatest(F.col(lo), F.lit(0))
-        last = F.least(F.col(hi), F.lit(self.top_offset))
-        bins = F.explode(F.sequence(F.floor(first / OFFSET_BIN), F.floor(last / OFFSET_BIN)))
-        probes = probes.filter(first <= last).withColumn("bin", bins)
+        first, last = self._bins(lo, hi)
+        probes = probes.filter(last.isNotNull()).withColumn("bin", F.explode(F.sequence(first, last)))
         rows = rows.withColumn("bin", F.floor(F.col("k") / OFFSET_BIN))
         hit = (F.col("k") >= F.col(lo)) & (F.col("k") <= F.col(hi))
         return rows.join(F.broadcast(probes), [P, "bin"]).filter(hit).drop("bin")
@@ -722,7 +736,7 @@ def _run_sql(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str,
         info_read = found.pop(INFO_READ)[0]
         return CheckOutput(
             anomalies=found,
-            unread=c.unread().toPandas(),
+            unread=exact_frame(c.unread().toArrow()),  # toPandas rounds past 2^53
             complete_partitions=c.complete_partitions(),
             stats=c.stats(info_read),
         )

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from checkers.definitions import ANOMALIES, EXAMPLES
 
@@ -13,6 +16,8 @@ UNREAD_COLUMNS = [
     "partition", "value", "offset", "process", "ack_index", "ack_time", "invoke_time",
     "node", "epoch", "acks", "max_read_offset",
 ]  # fmt: skip
+UNREAD_INTS = {"partition", "value", "offset", "ack_index", "ack_time", "invoke_time", "epoch",
+               "max_read_offset"}
 
 
 @dataclass
@@ -25,8 +30,37 @@ class CheckOutput:
     stats: dict = field(default_factory=dict)
 
 
+# Arrow's integer types as pandas' nullable integers. By default a column with a null becomes
+# float64, which rounds every integer past 2^53: a value sent and read back would no longer
+# match itself, and two values would collide (docs/checkers.md, "Exact integers").
+_EXACT_INTS = {
+    pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+    pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
+}  # fmt: skip
+
+
+def exact_frame(table: pa.Table) -> pd.DataFrame:
+    """`table` in pandas with every integer column exact (nullable), never through float64."""
+    return table.to_pandas(types_mapper=_EXACT_INTS.get)
+
+
+def read_exact(path: Path) -> pd.DataFrame:
+    """A Parquet table in pandas with exact integer columns (exact_frame)."""
+    return exact_frame(pq.read_table(path))
+
+
+def exact_rows(rows: list[dict], columns: list[str], ints: set[str]) -> pd.DataFrame:
+    """Rows of Python values as a frame whose `ints` columns are nullable Int64: exact, where
+    pandas would put a column of ints with a None through float64."""
+    return pd.DataFrame({c: pd.array([r.get(c) for r in rows],
+                                     dtype="Int64" if c in ints else object) for c in columns})
+
+
 def py_scalar(x):
-    """A plain Python value for JSON: NaN -> None, integral floats (pandas' NaN-able ints) -> int."""
+    """A plain Python value for JSON: NaN and pandas' NA -> None, integral floats -> int."""
+    if x is pd.NA:
+        return None
     if hasattr(x, "item"):
         x = x.item()
     if isinstance(x, float):

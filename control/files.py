@@ -224,3 +224,21 @@ def remove_private_dir(path: Path, marker: str | None = None) -> bool:
         return False
     shutil.rmtree(path, ignore_errors=True)
     return not os.path.lexists(path)
+
+
+_KINDS = {stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+          stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file of this st_mode is, in words, or None for a regular file."""
+    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def check_regular_file(path: Path) -> Path:
+    """`path` if it is a regular file (or a symlink to one); a FIFO would block its reader for
+    ever and a device could be read without end, so they are refused (OSError, one line)."""
+    kind = file_kind(os.stat(path).st_mode)
+    if kind is not None:
+        raise OSError(f"{path} is {kind}, not a regular file: refusing to read it")
+    return Path(path)

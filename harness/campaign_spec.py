@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
 _TOP_KEYS = {"name", "base", "seeds", "time_limit", "set", "config", "nemesis", "hosts"}
 # Where cells run: real hosts (the config's [hosts]) or the deterministic simulator.
 _HOSTS = ("netns", "ssh", "sim")
+# More seeds than this in one range, or cells in one campaign, is a typo, not a plan (a million
+# simulated seeds take days on one machine): refused at once, before anything is built from it.
+MAX_SEEDS = 1_000_000
+MAX_CELLS = 100_000
+_SEED_MAX = 2**63 - 1  # a seed is an int64 (harness.config)
 
 
 class CampaignError(ValueError):
@@ -102,7 +108,12 @@ def load_spec(path: Path, seeds: str | None = None,
         if "hosts" in config:
             sets["hosts.provider"] = _hosts(config["hosts"], path, f"config {config['name']!r} hosts")
         config_seeds = _seeds(config["seeds"], path) if "seeds" in config else seeds
-        for nemesis in _mixes_for(config, nemeses, path):
+        mixes = _mixes_for(config, nemeses, path)
+        total = len(cells) + len(mixes) * len(limits) * len(config_seeds)
+        if total > MAX_CELLS:
+            raise CampaignError(f"{path}: more than {MAX_CELLS:,} cells ({total:,} by config "
+                                f"{config['name']!r}): run fewer seeds at a time")
+        for nemesis in mixes:
             mix = {f"nemesis.{k}": v for k, v in nemesis.items() if k != "name"}
             for limit in limits:
                 for seed in config_seeds:
@@ -167,13 +178,30 @@ def _hosts(value: Any, path: Path, key: str) -> str:
     return value
 
 
-def _seeds(value: Any, path: Path) -> list[int]:
+def seed_range(text: str) -> range:
+    """"A-B" (inclusive) or "N" -> the seeds, as a lazy range; ValueError for anything else,
+    a seed past int64, or more than MAX_SEEDS seeds."""
+    m = re.fullmatch(r"\s*(\d{1,19})\s*(?:-\s*(\d{1,19})\s*)?", text)
+    if not m:
+        raise ValueError(f"bad seed range {text!r:.60}: expected A-B or N, seeds up to 2^63-1")
+    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
+    if last < first:
+        raise ValueError(f"bad seed range {text!r}: {last} < {first}")
+    if last > _SEED_MAX:
+        raise ValueError(f"bad seed range {text!r}: seeds go up to 2^63-1")
+    if last - first + 1 > MAX_SEEDS:
+        raise ValueError(f"seed range {text!r} holds {last - first + 1:,} seeds, more than "
+                         f"{MAX_SEEDS:,}: search it in parts")
+    return range(first, last + 1)
+
+
+def _seeds(value: Any, path: Path) -> Sequence[int]:
     """A list of seeds, or a range "A-B" (inclusive: thousands of simulated seeds)."""
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value)
-        if not m or int(m.group(2)) < int(m.group(1)):
-            raise CampaignError(f"{path}: seeds must be a list or a range \"A-B\", got {value!r}")
-        return list(range(int(m.group(1)), int(m.group(2)) + 1))
+        try:
+            return seed_range(value)
+        except ValueError as e:
+            raise CampaignError(f"{path}: seeds must be a list or a range \"A-B\": {e}") from None
     if (not isinstance(value, list) or not value or len(set(value)) != len(value)
             or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in value)):
         raise CampaignError(f"{path}: seeds must be a non-empty list of distinct integers >= 0, "

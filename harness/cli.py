@@ -1,5 +1,6 @@
 """The `harness` command line: the parser built from harness.commands, and the exit-code
-contract (checkers.exitcodes): 0 valid, 1 invalid, 2 unknown, 3 error, 130 interrupted.
+contract (checkers.exitcodes): 0 valid, 1 invalid, 2 unknown, 3 error, 130 interrupted,
+143 terminated (SIGTERM: the same teardown as Ctrl-C, so no host, process or rule is left).
 
 User errors (a bad config, a bad path) print one line; a bug prints a short traceback; both
 exit 3, so neither can be mistaken for a verdict."""
@@ -10,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from checkers.exitcodes import Exit, Parser, guarded
+from checkers.exitcodes import Exit, Parser, guarded, terminate_as_interrupt
 from harness.commands import COMMANDS
 
 
@@ -32,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else Exit.ERROR
     args.argv = ["harness", *argv]
     handlers = {c.NAME: c.main for c in COMMANDS}
+    terminate_as_interrupt()
     return guarded("harness", lambda: handlers[args.command](args))
 
 

@@ -42,7 +42,7 @@ from tqdm import tqdm
 from checkers.check import check_path
 from checkers.definitions import ANOMALIES
 from checkers.exitcodes import UserError
-from control.files import write_json_atomic
+from control.files import check_regular_file, write_json_atomic
 from harness import store
 from harness.config import validate, with_sets
 from harness.report import report_path
@@ -50,7 +50,7 @@ from harness.sim_run import SIM, as_simulated, simulate_into, with_seed
 from harness.simulate import say, simulate_test
 from harness.test import Plan, Test
 from nemesis.kinds import lookup
-from nemesis.schedule import load_schedule, replay_plan
+from nemesis.schedule import load_schedule, plan_entries, replay_plan
 
 MINIMAL = "minimal.json"
 SHRUNK = "shrunk.json"
@@ -519,13 +519,16 @@ def load_minimal(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict
     if path.is_dir():
         path = path / MINIMAL
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(check_regular_file(path).read_text())
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
-    if doc.get("format") != FORMAT or "config" not in doc or "schedule" not in doc:
+    except RecursionError:
+        raise UserError(f"cannot read {path}: nested too deeply") from None
+    if (not isinstance(doc, dict) or doc.get("format") != FORMAT
+            or not isinstance(doc.get("config"), dict) or "schedule" not in doc):
         raise UserError(f"{path}: not a minimal.json (format {FORMAT}, config, schedule)")
     config = validate(doc["config"], source=str(path))
-    return config, [dict(e) for e in doc["schedule"]], doc
+    return config, plan_entries(doc["schedule"], str(path)), doc
 
 
 def replay_test(path: Path, results_root: Path, argv: Sequence[str]) -> Test:

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -267,7 +267,7 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
     return summary
 
 
-def run_search(test: Test, seeds: list[int], *, jobs: int, spark_master: str | None,
+def run_search(test: Test, seeds: Sequence[int], *, jobs: int, spark_master: str | None,
                stop_after: int | None, keep: int = 3, interpreter: str = "auto") -> SearchSummary:
     """`harness simulate --seeds`: the search with a progress bar, then the first `keep`
     failing seeds re-run into run folders and re-checked by the Spark checker."""
@@ -323,7 +323,7 @@ def print_summary(summary: SearchSummary) -> None:
         print(f"seeds that crashed: {', '.join(map(str, summary.errors[:10]))}")
 
 
-def write_search(test: Test, seeds: list[int], summary: SearchSummary) -> Path:
+def write_search(test: Test, seeds: Sequence[int], summary: SearchSummary) -> Path:
     """results/<name>/search-<stamp>-s<first>-<last>.json: every row, for later analysis."""
     folder = owned_dir(test.results_root / test.config["name"])  # as a run's (store)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

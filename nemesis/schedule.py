@@ -286,6 +286,34 @@ def load_schedule(path: Path) -> LoadedSchedule:
     return LoadedSchedule(params, faults)
 
 
+def plan_entries(entries: Any, source: str) -> list[dict[str, Any]]:
+    """Plan entries read from a file (a shrunk reproduction's "schedule"), checked for the
+    shape every consumer relies on; a ValueError names the file and the entry."""
+    if not isinstance(entries, list):
+        raise ValueError(f"{source}: the schedule must be a list of fault entries")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"{source}: schedule[{i}]"
+        if not isinstance(e, dict):
+            raise ValueError(f"{where}: expected an object, got {json.dumps(e)[:60]}")
+        missing = [k for k in ("id", "kind", "start_s", "duration_s", "target") if k not in e]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        if e["kind"] not in KNOWN_FAULTS:
+            raise ValueError(f"{where}: unknown kind {e['kind']!r:.40}")
+        ints = [e["id"]] + ([] if e.get("after") is None else [e["after"]])
+        if any(isinstance(x, bool) or not isinstance(x, int) for x in ints):
+            raise ValueError(f"{where}: id and after must be integers")
+        times = (e["start_s"], e["duration_s"])
+        if any(isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < 1e9
+               for t in times):
+            raise ValueError(f"{where}: start_s and duration_s must be seconds >= 0")
+        if not isinstance(e["target"], dict):
+            raise ValueError(f"{where}: target must be an object")
+        out.append(dict(e))
+    return out
+
+
 def replay_plan(schedule: LoadedSchedule, concrete: bool = True) -> list[dict[str, Any]]:
     """Plan entries that replay a recorded run at its recorded times.
 

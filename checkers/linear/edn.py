@@ -49,6 +49,11 @@ _NAMED_CHARS = {"newline": "\n", "space": " ", "tab": "\t", "return": "\r",
                 "backspace": "\b", "formfeed": "\f"}
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _END = object()  # returned by _read when a closing delimiter ends a collection
+_DISCARDED = object()  # returned by _read_one for a `#_` discard: read on
+# Collections and tags nest at most this deep: the reader (and whatever walks the value after
+# it) recurses once per level, and Python's stack ends near 1000 frames, with a traceback.
+# Jepsen's ops nest a handful of levels.
+MAX_DEPTH = 100
 
 
 class _Reader:
@@ -56,6 +61,7 @@ class _Reader:
         self.text = text
         self.pos = 0
         self.line = 1
+        self.depth = 0
 
     def error(self, message: str) -> EdnError:
         return EdnError(message, self.line)
@@ -80,6 +86,17 @@ class _Reader:
 
     def read(self, closer: str | None = None) -> Any:
         """Read one value; return _END when ``closer`` is found instead."""
+        if self.depth >= MAX_DEPTH:
+            raise self.error(f"nested deeper than {MAX_DEPTH} levels")
+        self.depth += 1
+        try:
+            while (value := self._read_one(closer)) is _DISCARDED:
+                pass  # a loop, not a recursion: a long run of discards is not nesting
+            return value
+        finally:
+            self.depth -= 1
+
+    def _read_one(self, closer: str | None) -> Any:
         self.skip_space()
         if self.pos >= len(self.text):
             raise self.error("unexpected end of input" + (f", expected {closer!r}" if closer else ""))
@@ -127,7 +144,7 @@ class _Reader:
             self.pos += 2
             if self.read() is _END:
                 raise self.error("#_ without a form to discard")
-            return self.read(closer)
+            return _DISCARDED
         self.pos += 1
         tag = self.read_atom()
         if not isinstance(tag, Symbol):

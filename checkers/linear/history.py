@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from control.files import check_regular_file
+
 
 class _Unknown:
     """The output of an op whose outcome is unknown; a singleton that survives pickling."""
@@ -165,7 +167,7 @@ def _operation(i: int, inv: _Event, end: _Event | None) -> Operation:
 def read_jsonl(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """Read a history.jsonl into ``(location, event)`` items; blank lines are skipped."""
     items = []
-    with open(path, encoding="utf-8") as fh:
+    with open(check_regular_file(path), encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -174,4 +176,6 @@ def read_jsonl(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
                 items.append((where, json.loads(line)))
             except json.JSONDecodeError as e:
                 raise HistoryError(f"{where}: invalid JSON: {e.msg}") from None
+            except RecursionError:
+                raise HistoryError(f"{where}: nested too deeply") from None
     return items

@@ -15,6 +15,7 @@ from typing import Any
 
 from checkers.linear import edn
 from checkers.linear.history import HistoryError, read_jsonl
+from control.files import check_regular_file
 
 Events = list[tuple[str, dict[str, Any]]]
 
@@ -35,7 +36,7 @@ def plain(value: Any) -> Any:
 def read_edn(path: str | Path) -> Events:
     """Read a Jepsen history.edn: op maps one after another, or one vector of them."""
     try:
-        values = list(edn.iter_values(Path(path).read_text(encoding="utf-8")))
+        values = list(edn.iter_values(check_regular_file(path).read_text(encoding="utf-8")))
     except edn.EdnError as e:
         raise HistoryError(f"{path}:{e.line}: {e.reason}") from None
     if len(values) == 1 and isinstance(values[0][1], tuple):
@@ -55,7 +56,7 @@ def read_text(path: str | Path) -> Events:
 
     A .txt file whose first op is an EDN map (``{:process 0, :type :invoke, ...}``, as in
     Porcupine's test_data/kv corpus) is read as EDN instead."""
-    with open(path, encoding="utf-8") as fh:
+    with open(check_regular_file(path), encoding="utf-8") as fh:
         first = next((line.lstrip() for line in fh if line.strip()), "")
     if first.startswith(("{", "#", "[")):
         return read_edn(path)

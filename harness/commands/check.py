@@ -19,7 +19,7 @@ from checkers.linear.importers import read_events
 from checkers.linear.models import MODELS
 from checkers.linear.search import Budget
 from checkers.linear.visualize import write_visualization
-from control.files import write_text_atomic
+from control.files import check_regular_file, write_text_atomic
 
 NAME = "check"
 HELP = "check a run folder or a history.jsonl"
@@ -59,6 +59,7 @@ def _linearizable(args: argparse.Namespace) -> int:
 
 
 def _jepsen_kafka(args: argparse.Namespace) -> int:
+    check_regular_file(args.path)  # a FIFO is refused, not read for ever (nor "not Jepsen")
     if not is_jepsen_kafka(args.path):
         raise UserError(f"{args.path} is not a Jepsen Kafka history (no :send/:poll/:txn ops "
                         f"with micro-op values): check other objects with --model "

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
 from checkers.exitcodes import Exit, UserError
 from harness import store
-from harness.campaign_spec import load_spec
+from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
 from harness.config import from_args, validate
 from harness.shrink import replay_test
@@ -28,20 +27,17 @@ NAME = "simulate"
 HELP = "run the test in the deterministic simulator (one seed, or a search over seeds)"
 
 
-def seed_range(text: str) -> list[int]:
-    """"100-199" or "7" -> the seeds, inclusive."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"bad seed range {text!r}: expected A-B or N")
-    first, last = int(m.group(1)), int(m.group(2) or m.group(1))
-    if last < first:
-        raise argparse.ArgumentTypeError(f"bad seed range {text!r}: {last} < {first}")
-    return list(range(first, last + 1))
+def seeds_option(text: str) -> range:
+    """"100-199" or "7" -> the seeds, inclusive, lazily (campaign_spec.seed_range)."""
+    try:
+        return seed_range(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_test_options(parser)
-    parser.add_argument("--seeds", type=seed_range, metavar="A-B",
+    parser.add_argument("--seeds", type=seeds_option, metavar="A-B",
                         help="search these seeds (inclusive) instead of running one")
     parser.add_argument("--stop-after", type=int, metavar="N",
                         help="with --seeds: stop once N seeds have failed")

@@ -21,7 +21,8 @@
 //! Exit 0: stdout is {"ops": N, "reads": M, "torn_line": L or null} (a last line without a
 //! newline that is not JSON: the caller decides whether it is a crashed run's torn tail).
 //! Exit 3: unsure, stderr says why (and which line). Exit 4: no space left on the device.
-//! Exit 2: usage or any other I/O error.
+//! Exit 2: usage or any other I/O error, or an output it refuses to replace (refuse_outputs):
+//! then it touched nothing.
 
 mod convert;
 mod orphan;
@@ -29,8 +30,9 @@ mod parse;
 mod tables;
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -126,6 +128,58 @@ fn args() -> Result<Args, String> {
         max_line,
         threads: threads.max(1),
     })
+}
+
+/// Refuse outputs that replacing would harm, before anything is opened: each output is
+/// removed and created again, so a device node, FIFO, directory or symlink there would be
+/// removed (as root, even a device), and an output that is the history (or the other
+/// output) would destroy what is being read.
+fn refuse_outputs(a: &Args) -> Result<(), String> {
+    let history = fs::metadata(&a.history).ok();
+    let mut seen: Vec<(u64, u64)> = history.iter().map(|m| (m.dev(), m.ino())).collect();
+    if a.ops == a.reads {
+        return Err(format!(
+            "{}: both outputs are this one file",
+            a.ops.display()
+        ));
+    }
+    for out in [&a.ops, &a.reads] {
+        let m = match fs::symlink_metadata(out) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", out.display())),
+        };
+        if !m.file_type().is_file() {
+            return Err(format!(
+                "{}: {}: refusing to replace it",
+                out.display(),
+                kind(&m)
+            ));
+        }
+        if seen.contains(&(m.dev(), m.ino())) {
+            return Err(format!(
+                "{}: the same file as an input or the other output: refusing \
+                                to replace it",
+                out.display()
+            ));
+        }
+        seen.push((m.dev(), m.ino()));
+    }
+    Ok(())
+}
+
+/// What a non-regular file is, in words.
+fn kind(m: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    match () {
+        _ if t.is_symlink() => "a symlink",
+        _ if t.is_dir() => "a directory",
+        _ if t.is_fifo() => "a FIFO",
+        _ if t.is_block_device() || t.is_char_device() => "a device",
+        _ if t.is_socket() => "a socket",
+        _ => "not a regular file",
+    }
 }
 
 /// A block of whole lines: its sequence number and the number of its first line (only the
@@ -308,7 +362,7 @@ fn consume(
 
 fn main() -> ExitCode {
     orphan::die_with_parent();
-    let a = match args() {
+    let a = match args().and_then(|a| refuse_outputs(&a).map(|()| a)) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("histingest: {e}");

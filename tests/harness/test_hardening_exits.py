@@ -1,0 +1,156 @@
+"""Hardening, round two (issue 35): malformed input reaches a one-line error and exit 3 --
+never a traceback ("internal error"), never exit 1 (which reads as "invalid"), never a hang.
+Each case runs the real `harness` command: a huge seed range, EDN nested past any history,
+Jepsen ops with bad micro-ops, a malformed minimal.json, and a FIFO where a file is read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import campaign_spec
+from harness.config import load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_RESULTS": str(tmp_path / "results")}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def one_line_exit_3(done: subprocess.CompletedProcess, says: str = "") -> None:
+    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, done.stderr[-2000:]
+    assert says in errors[0]
+
+
+# -- seed ranges: lazy, with a cap ----------------------------------------------------------
+
+HUGE = ["0-99999999999999999999", "0-9223372036854775808", "5-10000000000"]
+
+
+@pytest.mark.parametrize("seeds", HUGE)
+def test_a_huge_seed_range_of_simulate_is_one_line_exit_3(tmp_path, seeds):
+    one_line_exit_3(harness(tmp_path, "simulate", "--config", "fast", "--seeds", seeds),
+                    "--seeds")
+
+
+@pytest.mark.parametrize("seeds", HUGE)
+def test_a_huge_seed_range_of_a_campaign_is_one_line_exit_3(tmp_path, seeds):
+    done = harness(tmp_path, "campaign", str(ROOT / "campaigns" / "quick.toml"), "--seeds", seeds)
+    one_line_exit_3(done, "seeds")
+
+
+def test_seed_ranges_are_lazy_and_capped():
+    seeds = campaign_spec.seed_range(f"7-{7 + campaign_spec.MAX_SEEDS - 1}")
+    assert isinstance(seeds, range) and len(seeds) == campaign_spec.MAX_SEEDS and seeds[0] == 7
+    with pytest.raises(ValueError, match="more than 1,000,000"):
+        campaign_spec.seed_range(f"7-{7 + campaign_spec.MAX_SEEDS}")
+
+
+def test_a_campaign_of_too_many_cells_is_refused_before_any_is_built(monkeypatch):
+    monkeypatch.setattr(campaign_spec, "MAX_CELLS", 5)
+    with pytest.raises(campaign_spec.CampaignError, match="more than 5 cells"):
+        campaign_spec.load_spec(ROOT / "campaigns" / "quick.toml", seeds="1-100")
+
+
+# -- histories: too deep, bad micro-ops, FIFOs ------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000 + "\n"
+
+
+@pytest.mark.parametrize("model", [None, "register"])
+def test_deeply_nested_edn_is_one_line_exit_3(tmp_path, model):
+    (tmp_path / "x.edn").write_text(DEEP)
+    args = ["check", "x.edn"] + (["--model", model] if model else [])
+    one_line_exit_3(harness(tmp_path, *args))
+
+
+def test_deeply_nested_jsonl_is_one_line_exit_3(tmp_path):
+    (tmp_path / "x.jsonl").write_text(DEEP)
+    one_line_exit_3(harness(tmp_path, "check", "x.jsonl", "--model", "register"),
+                    "nested too deeply")
+
+
+BAD_MICRO_OPS = [
+    ("poll of a number", ":txn", "[[:poll 5]]", "a :poll micro-op is"),
+    ("send of nothing", ":txn", "[[:send]]", "a :send micro-op is"),
+    ("reads not a vector", ":poll", "[[:poll {3 5}]]", "a :poll micro-op's reads of a key"),
+    ("micro-op a number", ":txn", "[5]", "a micro-op must be"),
+    ("value a keyword", ":send", ":x", ":send needs a vector value"),
+    ("time a keyword", ":send", "[[:send 0 1]], :time :soon", ":time and :index"),
+    ("rebalance-log of numbers", ":poll", "[[:poll {0 [[0 1]]}]], :rebalance-log [1]",
+     ":rebalance-log"),
+]
+
+
+@pytest.mark.parametrize(("case", "f", "value", "says"), BAD_MICRO_OPS,
+                         ids=[c[0] for c in BAD_MICRO_OPS])
+def test_bad_jepsen_micro_ops_are_one_line_exit_3(tmp_path, case, f, value, says):
+    (tmp_path / "h.edn").write_text(
+        "{:type :invoke, :f :send, :value [[:send 0 1]], :process 0, :index 0}\n"
+        f"{{:type :ok, :f {f}, :value {value}, :process 0, :index 1}}\n")
+    one_line_exit_3(harness(tmp_path, "check", "h.edn"), f"h.edn:2: {says}")
+
+
+@pytest.mark.parametrize("args", [["f.jsonl"], ["f.edn"], ["f.txt"], ["run"],
+                                  ["f.jsonl", "--model", "register"],
+                                  ["f.edn", "--model", "kv"], ["f.txt", "--model", "register"]],
+                         ids=" ".join)
+def test_a_fifo_history_is_refused_not_read(tmp_path, args):
+    (tmp_path / "run").mkdir()
+    for name in ("f.jsonl", "f.edn", "f.txt", "run/history.jsonl"):
+        os.mkfifo(tmp_path / name)
+    one_line_exit_3(harness(tmp_path, "check", *args), "is a FIFO, not a regular file")
+
+
+# -- minimal.json: `harness simulate --replay` and `harness reproduce --schedule` --------------
+
+
+def _minimal(**changes) -> dict:
+    doc = {"format": 1, "config": load_config("fast", overrides={"time_limit": 5}),
+           "anomaly": "lost-write", "schedule": []}
+    return {**doc, **changes}
+
+
+KILL = {"id": 0, "kind": "kill", "start_s": 1, "duration_s": 1,
+        "target": {"select": "leader", "partition": 0, "pick": 1}}
+BAD_MINIMAL = [
+    ("truncated", '{"format": 1, "conf', "cannot read"),
+    ("nested 100000 deep", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("a list", [], "not a minimal.json"),
+    ("config a list", _minimal(config=[]), "not a minimal.json"),
+    ("schedule a string", _minimal(schedule="x"), "schedule must be a list"),
+    ("entry a number", _minimal(schedule=[5]), "schedule[0]: expected an object"),
+    ("entry without kind", _minimal(schedule=[{"id": 0}]), "schedule[0]: missing kind"),
+    ("unknown kind", _minimal(schedule=[{**KILL, "kind": "zap"}]), "unknown kind 'zap'"),
+    ("start a string", _minimal(schedule=[{**KILL, "start_s": "x"}]), "start_s and duration_s"),
+    ("id a float", _minimal(schedule=[{**KILL, "id": 0.5}]), "id and after must be integers"),
+    ("target a number", _minimal(schedule=[{**KILL, "target": 7}]), "target must be an object"),
+]
+
+
+@pytest.mark.parametrize("command", [["simulate", "--replay"], ["reproduce", "--schedule"]],
+                         ids=lambda c: c[0])
+@pytest.mark.parametrize(("case", "doc", "says"), BAD_MINIMAL, ids=[c[0] for c in BAD_MINIMAL])
+def test_a_malformed_minimal_json_is_one_line_exit_3(tmp_path, command, case, doc, says):
+    path = tmp_path / "minimal.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    one_line_exit_3(harness(tmp_path, *command, str(path)), says)
+
+
+@pytest.mark.parametrize("command", [["simulate", "--replay"], ["reproduce", "--schedule"]],
+                         ids=lambda c: c[0])
+def test_a_fifo_minimal_json_is_refused_not_read(tmp_path, command):
+    os.mkfifo(tmp_path / "minimal.json")
+    one_line_exit_3(harness(tmp_path, *command, str(tmp_path / "minimal.json")),
+                    "is a FIFO, not a regular file")
