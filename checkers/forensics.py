@@ -107,20 +107,33 @@ def _removals(events: list[dict], offset: int, after: int) -> list[dict]:
     for ev in events:
         if ev["time"] < after:
             continue
-        if ev["kind"] == "truncate" and ev["to_offset"] <= offset < ev["from_offset"]:
+        if ev["kind"] == "truncate" and ev["to_offset"] <= offset < _log_end(ev, offset):
             out.append(ev)
-        elif ev["kind"] == "log-recovery" and ev.get("log_end_offset", offset + 1) <= offset:
+        elif ev["kind"] == "log-recovery" and _cut_at(ev, offset) <= offset:
             out.append(ev)
     return out
+
+
+def _log_end(ev: dict, offset: int) -> int:
+    """A truncation's old log end; Kafka's logs do not say it (docs/kafka.md), and then the
+    truncation is taken to remove everything from its target on."""
+    return offset + 1 if ev.get("from_offset") is None else ev["from_offset"]
+
+
+def _cut_at(ev: dict, offset: int) -> int:
+    """Where a log recovery cut the log (past `offset` when the event does not say)."""
+    cut = ev.get("log_end_offset")
+    return offset + 1 if cut is None else cut
 
 
 def _describe_removal(ev: dict, state: dict | None) -> str:
     epoch = f" at leader epoch {state['leader_epoch']}" if state else ""
     if ev["kind"] == "truncate":
-        last = ev["from_offset"] - 1
+        removed = (f"offsets {ev['to_offset']}-{ev['from_offset'] - 1} removed"
+                   if ev.get("from_offset") is not None else f"cut to offset {ev['to_offset']}")
         return (
-            f"truncated by broker {ev['node']}{epoch} (offsets {ev['to_offset']}-{last} "
-            f"removed, {ev.get('reason', '?')}) at {_secs(ev['time'])}"
+            f"truncated by broker {ev['node']}{epoch} ({removed}, "
+            f"{ev.get('reason', '?')}) at {_secs(ev['time'])}"
         )
     return (
         f"log recovery on broker {ev['node']}{epoch} cut the log to offset "
@@ -165,7 +178,9 @@ def explain(rec: dict, faults: list[Fault], events: list[dict], disk_hosts: list
     fault_text = _relevant_faults(faults, ack, until)
 
     node, epoch = py_scalar(rec["node"]), py_scalar(rec["epoch"])
-    parts = [f"acked by broker {node} at leader epoch {epoch} at {_secs(ack)}"]
+    # Kafka's delivery reports name neither the broker nor its epoch (docs/kafka.md)
+    by = "" if node is None else f" by broker {node} at leader epoch {epoch}"
+    parts = [f"acked{by} at {_secs(ack)}"]
     if state:
         parts[0] += f" (ISR {state.get('isr')})"
     parts += fault_text

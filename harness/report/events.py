@@ -68,3 +68,12 @@ def _feed(summary: EventSummary, event: dict[str, Any], notable_cap: int) -> Non
         summary.notable_total += 1
         if len(summary.notable) < notable_cap:
             summary.notable.append(event)
+
+
+def truncated(ev: dict[str, Any]) -> str:
+    """What a truncation removed: "offsets A-B", or "from offset A on" when the event does not
+    say where the log ended (Kafka's logs do not: docs/kafka.md)."""
+    end = ev.get("from_offset")
+    if not isinstance(end, int):
+        return f"from offset {ev.get('to_offset')} on"
+    return f"offsets {ev.get('to_offset')}-{end - 1}"

@@ -21,6 +21,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from harness.report.events import truncated
+
 NS = 1_000_000_000
 ROWS_PER_INCIDENT = 200  # per-record rows shown in an incident's collapsed table
 STORY_STEPS = 14
@@ -207,16 +209,18 @@ def _headline(inc: Incident, recs: list[dict[str, Any]], events: list[dict[str, 
     isrs = Counter(_set(r.get("isr_at_ack")) for r in recs if r.get("isr_at_ack"))
     storage = Counter(str(r.get("storage")) for r in recs if r.get("storage") is not None)
     what = ", ".join(f"{n:,} {k}" for k, n in sorted(inc.kinds.items()))
+    # Kafka's delivery reports name neither the broker nor its epoch (docs/kafka.md)
+    by = (f" by broker {_common(nodes)} in epoch {_common(epochs)}"
+          if any(r.get("node") is not None for r in recs) else "")
     acked = (f"{inc.count:,} record{'s' if inc.count != 1 else ''} ({what}) acknowledged"
-             f"{f' at acks={acks}' if acks else ''} by broker {_common(nodes)} in epoch "
-             f"{_common(epochs)}" + (f" (ISR {_common(isrs)} at ack)" if isrs else "")
+             f"{f' at acks={acks}' if acks else ''}{by}"
+             + (f" (ISR {_common(isrs)} at ack)" if isrs else "")
              + f" between {_secs(inc.first_ack_ns)} and {_secs(inc.last_ack_ns)}")
     ev = inc.cause_event
     cause_time = int(ev["time"]) if ev and isinstance(ev.get("time"), int) else inc.last_ack_ns
     if inc.cause == "truncate" and ev:
-        how = (f"lost when broker {ev.get('node')} truncated offsets {ev.get('to_offset')}-"
-               f"{_int(ev.get('from_offset', 0)) - 1} ({ev.get('reason', '?')}) at "
-               f"{_secs(cause_time)}")
+        how = (f"lost when broker {ev.get('node')} truncated {truncated(ev)} "
+               f"({ev.get('reason', '?')}) at {_secs(cause_time)}")
     elif inc.cause == "log-recovery" and ev:
         how = (f"lost when log recovery on broker {ev.get('node')} cut the log to offset "
                f"{ev.get('log_end_offset')} ({ev.get('reason', '?')}) at {_secs(cause_time)}")
@@ -270,10 +274,12 @@ def _story(inc: Incident, events: list[dict[str, Any]], faults: list[Any]) -> li
         kind = e.get("kind")
         if e.get("partition") == inc.partition:
             if kind == "partition-change":
+                # a Kafka run's changes are observed from outside: no reason, but a source
+                why = e.get("reason") or e.get("source")
                 steps.append((e["time"], f"{_secs(e['time'])}: controller: leader "
                                          f"{e.get('leader')} epoch {e.get('leader_epoch')}, ISR "
-                                         f"{_set(e.get('isr'))}, ELR {_set(e.get('elr'))} "
-                                         f"({e.get('reason')})"))
+                                         f"{_set(e.get('isr'))}, ELR {_set(e.get('elr'))}"
+                                         + (f" ({why})" if why else "")))
                 brokers.add(e.get("leader"))
             elif kind in ("unclean-election", "unclean-recovery"):
                 steps.append((e["time"], f"{_secs(e['time'])}: {kind.replace('-', ' ')} of broker "
@@ -281,8 +287,7 @@ def _story(inc: Incident, events: list[dict[str, Any]], faults: list[Any]) -> li
             elif kind == "truncate" and not (ev and e["time"] == ev.get("time")
                                              and str(e.get("node")) == str(ev.get("node"))):
                 steps.append((e["time"], f"{_secs(e['time'])}: broker {e.get('node')} truncates "
-                                         f"offsets {e.get('to_offset')}-"
-                                         f"{_int(e.get('from_offset', 0)) - 1}"))
+                                         f"{truncated(e)}"))
         elif kind in ("broker-fenced", "broker-unfenced", "broker-start"):
             who = e.get("broker", e.get("node"))
             extra = f" ({e['reason']})" if e.get("reason") else ""
@@ -313,8 +318,7 @@ def _story(inc: Incident, events: list[dict[str, Any]], faults: list[Any]) -> li
 def _cause_text(inc: Incident) -> str:
     ev = inc.cause_event or {}
     if inc.cause == "truncate":
-        return (f"broker {ev.get('node')} truncates offsets {ev.get('to_offset')}-"
-                f"{_int(ev.get('from_offset', 0)) - 1} ({ev.get('reason', '?')})")
+        return f"broker {ev.get('node')} truncates {truncated(ev)} ({ev.get('reason', '?')})"
     if inc.cause == "log-recovery":
         return f"log recovery on broker {ev.get('node')} cuts the log to {ev.get('log_end_offset')}"
     return inc.cause.replace("-", " ")

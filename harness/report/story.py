@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.report.events import truncated
+
 MINIMAL = "minimal.json"
 SHRUNK = "shrunk.json"
 MAX_STEPS = 30
@@ -202,10 +204,10 @@ def _event_text(e: dict[str, Any], multi: bool, prev: dict[Any, Any]) -> str | N
     if kind == "broker-fenced":
         return f"the controller fences broker {e.get('broker')} ({e.get('reason')})"
     if kind == "truncate":
-        lo, hi = e.get("to_offset"), e.get("from_offset")
-        return (f"broker {e.get('node')} truncates{part} offsets {lo}-{hi - 1 if hi else hi}: "
-                f"{e.get('removed')} record{'' if e.get('removed') == 1 else 's'} removed "
-                f"({e.get('reason')})")
+        removed = e.get("removed")
+        count = (f": {removed} record{'' if removed == 1 else 's'} removed"
+                 if removed is not None else "")
+        return f"broker {e.get('node')} truncates{part} {truncated(e)}{count} ({e.get('reason')})"
     if kind == "log-recovery":
         return (f"broker {e.get('node')} recovers its log{part}: {e.get('truncated_bytes')} bytes "
                 f"cut, log end {e.get('log_end_offset')} ({e.get('reason')})")
