@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from control import kafka
 from control import toxiproxy as tp
 from control.host import Host
 from control.kafka import KafkaNodes
@@ -98,7 +99,12 @@ class Cluster:
         host.remote.run(["mkdir", "-p", str(host.log_dir)])
         tp.start(host, self.toxiproxy, seed)
         peers = [] if host.name == self.controller_host.name else self.hosts
-        tp.ensure_proxies(host, tp.proxies_of(host, peers, PORT, self._index))
+        peer_port = kafka.PEER_PORT if self.kafka else None
+        tp.ensure_proxies(host, tp.proxies_of(host, peers, PORT, self._index, peer_port))
+        script = self.kafka.route_script(host, lambda p: tp.node_port(self._index(p))) \
+            if self.kafka else None
+        if script:  # Kafka has no --route: its connections to peers are redirected instead
+            host.remote.run(script, sudo=True)
 
     def _index(self, host: Host) -> int:
         return self.hosts.index(host) + 1

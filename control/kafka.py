@@ -1,8 +1,8 @@
 """Apache Kafka (KRaft) as the system under test on the run's hosts (docs/kafka.md).
 
 The layout is the embedded system's: n1 runs the one KRaft controller (node id 0, listener
-`CONTROLLER` on port 9093), n2..nN the brokers with node ids 1..N-1 (listener `PLAINTEXT` on
-port 9092, for clients and replication alike). Each node is `java -cp 'libs/*' kafka.Kafka
+`CONTROLLER`), n2..nN the brokers with node ids 1..N-1 (listener `PLAINTEXT`, for clients and
+replication alike), every node at its host's address and port 9092. Each node is `java -cp 'libs/*' kafka.Kafka
 server.properties` started as the host's "node" daemon, so every process fault (kill, pause,
 restart), host fault (the lossy filesystem under `log.dirs`) and netfilter fault acts on it
 exactly as on an embedded node. `server.properties` and the logging config sit in the host's
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -25,8 +26,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the config imports this module, and a simulated run has no SSH (PyPy)
     from control.host import Host
 
-PORT = 9092
-CONTROLLER_PORT = 9093
+PORT = 9092  # every node's address, the controller's (on n1) as the brokers'
+# Behind Toxiproxy (control.toxiproxy): a node listens on loopback, its host's proxy "in" at
+# PORT stands for it, and a broker's own connections to a peer's PORT are redirected
+# (iptables, `route_rules`) into its local proxy to that peer, whose upstream is the peer's
+# second inbound proxy at PEER_PORT: not PORT, or the proxy's own connection would be
+# redirected back into itself.
+PEER_PORT = 9095
+NODE_PORT = 19092  # control.toxiproxy.NODE_PORT: where a proxied node listens
+ROUTE_CHAIN = "KCH-KAFKA-ROUTE"
 CONTROLLER_ID = 0
 
 # [system] key -> the broker's (or controller's) property of the same meaning
@@ -151,8 +159,9 @@ class KafkaNodes:
     mapped_suffixes = MAPPED_SUFFIXES
 
     def __init__(self, hosts: list[Host], system: Mapping[str, object], settings: KafkaSettings,
-                 libs: str, java: str, name: str) -> None:
+                 libs: str, java: str, name: str, *, proxied: bool = False) -> None:
         self.hosts = hosts
+        self.proxied = proxied  # behind Toxiproxy: listening on loopback
         self.settings = settings
         self.libs = libs
         self.java = java
@@ -170,7 +179,10 @@ class KafkaNodes:
         return [f"{h.address}:{PORT}" for h in self.hosts[1:]]
 
     def _voters(self) -> str:
-        return f"{CONTROLLER_ID}@{self.controller_host.address}:{CONTROLLER_PORT}"
+        return f"{CONTROLLER_ID}@{self.controller_host.address}:{PORT}"
+
+    def _listen(self, host: Host) -> str:
+        return f"127.0.0.1:{NODE_PORT}" if self.proxied else f"{host.address}:{PORT}"
 
     def server_properties(self, host: Host) -> dict[str, str]:
         common = {
@@ -180,14 +192,14 @@ class KafkaNodes:
         }
         if host.name == self.controller_host.name:
             return {"process.roles": "controller", "node.id": str(CONTROLLER_ID), **common,
-                    "listeners": f"CONTROLLER://{host.address}:{CONTROLLER_PORT}",
+                    "listeners": f"CONTROLLER://{self._listen(host)}",
                     **{k: v for k, v in self.props.items()
                        if k in ("broker.session.timeout.ms", "unclean.leader.election.enable",
                                 "min.insync.replicas")}}
         brokers = len(self.hosts) - 1
         internal_rf = str(min(3, brokers))
         return {"process.roles": "broker", "node.id": str(self.hosts.index(host)), **common,
-                "listeners": f"PLAINTEXT://{host.address}:{PORT}",
+                "listeners": f"PLAINTEXT://{self._listen(host)}",
                 "advertised.listeners": f"PLAINTEXT://{host.address}:{PORT}",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
                 "inter.broker.listener.name": "PLAINTEXT",
@@ -195,6 +207,21 @@ class KafkaNodes:
                 "transaction.state.log.replication.factor": internal_rf,
                 "transaction.state.log.min.isr": str(min(2, brokers)),
                 **_BROKER_BASE, **self.props}
+
+    def route_script(self, host: Host, proxy_port: Callable[[Host], int]) -> str | None:
+        """A shell script (run as root on the host) that sends a broker's connections to each
+        peer's PORT into its local proxy to that peer (`proxy_port(peer)`), replacing the rules
+        of an earlier start; None on the controller, which opens no connections."""
+        if host.name == self.controller_host.name:
+            return None
+        nat = "iptables -w -t nat"
+        lines = [f"{nat} -N {ROUTE_CHAIN} 2>/dev/null || true", f"{nat} -F {ROUTE_CHAIN}",
+                 f"{nat} -C OUTPUT -p tcp -j {ROUTE_CHAIN} 2>/dev/null || "
+                 f"{nat} -A OUTPUT -p tcp -j {ROUTE_CHAIN}"]
+        lines += [f"{nat} -A {ROUTE_CHAIN} -p tcp -d {shlex.quote(peer.address)}/32 --dport {PORT} "
+                  f"-j REDIRECT --to-ports {int(proxy_port(peer))}"
+                  for peer in self.hosts if peer.name != host.name]
+        return " && ".join(f"{{ {line}; }}" for line in lines)
 
     def config_paths(self, host: Host) -> tuple[PurePosixPath, PurePosixPath]:
         """server.properties and the logging config, as written on the host."""

@@ -73,6 +73,7 @@ API_PORT = 8474
 NODE_PORT = 19092  # the node's own listener, on loopback
 OUT_BASE_PORT = 29100  # + i: a broker's local proxy to peer n<i>
 INBOUND = "in"
+INBOUND_PEERS = "in-peers"  # Kafka's layout: the inbound proxy its peers' proxies reach
 CONNECT_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_S = 30.0
@@ -110,16 +111,22 @@ def node_port(index: int) -> int:
 
 
 def proxies_of(host: Host, peers: Sequence[Host], inbound_port: int,
-               index_of: Callable[[Host], int]) -> list[dict[str, str]]:
+               index_of: Callable[[Host], int],
+               peer_port: int | None = None) -> list[dict[str, str]]:
     """The proxies a host's server holds: "in" for everyone, "to-<peer>" for each of `peers`
-    (none on the controller, which opens no connections); `index_of(peer)` is its i in n<i>."""
+    (none on the controller, which opens no connections); `index_of(peer)` is its i in n<i>.
+    With `peer_port` (Kafka's layout, control.kafka), a second inbound proxy "in-peers"
+    listens there, and the "to-<peer>" proxies reach their peers at it."""
     out = [{"name": INBOUND, "listen": f"{host.address}:{inbound_port}",
             "upstream": f"127.0.0.1:{NODE_PORT}"}]
+    if peer_port is not None:
+        out.append({"name": INBOUND_PEERS, "listen": f"{host.address}:{peer_port}",
+                    "upstream": f"127.0.0.1:{NODE_PORT}"})
     for peer in peers:
         if peer.name != host.name:
             out.append({"name": f"to-{peer.name}",
                         "listen": f"127.0.0.1:{node_port(index_of(peer))}",
-                        "upstream": f"{peer.address}:{inbound_port}"})
+                        "upstream": f"{peer.address}:{peer_port or inbound_port}"})
     return out
 
 
@@ -277,7 +284,7 @@ def add_toxic(host: Host, kind: str, toxic_type: str, direction: str,
     added = []
     with api(host) as server:
         for name, proxy in sorted(server.proxies().items()):
-            side = STREAMS[INBOUND if name == INBOUND else "out"]
+            side = STREAMS[INBOUND if name in (INBOUND, INBOUND_PEERS) else "out"]
             for d in wanted:
                 stream = side[d]
                 tname = toxic_name(kind, stream)

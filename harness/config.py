@@ -666,9 +666,6 @@ def _check_kafka(c: Mapping[str, Any], prov: Provenance) -> None:
     if c["hosts"]["provider"] not in ("netns",):
         raise _relation_error("hosts.provider", f"system.kind = \"kafka\" runs on netns hosts; "
                               f"provider {c['hosts']['provider']!r} is not supported yet", prov)
-    if c["hosts"].get("toxiproxy") is True:
-        raise _relation_error("hosts.toxiproxy", "Kafka's brokers are not put behind "
-                              "Toxiproxy yet; set hosts.toxiproxy = \"auto\"", prov)
 
 
 def system_kind(config: Mapping[str, Any]) -> str:

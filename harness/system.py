@@ -102,8 +102,9 @@ class ApacheKafka:
         self.watch: PartitionWatch | None = None
 
     def nodes(self, hosts: list[Host], run_name: str) -> KafkaNodes:
-        return KafkaNodes(hosts, node_settings(self.test.config["system"]), self.settings, self.libs, self.java,
-                          run_name)
+        return KafkaNodes(hosts, node_settings(self.test.config["system"]), self.settings,
+                          self.libs, self.java, run_name,
+                          proxied=self.test.settings.hosts.toxiproxy)
 
     async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
                            partitions: int, replication_factor: int) -> None:

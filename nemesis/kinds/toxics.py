@@ -100,8 +100,6 @@ class ToxicFault(FaultKind):
     auto_targets = LINK_AUTO
     mode_targets = LINK_MODES
     simulated = False  # only real hosts run Toxiproxy
-    not_on_kafka = ("Kafka's brokers are not yet put behind Toxiproxy (they cannot route their "
-                    "peer connections through local proxies as embedded brokers do)")
     record_key = "toxic"
     toxic_type: ClassVar[str]
 

@@ -75,6 +75,25 @@ def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
     assert (run_dir / "report.html").exists()
 
 
+def test_kafka_behind_toxiproxy_takes_toxics_on_client_and_peer_connections(tmp_path):
+    """Every node behind its host's Toxiproxy: clients reach a broker through its proxy "in",
+    and a broker's own connections to its peers (the controller, the leaders it fetches from)
+    are redirected into its local proxies to them, so a toxic acts on both."""
+    run_dir, ops, results = _run(tmp_path, "nemesis.faults=['latency', 'stall']",
+                                 "nemesis.targets=leader", "seed=14")
+    toxics = [op for op in ops if op["f"] in ("start-latency", "start-stall")]
+    assert toxics and all(op["value"]["toxic"]["type"] in ("latency", "timeout") for op in toxics)
+    for host in ("n2", "n3", "n4"):
+        accepted = [line for line in (run_dir / "nodes" / host / "toxiproxy.log").read_text()
+                    .splitlines() if "Accepted client" in line]
+        assert any('"name":"to-n1"' in line for line in accepted), \
+            f"{host}'s connections to the controller went through its proxy"
+        assert any('"name":"in"' in line for line in accepted)
+    assert results["valid"] is True and not _lost(results), results["anomalies"]
+    sends = Counter(op["type"] for op in ops if op["f"] == "send" and op["type"] != "invoke")
+    assert sends["ok"] > 500, sends
+
+
 @pytest.mark.slow
 def test_kafka_3_9_loses_nothing_to_single_power_losses(tmp_path):
     """One broker at a time loses power with its page cache (the lossy filesystem under

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 import pytest
 
 from control.kafka import (
-    CONTROLLER_PORT,
+    PORT,
     KafkaNodes,
     KafkaSettings,
     cluster_id,
@@ -52,7 +52,7 @@ def test_weakness_switches_are_refused_on_kafka(key, value):
         load_config(None, ["system.kind=kafka", f"system.{key}={str(value).lower()}"])
 
 
-@pytest.mark.parametrize("fault", ["bandwidth", "corrupt-segment", "vm-power-off"])
+@pytest.mark.parametrize("fault", ["corrupt-segment", "vm-power-off"])
 def test_fault_kinds_that_cannot_act_on_kafka_are_refused(fault):
     with pytest.raises(ConfigError, match=fault):
         load_config(None, ["system.kind=kafka", f"nemesis.faults=['{fault}']"])
@@ -95,7 +95,8 @@ def test_the_kraft_layout_is_the_embedded_one():
     nodes = KafkaNodes(hosts, SYSTEM, KafkaSettings("4.2.1"), "/libs", "/usr/bin/java", "run-1")
     controller = nodes.server_properties(hosts[0])
     assert controller["process.roles"] == "controller" and controller["node.id"] == "0"
-    assert controller["controller.quorum.voters"] == f"0@10.0.0.1:{CONTROLLER_PORT}"
+    assert controller["controller.quorum.voters"] == f"0@10.0.0.1:{PORT}"
+    assert controller["listeners"] == f"CONTROLLER://10.0.0.1:{PORT}"
     assert controller["unclean.leader.election.enable"] == "false", "the controller elects"
     broker = nodes.server_properties(hosts[2])
     assert (broker["process.roles"], broker["node.id"]) == ("broker", "2")
@@ -110,6 +111,19 @@ def test_the_kraft_layout_is_the_embedded_one():
     assert not any("eligible" in a for a in old.format_argv(hosts[0]))
     assert any(a.startswith("-Dlog4j.configuration=") for a in old.argv(hosts[1]))
     assert "-Xmx512m" in nodes.argv(hosts[1]) and "-Xmx256m" in nodes.argv(hosts[0])
+
+
+def test_behind_toxiproxy_nodes_listen_on_loopback_and_brokers_redirect_to_their_proxies():
+    hosts = _hosts(4)
+    nodes = KafkaNodes(hosts, SYSTEM, KafkaSettings("4.2.1"), "/libs", "java", "r", proxied=True)
+    assert nodes.server_properties(hosts[1])["listeners"] == "PLAINTEXT://127.0.0.1:19092"
+    assert nodes.server_properties(hosts[1])["advertised.listeners"] == "PLAINTEXT://10.0.0.2:9092"
+    assert nodes.server_properties(hosts[0])["listeners"] == "CONTROLLER://127.0.0.1:19092"
+    assert nodes.route_script(hosts[0], lambda p: 0) is None, "the controller opens nothing"
+    script = nodes.route_script(hosts[2], lambda p: 29100 + int(p.name[1:]))
+    assert "-d 10.0.0.1/32 --dport 9092 -j REDIRECT --to-ports 29101" in script
+    assert "-d 10.0.0.4/32 --dport 9092 -j REDIRECT --to-ports 29104" in script
+    assert "10.0.0.3/32" not in script, "a broker's connections to itself are not redirected"
 
 
 def test_cluster_ids_are_kraft_uuids_per_run():
