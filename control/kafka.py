@@ -118,9 +118,14 @@ def translate(system: Mapping[str, object], version: str) -> tuple[dict[str, str
 
 def cluster_id(name: str) -> str:
     """A KRaft cluster id (16 bytes, URL-safe base64) that is the same for every node of a
-    run and differs between runs."""
-    digest = hashlib.sha256(name.encode()).digest()[:16]
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    run and differs between runs. Never one starting with "-", which kafka-storage's argument
+    parser would take for an option (Kafka's own random ids avoid it for the same reason)."""
+    for salt in range(64):
+        digest = hashlib.sha256(f"{name}/{salt}".encode()).digest()[:16]
+        text = base64.urlsafe_b64encode(digest).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+    raise AssertionError("64 hashes in a row began with '-'")
 
 
 def _properties(props: Mapping[str, str]) -> str:

@@ -91,7 +91,7 @@ def test_kafka_behind_toxiproxy_takes_toxics_on_client_and_peer_connections(tmp_
         assert any('"name":"in"' in line for line in accepted)
     assert results["valid"] is True and not _lost(results), results["anomalies"]
     sends = Counter(op["type"] for op in ops if op["f"] == "send" and op["type"] != "invoke")
-    assert sends["ok"] > 500, sends
+    assert sends["ok"] > 100, f"the workload made progress under the toxics: {sends}"
 
 
 @pytest.mark.slow

@@ -129,6 +129,9 @@ def test_behind_toxiproxy_nodes_listen_on_loopback_and_brokers_redirect_to_their
 def test_cluster_ids_are_kraft_uuids_per_run():
     a, b = cluster_id("run-1"), cluster_id("run-2")
     assert a != b and len(a) == 22 and a == cluster_id("run-1")
+    # a campaign's run failed to format: kafka-storage took an id starting "-" for an option
+    ids = [cluster_id(f"20261126T135926-s{i}") for i in range(300)]
+    assert not any(i.startswith("-") for i in ids) and len(set(ids)) == 300
 
 
 def _describe_response(partitions: list[tuple]) -> bytes:
