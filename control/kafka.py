@@ -110,7 +110,8 @@ def _text(value: object) -> str:
 def translate(system: Mapping[str, object], version: str) -> tuple[dict[str, str], list[str]]:
     """The Kafka properties of a [system] table, and notes on what was left out."""
     props = {KAFKA_NAMES[k]: _text(v) for k, v in system.items() if k in KAFKA_NAMES}
-    notes = [f"{k} has no Kafka property; left out" for k in EMBEDDED_ONLY if k in system]
+    unused = [k for k in EMBEDDED_ONLY if k in system]
+    notes = [f"left out, no Kafka property: {', '.join(unused)}"] if unused else []
     if system.get("eligible.leader.replicas.enable") and not has_elr(version):
         notes.append(f"eligible.leader.replicas.enable: Kafka {version} has no ELR (4.1+)")
     return props, notes
