@@ -12,6 +12,7 @@ reading; `Connection.request` decodes the answer to a typed request into its rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import struct
@@ -114,7 +115,10 @@ class Connection:
         finally:
             self._fail_all(ConnectionLost(f"connection to {self.address} closed"))
             if self._writer is not None:
-                self._writer.close()
+                # A reader left pending when its loop shut down (a run cancelled by SIGTERM or
+                # Ctrl-C) is finalised later by the garbage collector, its loop closed
+                with contextlib.suppress(RuntimeError):
+                    self._writer.close()
             self._writer = None
 
     def _fail_all(self, exc: Exception) -> None:

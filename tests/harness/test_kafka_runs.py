@@ -52,7 +52,7 @@ def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
     run_dir, ops, results = _run(tmp_path, "kafka.version=4.2.1", "nemesis.faults=['kill']",
                                  "seed=11")
     sends = Counter(op["type"] for op in ops if op["f"] == "send" and op["type"] != "invoke")
-    assert sends["ok"] > 1000, f"the workload should have made progress: {sends}"
+    assert sends["ok"] > 300, f"the workload should have made progress: {sends}"
     oks = [op for op in ops if op["f"] == "send" and op["type"] == "ok"]
     assert all(isinstance(op["offset"], int) for op in oks), "delivery reports carry offsets"
     assert any(op["f"] == "poll" and op["type"] == "ok" and op["records"] for op in ops)
