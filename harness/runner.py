@@ -34,6 +34,7 @@ from harness.test import RunClock, Test
 from nemesis.faults import Nemesis
 from nemesis.hosts_world import HostsWorld, heal_network
 from nemesis.kinds import needs_lazyfs
+from nemesis.lazyfs.mount import prune_registry
 from nemesis.schedule import ScheduleRecord
 from workloads.history import HistoryWriter
 from workloads.kafka import WorkloadParams
@@ -43,9 +44,21 @@ def say(msg: str) -> None:
     print(f"[harness] {msg}", file=sys.stderr, flush=True)
 
 
+def clean_leftovers() -> tuple[list[int], list[str]]:
+    """What crashed or interrupted runs left: their netns clusters (slots cleaned), and the
+    lossy filesystem's registry entries of daemons that are gone (paths removed)."""
+    cleaned = cleanup.cleanup_stale()
+    try:
+        pruned = prune_registry()
+    except OSError as e:  # an unsafe or unreadable registry: said, never fatal here
+        say(f"lazyfs registry not pruned: {e}")
+        pruned = []
+    return cleaned, pruned
+
+
 def run_test(test: Test) -> Path:
     """Run one test and return its folder (history, schedule, events, nodes/, results)."""
-    cleaned = cleanup.cleanup_stale()
+    cleaned, _ = clean_leftovers()
     if cleaned:
         say(f"cleaned up {len(cleaned)} leftover cluster(s) from an earlier run")
     system = system_of(test)  # a missing Kafka install is one clear error before any host

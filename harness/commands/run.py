@@ -6,11 +6,10 @@ import argparse
 import sys
 
 from checkers.exitcodes import Exit
-from control import cleanup
 from harness import store
 from harness.commands.argtypes import add_test_options
 from harness.config import from_args
-from harness.runner import run_test, say
+from harness.runner import clean_leftovers, run_test, say
 from harness.test import Test
 
 NAME = "run"
@@ -25,8 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.cleanup_only:
-        cleaned = cleanup.cleanup_stale()
-        say(f"cleaned up {len(cleaned)} leftover cluster(s)")
+        cleaned, pruned = clean_leftovers()
+        say(f"cleaned up {len(cleaned)} leftover cluster(s) and {len(pruned)} stale lazyfs "
+            "registry entr" + ("y" if len(pruned) == 1 else "ies"))
         return Exit.VALID
     # Resolve the config first so a bad test file fails before any host is touched.
     config = from_args(args)

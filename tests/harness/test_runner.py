@@ -115,3 +115,20 @@ def test_sigkilled_run_leaves_a_checkable_history_and_is_cleaned_up(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert check.returncode in (0, 1, 2), check.stderr
     assert (run_dir / "results.json").exists(), check.stdout[-2000:] + check.stderr[-2000:]
+
+
+def test_cleanup_only_prunes_the_lazyfs_registry_entries_of_daemons_that_are_gone(tmp_path):
+    """A SIGKILLed lossy-filesystem daemon never removes its registry entry; `--cleanup-only`
+    (like the start of every run) removes it, and keeps a live daemon's."""
+    registry = tmp_path / "lazyfs-mounts"
+    registry.mkdir(mode=0o700)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (registry / "dead.json").write_text(json.dumps({"pid": gone.pid, "mountpoint": "/x"}))
+    (registry / "garbage.json").write_text("{not json")
+    env = {**os.environ, "LAZYFS_RUN_DIR": str(registry), "HARNESS_RESULTS": str(tmp_path)}
+    clean = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--cleanup-only"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0, clean.stderr
+    assert "2 stale lazyfs registry entries" in clean.stderr
+    assert list(registry.iterdir()) == []
