@@ -78,10 +78,11 @@ class UserError(Exception):
 USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError)
 
 
-def guarded(prog: str, main: Callable[[], int]) -> int:
-    """Run `main` and map whatever escapes it onto the contract: user errors print one line,
-    bugs a short traceback, both exit 3; Ctrl-C exits 130, SIGTERM (terminate_as_interrupt)
-    143."""
+def guarded(prog: str, main: Callable[[], int],
+            environment: tuple[type[BaseException], ...] = ()) -> int:
+    """Run `main` and map whatever escapes it onto the contract: user errors and the caller's
+    `environment` errors (a host that cannot be reached, say) print one line, bugs a short
+    traceback, all exit 3; Ctrl-C exits 130, SIGTERM (terminate_as_interrupt) 143."""
     try:
         return int(main())
     except KeyboardInterrupt:
@@ -90,7 +91,7 @@ def guarded(prog: str, main: Callable[[], int]) -> int:
             return Exit.TERMINATED
         print(f"{prog}: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
-    except USER_ERRORS as e:
+    except USER_ERRORS + environment as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return Exit.ERROR
     except Exception as e:  # a bug: say where, briefly, and never exit with a verdict's code

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from checkers.exitcodes import Exit, Parser, guarded, terminate_as_interrupt
+from control.remote import RemoteError
 from harness.commands import COMMANDS
 
 
@@ -34,7 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = ["harness", *argv]
     handlers = {c.NAME: c.main for c in COMMANDS}
     terminate_as_interrupt()
-    return guarded("harness", lambda: handlers[args.command](args))
+    # A host that cannot be reached, or a command on it that failed, is the environment's
+    # fault: one line, exit 3, as a bad config is (RemoteError says which host and why)
+    return guarded("harness", lambda: handlers[args.command](args), environment=(RemoteError,))
 
 
 if __name__ == "__main__":

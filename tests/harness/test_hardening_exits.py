@@ -154,3 +154,38 @@ def test_a_fifo_minimal_json_is_refused_not_read(tmp_path, command):
     os.mkfifo(tmp_path / "minimal.json")
     one_line_exit_3(harness(tmp_path, *command, str(tmp_path / "minimal.json")),
                     "is a FIFO, not a regular file")
+
+
+def test_an_unreachable_ssh_host_is_one_line_and_exit_3(tmp_path):
+    """A run on inventory hosts nobody listens for: the environment's fault, said in one line
+    naming the host (it was an internal error with a traceback)."""
+    import socket
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key = tmp_path / "id"
+    pem = ed25519.Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption())
+    key.write_bytes(pem)
+    key.chmod(0o600)
+    (tmp_path / "known_hosts").write_text("")
+    hosts = "".join(f'[[hosts]]\nname = "n{i}"\naddress = "127.0.0.1"\nport = {port}\n'
+                    for i in (1, 2))
+    inventory = tmp_path / "inventory.toml"
+    inventory.write_text(f'[defaults]\nkey_file = "{key}"\nknown_hosts = '
+                         f'"{tmp_path / "known_hosts"}"\nuser = "root"\n'
+                         f'work_dir = "/var/lib/kch-test"\npython = "python3"\n' + hosts)
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--nodes", "2",
+                          "--set", "hosts.provider=ssh", "--set", f"hosts.inventory={inventory}",
+                          "--set", "topic.replication_factor=1",
+                          "--set", "system.min.insync.replicas=1", "--time-limit", "5"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "HARNESS_RESULTS": str(tmp_path / "results")})
+    assert out.returncode == 3, out.stderr
+    assert "unreachable" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "internal error" not in out.stderr, out.stderr
