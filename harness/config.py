@@ -663,7 +663,7 @@ def _check_kafka(c: Mapping[str, Any], prov: Provenance) -> None:
             culprit = _later("system.kind", "nemesis.faults", prov)
             raise _relation_error(culprit, f"{name} cannot run with system.kind = \"kafka\": "
                                   f"{why}", prov)
-    if c["hosts"]["provider"] not in ("netns",):
+    if c["hosts"]["provider"] != "netns":
         raise _relation_error("hosts.provider", f"system.kind = \"kafka\" runs on netns hosts; "
                               f"provider {c['hosts']['provider']!r} is not supported yet", prov)
 

@@ -32,6 +32,24 @@ class WorkloadParams:
     seed: int = 0
 
 
+class Pacer:
+    """One producer's send slots: `producers / rate` apart, the producers staggered by index,
+    catching up on at most 1 s of slots missed (a slow send, a fault). Plain arithmetic, not
+    a coroutine: the simulator runs it once per send."""
+
+    def __init__(self, params: WorkloadParams, index: int, now: float) -> None:
+        self.interval = params.producers / params.rate if params.rate > 0 else 0.0
+        self.next_at = now + self.interval * index / max(1, params.producers)
+
+    def delay(self, now: float) -> float:
+        """How long to wait for the next slot (<= 0: it is due)."""
+        return self.next_at - now
+
+    def advance(self, now: float) -> None:
+        """The slot was taken at `now`: the next one."""
+        self.next_at = max(self.next_at + self.interval, now - 1.0)
+
+
 class _Ints(dict):
     """value text -> int(text), parsed on first use; a bounded cache."""
 
@@ -78,13 +96,12 @@ class KafkaWorkload:
     async def _producer(self, client: Client, index: int, stop: float) -> None:
         loop = asyncio.get_running_loop()
         process = self.pool.new()
-        interval = self.p.producers / self.p.rate if self.p.rate > 0 else 0.0
-        next_at = loop.time() + interval * index / max(1, self.p.producers)
+        pace = Pacer(self.p, index, loop.time())
         while loop.time() < stop:
-            delay = next_at - loop.time()
+            delay = pace.delay(loop.time())
             if delay > 0:
                 await asyncio.sleep(delay)
-            next_at = max(next_at + interval, loop.time() - 1.0)
+            pace.advance(loop.time())
             value = next(self.values)
             partition = value % self.p.partitions
             op = self.history.invoke(process, "send", partition=partition, value=value)

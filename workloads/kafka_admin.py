@@ -19,6 +19,8 @@ from typing import Any
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from workloads.topics import full_isr
+
 DESCRIBE_TOPIC_PARTITIONS = 75
 _correlation = itertools.count(1)
 
@@ -198,10 +200,7 @@ async def wait_healthy(bootstrap: Sequence[str], topic: str, partitions: int,
     deadline = loop.time() + timeout
     while loop.time() < deadline:
         try:
-            states = await describe_partitions(bootstrap, topic)
-            if len(states) == partitions and all(
-                    p["leader"] is not None and set(p["isr"]) == set(p["replicas"])
-                    for p in states):
+            if full_isr(await describe_partitions(bootstrap, topic), partitions):
                 return True
         except KafkaAdminError:
             pass

@@ -26,7 +26,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from workloads.history import HistoryWriter, ProcessPool
-from workloads.kafka import WorkloadParams
+from workloads.kafka import Pacer, WorkloadParams
 
 _E = ck.KafkaError
 # Local errors: the record never left the client.
@@ -122,13 +122,12 @@ class RdKafkaWorkload:
     async def _producer(self, index: int, stop: float) -> None:
         loop = asyncio.get_running_loop()
         process = self.pool.new()
-        interval = self.p.producers / self.p.rate if self.p.rate > 0 else 0.0
-        next_at = loop.time() + interval * index / max(1, self.p.producers)
+        pace = Pacer(self.p, index, loop.time())
         while loop.time() < stop:
-            delay = next_at - loop.time()
+            delay = pace.delay(loop.time())
             if delay > 0:
                 await asyncio.sleep(delay)
-            next_at = max(next_at + interval, loop.time() - 1.0)
+            pace.advance(loop.time())
             value = next(self.values)
             partition = value % self.p.partitions
             op = self.history.invoke(process, "send", partition=partition, value=value)
@@ -279,6 +278,8 @@ class RdKafkaWorkload:
         except ck.KafkaException as e:
             return [], 0, _error_name(e.args[0])
         consumer.assign([ck.TopicPartition(self.p.topic, partition, 0)])
+        # a log that no longer starts at 0 cannot be read whole: a retention we do not set
+        whole = None if low == 0 else f"LOG_START_{low}"
         records: list[list[int]] = []
         while hwm > 0 and (not records or records[-1][0] + 1 < hwm):
             batch = consumer.consume(5000, timeout=1.0)
@@ -287,14 +288,12 @@ class RdKafkaWorkload:
             for msg in batch:
                 err = msg.error()
                 if err is not None and err.code() == _E._PARTITION_EOF:
-                    return records, hwm, (None if low == 0 else f"LOG_START_{low}")
+                    return records, hwm, whole
                 if err is not None:
                     return records, hwm, _error_name(err)
                 if msg.offset() < hwm:
                     records.append([msg.offset(), int(msg.value())])
-        if low > 0:
-            return records, hwm, f"LOG_START_{low}"
-        return records, hwm, None
+        return records, hwm, whole
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:

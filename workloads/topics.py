@@ -34,6 +34,13 @@ async def create_topic(bootstrap: list[str], brokers: int, topic: str, partition
         await client.close()
 
 
+def full_isr(states: list[dict], partitions: int) -> bool:
+    """Whether a topic's partition states (each with leader, isr, replicas) are all there,
+    each with a leader and its whole replica set in the ISR."""
+    return len(states) == partitions and all(
+        p["leader"] is not None and set(p["isr"]) == set(p["replicas"]) for p in states)
+
+
 async def wait_healthy(bootstrap: list[str], topic: str, partitions: int, timeout: float, *,
                        pool_factory: Callable[[], Pool] = Pool) -> bool:
     """Wait until every partition has a leader and its full replica set in the ISR."""
@@ -44,10 +51,7 @@ async def wait_healthy(bootstrap: list[str], topic: str, partitions: int, timeou
         while loop.time() < deadline:
             try:
                 md = await client.metadata(refresh=True)
-                states = [p for p in md["partitions"] if p["topic"] == topic]
-                if len(states) == partitions and all(
-                        p["leader"] is not None and set(p["isr"]) == set(p["replicas"])
-                        for p in states):
+                if full_isr([p for p in md["partitions"] if p["topic"] == topic], partitions):
                     return True
             except ClientError:
                 pass

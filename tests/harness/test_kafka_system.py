@@ -203,3 +203,31 @@ def test_the_watch_records_changes_only():
     assert [(e["ts"], e["leader"], e["isr"]) for e in watch.events] == [(1.0, 1, [1, 2]),
                                                                          (3.0, 2, [2])]
     assert watch.events[0]["kind"] == "partition-change" and watch.topic_ids == {"ID": "chaos"}
+
+
+def test_the_shipped_kafka_campaign_resolves_on_both_versions():
+    from pathlib import Path
+
+    from harness.campaign_spec import load_spec
+
+    _, cells = load_spec(Path(__file__).parents[2] / "campaigns" / "kafka.toml")
+    resolved = [c.resolved for c in cells]
+    assert {r["system"]["kind"] for r in resolved} == {"kafka"}
+    assert {r["kafka"]["version"] for r in resolved} == {"3.9.1", "4.2.1"}
+
+
+def test_a_fatal_error_replaces_the_producer_once(tmp_path):
+    """librdkafka's producer is unusable after a fatal error: the workload makes a new one,
+    once for all the sends that saw the same failed producer."""
+    from workloads.history import HistoryWriter
+    from workloads.kafka import WorkloadParams
+    from workloads.rdkafka import RdKafkaWorkload, _Delivery
+
+    with HistoryWriter(tmp_path / "history.jsonl") as history:
+        workload = RdKafkaWorkload(WorkloadParams("t", 1), ["127.0.0.1:1"], history)
+        failed = workload._delivery = _Delivery(workload.producer_config())
+        workload._renew(failed)
+        workload._renew(failed)  # a second send that saw the same producer fail
+        assert workload._delivery is not failed
+        assert workload.stats["producers-renewed"] == 1
+        workload._delivery.close()

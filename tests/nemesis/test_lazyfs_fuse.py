@@ -469,3 +469,21 @@ def test_umount_of_a_busy_mount_flushes_then_detaches(fs: Mount) -> None:
     assert result["lazy"] is True and result["flushed"] is True
     assert not is_mounted(str(fs.mnt))
     assert (fs.backing / "f").read_bytes() == b"unsynced but flushed at unmount"
+
+
+def test_page_cached_files_can_be_mapped_shared_and_writable(mount_factory) -> None:
+    """Kafka maps its indexes shared and writable; FUSE refuses that on a direct-I/O file
+    (ENODEV), so `page_cached` names serve through the kernel's cache, every other file as
+    before."""
+    import mmap
+
+    fs = mount_factory(page_cached=(".index",))
+    for name in ("0.index", "0.log"):
+        fs.write(name, bytes(4096))
+    with open(fs.mnt / "0.index", "r+b") as f, mmap.mmap(f.fileno(), 4096) as m:
+        m[:5] = b"index"
+        m.flush()
+    assert fs.both("0.index")[0][:5] == b"index"
+    with open(fs.mnt / "0.log", "r+b") as f, pytest.raises(OSError) as refused:
+        mmap.mmap(f.fileno(), 4096)
+    assert refused.value.errno == errno.ENODEV
