@@ -28,6 +28,7 @@ from harness.report.detection import (
     detection_times,
     format_table,
 )
+from harness.report.differential import compare, format_comparison
 from harness.report.nightly import compare_nights, format_summary
 from harness.report.outcome import read_outcome
 from harness.report.render import render_run
@@ -35,6 +36,7 @@ from harness.runner import run_test
 from harness.sim_run import SIM
 from harness.simulate import simulate_test
 from harness.store import default_results_dir
+from harness.system_spec import SystemSpec
 from harness.test import Test
 
 FORMAT = 1
@@ -162,13 +164,15 @@ def newest_unfinished(root: Path, name: str) -> Path | None:
 
 def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None = None,
                  run_test: RunTest | None = None, results_root: Path | None = None,
-                 seeds: str | None = None, only: list[str] | None = None) -> Path:
+                 seeds: str | None = None, only: list[str] | None = None,
+                 systems: list[SystemSpec] | None = None) -> Path:
     """Run (or with `resume`, continue) the campaign in `file`; returns the campaign folder.
+    With `systems`, every cell runs once on each (docs/differential.md).
 
     The last line printed is the path of the campaign's index.html."""
     file = Path(file)
     root = Path(results_root) if results_root is not None else default_results_dir()
-    name, cells = load_spec(file, seeds, only)
+    name, cells = load_spec(file, seeds, only, systems)
     campaign = _open_or_create(root, name, file, cells, resume)
     if [c["id"] for c in campaign.state["cells"]] != [c.id for c in cells]:
         print(f"note: {file} changed since this campaign started; resuming its own matrix",
@@ -311,6 +315,9 @@ def _print_summary(campaign: Campaign) -> None:
     diff = compare_nights(campaign.folder)
     if diff is not None:
         print(format_summary(diff), flush=True)
+    groups = compare(campaign.folder, cells)
+    if groups:
+        print(format_comparison(groups), flush=True)
     detections = detection_times(cells)
     if detections:
         print("time to detection (campaign time until a run lost acknowledged records, "

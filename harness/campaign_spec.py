@@ -14,6 +14,13 @@
 
     nemesis = ["kill"]              # optional: only these [[nemesis]] mixes (default: all)
 
+    systems = ["sim", "embedded", "kafka:3.9.1", "kafka:4.2.1"]   # optional, top level
+
+With `systems` (or `harness campaign --systems`), every cell runs once on each system with the
+same seed, hence the same planned schedule, and its id ends in "@<system>"; the config is moved
+onto each system by harness.system_spec (a weakness switch Kafka has no equivalent of is set
+back to Kafka's behaviour there, and that cell expects no loss). docs/differential.md.
+
     [[nemesis]]
     name = "kill"
     faults = ["kill"]               # every other key is a [nemesis] setting: interval, duration...
@@ -28,15 +35,18 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.config import load_config, resolve_config_path
+from checkers.exitcodes import UserError
+from harness.config import ConfigError, load_config, resolve_config_path
+from harness.system_spec import SystemSpec, expectation_on, on_system, parse_systems
 
 EXPECTATIONS = ("no-loss", "loss-allowed")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}")
-_TOP_KEYS = {"name", "base", "seeds", "time_limit", "set", "config", "nemesis", "hosts"}
+_TOP_KEYS = {"name", "base", "seeds", "time_limit", "set", "config", "nemesis", "hosts",
+             "systems"}
 # Where cells run: real hosts (the config's [hosts]) or the deterministic simulator.
 _HOSTS = ("netns", "ssh", "sim")
 # More seeds than this in one range, or cells in one campaign, is a typo, not a plan (a million
@@ -59,6 +69,8 @@ class Cell:
     time_limit: float
     expect: str
     resolved: dict[str, Any]  # the full test config handed to the runner
+    system: str | None = None  # sim | embedded | kafka:X.Y.Z in a campaign across systems
+    notes: tuple[str, ...] = ()  # what moving the config onto `system` changed
 
 
 def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -73,8 +85,8 @@ def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def load_spec(path: Path, seeds: str | None = None,
-              only: list[str] | None = None) -> tuple[str, list[Cell]]:
+def load_spec(path: Path, seeds: str | None = None, only: list[str] | None = None,
+              systems: Sequence[SystemSpec] | None = None) -> tuple[str, list[Cell]]:
     """Parse and validate `path`; returns the campaign name and its cells in run order.
 
     `seeds` ("A-B" or "1,2,5") replaces the file's top-level seeds (a config with seeds of
@@ -92,6 +104,8 @@ def load_spec(path: Path, seeds: str | None = None,
     common = _overrides(data.get("set", {}), path, "set")
     if "hosts" in data:
         common["hosts.provider"] = _hosts(data["hosts"], path, "hosts")
+    if systems is None and "systems" in data:
+        systems = _systems(data["systems"], path)
     configs = _only(_entries(data.get("config"), path, "config"), only, path)
     nemeses = _entries(data.get("nemesis"), path, "nemesis")
     cells = []
@@ -122,9 +136,34 @@ def load_spec(path: Path, seeds: str | None = None,
                                  "name": f"{name}-{config['name']}-{nemesis['name']}"}
                     resolved = load_config(base, overrides=overrides,
                                            overrides_source=f"{path} cell {cell_id}")
-                    cells.append(Cell(cell_id, config["name"], nemesis["name"], seed, limit,
-                                      expect, resolved))
+                    cell = Cell(cell_id, config["name"], nemesis["name"], seed, limit,
+                                expect, resolved)
+                    cells += _across(cell, systems, path) if systems else [cell]
     return name, cells
+
+
+def _across(cell: Cell, systems: Sequence[SystemSpec], path: Path) -> list[Cell]:
+    """The cell once on each system, side by side (same seed, so the same planned faults)."""
+    out = []
+    for spec in systems:
+        try:
+            config, notes = on_system(cell.resolved, spec)
+        except (UserError, ConfigError) as e:
+            raise CampaignError(f"{path}: cell {cell.id} on {spec.label}: {e}") from None
+        expect = expectation_on(cell.expect, cell.resolved, config)
+        out.append(replace(cell, id=f"{cell.id}@{spec.label}", expect=expect, resolved=config,
+                           system=spec.label, notes=tuple(notes)))
+    return out
+
+
+def _systems(value: Any, path: Path) -> list[SystemSpec]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise CampaignError(f"{path}: systems must be a list such as [\"sim\", \"embedded\", "
+                            f"\"kafka:4.2.1\"], got {value!r}")
+    try:
+        return parse_systems(",".join(value))
+    except UserError as e:
+        raise CampaignError(f"{path}: systems: {e}") from None
 
 
 def _mixes_for(config: dict[str, Any], nemeses: list[dict[str, Any]],

@@ -4,16 +4,25 @@ hit -- and say whether the same anomalies occurred."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from checkers.exitcodes import Exit
+from checkers.exitcodes import Exit, UserError
+from control.files import check_regular_file
 from harness import store
-from harness.config import validate
+from harness.config import validate, with_sets
 from harness.runner import run_test
 from harness.shrink import load_minimal
+from harness.sim_run import SIM, as_simulated, simulate_into
+from harness.simulate import simulate_test
+from harness.system_spec import SystemSpec, on_system
 from harness.test import Plan, Test
+from nemesis.roles import LAST_MEMBER_WAIT_S, role_entries, waits_for_role
+from nemesis.schedule import load_schedule, plan_entries, replay_plan
 
 
 def _anomalies(run_dir: Path) -> dict[str, int]:
@@ -42,24 +51,103 @@ def reproduce(run_dir: Path) -> int:
     return 0 if same else 1
 
 
-def reproduce_schedule(path: Path, times: int = 1) -> int:
-    """`harness reproduce --schedule minimal.json --times N`: run a minimal reproduction (from
-    `harness shrink`) on real hosts N times -- its config and seed, its schedule at its times
-    against its nodes -- and say how often the same anomaly class occurred."""
+def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = None,
+                       sets: Sequence[str] = ()) -> int:
+    """`harness reproduce --schedule minimal.json --times N [--system S]`: run a minimal
+    reproduction (from `harness shrink`) N times -- its config and seed, its schedule at its
+    times -- and say how often the same anomaly class occurred. Without a system it runs on
+    real hosts against the nodes it hit; with one, the config is moved onto that system and
+    each fault is aimed at the part its node played (nemesis.roles), cast again at run time."""
     config, entries, doc = load_minimal(Path(path))
-    config = dict(config)
-    config["hosts"] = dict(doc.get("real_hosts") or {"provider": "netns"})
-    config = validate(config, source=str(path))
+    if system is None:
+        config = dict(config)
+        config["hosts"] = dict(doc.get("real_hosts") or {"provider": "netns"})
+        config = validate(config, source=str(path))
+    else:
+        config, notes = on_system(config, system, doc.get("real_hosts"))
+        entries = by_role(doc, Path(path))
+        config, more = room_for_waits(config, entries)
+        notes += more
+        for note in notes:
+            print(f"on {system.label}: {note}", flush=True)
+    if sets:
+        config = with_sets(config, sets)
     wanted = doc.get("anomaly")
     hits, runs = 0, []
     for i in range(max(1, times)):
-        new_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv,
-                                   plan=Plan.scripted(entries)))
+        new_dir = _run(config, entries)
         found = _anomalies(new_dir)
         hit = bool(found.get(wanted))
         hits += hit
         runs.append(new_dir)
         print(f"run {i + 1}/{times}: {new_dir}  {wanted} {found.get(wanted, 0)}  "
               f"anomalies {found or 'none'}", flush=True)
-    print(f"{wanted} occurred in {hits}/{len(runs)} real run(s) of {path}")
+    where = system.label if system else "real"
+    print(f"{wanted} occurred in {hits}/{len(runs)} {where} run(s) of {path}")
     return 0 if hits else 1
+
+
+def _run(config: dict, entries: list[dict]) -> Path:
+    test = Test.of(config, store.default_results_dir(), argv=sys.argv,
+                   plan=Plan.scripted(entries))
+    if config["hosts"]["provider"] == SIM:
+        return simulate_test(test, keep_going=True)
+    return run_test(test)
+
+
+def by_role(doc: dict, path: Path) -> list[dict]:
+    """A minimal reproduction's schedule by role: as `harness shrink` wrote it, else learnt by
+    simulating it once more (a few seconds; the replay is exact) and reading who played what."""
+    if doc.get("by_role") is not None:
+        return plan_entries(doc["by_role"], str(path))
+    config, entries = validate(doc["config"], source=str(path)), plan_entries(doc["schedule"], str(path))
+    with tempfile.TemporaryDirectory(prefix="harness-roles-") as scratch:
+        test = Test.of(as_simulated(config), Path(scratch), plan=Plan.scripted(entries))
+        simulate_into(test, Path(scratch), keep_going=True)
+        found = role_entries(load_schedule(Path(scratch) / "schedule.json").faults)
+    if not found:
+        raise UserError(f"{path}: none of its faults started when it was simulated again")
+    return found
+
+
+def plan_file(path: Path) -> list[dict]:
+    """`harness run --plan FILE`: the faults of a minimal.json (or its folder) or of any run's
+    schedule.json, each aimed at the part its node played; a schedule recorded before roles
+    were, by its planned (symbolic) targets at its realised times."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / ("minimal.json" if (path / "minimal.json").is_file() else "schedule.json")
+    if path.name != "schedule.json":
+        _, _, doc = load_minimal(path)
+        return by_role(doc, path)
+    try:
+        schedule = load_schedule(check_regular_file(path))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    return role_entries(schedule.faults) or replay_plan(schedule, concrete=False)
+
+
+def with_plan_faults(config: dict, entries: list[dict], source: str) -> dict:
+    """The config with nemesis.faults set to the kinds the plan holds (what the hosts must be
+    prepared for: the lossy filesystem, Toxiproxy), said when it changes."""
+    kinds = sorted({e["kind"] for e in entries})
+    if sorted(config["nemesis"]["faults"]) != kinds:
+        print(f"nemesis.faults = {kinds} (the kinds {source} holds)", flush=True)
+    out = copy.deepcopy(config)
+    out["nemesis"]["faults"] = kinds
+    out, notes = room_for_waits(validate(out, source=source), entries)
+    for note in notes:
+        print(note, flush=True)
+    return out
+
+
+def room_for_waits(config: dict, entries: list[dict]) -> tuple[dict, list[str]]:
+    """The config with a longer time limit when a fault may wait for its role to be held
+    (nemesis.roles): the run must not end while it waits."""
+    if not any(waits_for_role(e["target"]) for e in entries):
+        return config, []
+    out = copy.deepcopy(config)
+    out["time_limit"] = config["time_limit"] + LAST_MEMBER_WAIT_S
+    note = (f"time_limit {config['time_limit']:g} -> {out['time_limit']:g} s: a fault waits up "
+            f"to {LAST_MEMBER_WAIT_S:g} s for the ISR to shrink to its last member")
+    return validate(out, source="the time limit made room for a role's wait"), [note]

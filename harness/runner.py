@@ -154,6 +154,7 @@ async def _exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_di
     world = HostsWorld(cluster)
     topology = system.topology([h.name for h in cluster.hosts], cluster.bootstrap(),
                                s.topic.name)
+    await workload.connect()
     clock.mark_workload_start()
     nemesis = Nemesis(world, topology, history, schedule, clock.workload_seconds,
                       s.nemesis.settings)

@@ -50,6 +50,7 @@ from harness.sim_run import SIM, as_simulated, simulate_into, with_seed
 from harness.simulate import say, simulate_test
 from harness.test import Plan, Test
 from nemesis.kinds import lookup
+from nemesis.roles import role_entries
 from nemesis.schedule import load_schedule, plan_entries, replay_plan
 
 MINIMAL = "minimal.json"
@@ -465,7 +466,10 @@ def write_minimal(result: ShrinkResult, results_root: Path, argv: Sequence[str])
     config = minimal_config(result.after.config)
     test = Test.of(config, results_root, argv=list(argv), plan=Plan.scripted(result.after.entries))
     run_dir = simulate_test(test, backend="native", keep_going=True)
-    write_json_atomic(run_dir / MINIMAL, minimal_document(result, config))
+    doc = minimal_document(result, config)
+    # the same faults aimed by the part each node played: what `reproduce --system` runs
+    doc["by_role"] = role_entries(load_schedule(run_dir / "schedule.json").faults)
+    write_json_atomic(run_dir / MINIMAL, doc)
     return run_dir
 
 

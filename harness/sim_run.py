@@ -8,7 +8,8 @@ of the checkers' or the report's libraries (harness/pypy.py)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,20 @@ def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     return out
 
 
+def controller_view(world: World, topic: str) -> Callable[[int], Awaitable[dict | None]]:
+    """A partition's state as the controller last recorded it in its metadata log, read
+    straight off the simulated disk: no message, so the run is the same with or without it."""
+
+    async def state(partition: int) -> dict | None:
+        for record in reversed(world.disks[world.controller].metadata):
+            s = record.get("state") if record.get("type") == "partition" else None
+            if s is not None and (s["topic"], s["partition"]) == (topic, partition):
+                return s
+        return None
+
+    return state
+
+
 def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
                   invariants: bool = True) -> SimResult:
     """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json.
@@ -63,8 +78,9 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
 
     def faults(world: World, loop) -> Any:
         started = loop.time()  # the workload starts now: the schedule's time axis
-        topology = metadata_topology(world.nodes, world.bootstrap(), s.topic.name,
-                                     pool_factory=world.pool)
+        topology = replace(metadata_topology(world.nodes, world.bootstrap(), s.topic.name,
+                                             pool_factory=world.pool),
+                           oracle=controller_view(world, s.topic.name))
         nemesis = Nemesis(Verbs(world), topology, world.history, schedule,
                           lambda: loop.time() - started, s.nemesis.link)
         return nemesis.run()

@@ -29,6 +29,10 @@ class Workload(Protocol):
     stats: dict[str, int]
     final_errors: dict[int, str]
 
+    async def connect(self) -> None:
+        """Get ready to send, before the workload's clock starts."""
+        ...
+
     async def run(self, duration_s: float) -> None: ...
     async def final_read(self, timeout_s: float) -> dict[int, bool]: ...
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from nemesis import partition as grudges
 from nemesis.kinds import Topology, World, lookup
+from nemesis.kinds.base import Resolved
+from nemesis.roles import as_fixed, await_last_member, roles_now, waits_for_role
 from nemesis.schedule import RealisedFault, ScheduleRecord
 from replication.client import Client, ClientError
 from replication.net import Pool
@@ -41,6 +44,19 @@ def metadata_topology(nodes: list[str], bootstrap: list[str], topic: str,
     return Topology(tuple(nodes), nodes[0], brokers, partition_state)
 
 
+def _asking_once(topology: Topology) -> Topology:
+    """The topology for one fault's start: each partition's state is asked for once, so the
+    roles recorded (nemesis.roles) and the target resolved come from the same answer."""
+    answers: dict[int, dict | None] = {}
+
+    async def partition_state(partition: int) -> dict | None:
+        if partition not in answers:
+            answers[partition] = await topology.partition_state(partition)
+        return answers[partition]
+
+    return replace(topology, partition_state=partition_state)
+
+
 class Nemesis:
     def __init__(self, world: World, topology: Topology, history: HistoryWriter,
                  schedule: ScheduleRecord, clock: Callable[[], float],
@@ -52,20 +68,19 @@ class Nemesis:
         self.clock = clock  # seconds since the workload started
         # the [nemesis] settings faults apply: link_delay_ms, ..., and "toxics" (kind -> table)
         self.settings = settings
+        # fault id -> the seconds it waited for its role, for faults that may (see _stretch)
+        self._waits: dict[int, asyncio.Future[float]] = {}
 
     async def run_fault(self, fault: RealisedFault) -> None:
         kind = lookup(fault.kind)
         delay = fault.start_s - self.clock()
         if delay > 0:
             await asyncio.sleep(delay)
-        try:
-            resolved = await kind.resolve(self.topology, fault.target)
-        except Exception as e:  # a fault that cannot be aimed is skipped, not fatal
-            self.schedule.skipped(fault.id, f"could not resolve target: {e}")
+        aimed = await self._aim(fault)
+        self._waited(fault, aimed[2] if aimed else 0.0)
+        if aimed is None:
             return
-        if not resolved:
-            self.schedule.skipped(fault.id, "no node matched the target now")
-            return
+        resolved, roles, _ = aimed
         if isinstance(resolved, dict):
             value: dict[str, Any] = {"grudge": grudges.to_json(resolved)}
         else:
@@ -74,7 +89,7 @@ class Nemesis:
         described = kind.describe(self.settings)
         if described:
             value[kind.record_key] = record[kind.record_key] = described
-        self.schedule.started(fault.id, record, self.clock())
+        self.schedule.started(fault.id, record, self.clock(), roles)
         try:
             details = await kind.apply(self.world, resolved, fault.target.get("pick", 0),
                                        self.settings)
@@ -86,6 +101,7 @@ class Nemesis:
             value["error"] = str(e)
         self.history.nemesis(f"start-{fault.kind}", value)
         await asyncio.sleep(max(0.0, fault.duration_s))
+        await self._stretch(fault)
         try:
             await kind.heal(self.world, resolved)
             self.schedule.ended(fault.id, self.clock(), "failed" if "error" in value else "ok",
@@ -95,7 +111,44 @@ class Nemesis:
         self.history.nemesis(f"stop-{fault.kind}",
                              {"nodes": value.get("nodes", sorted(value.get("grudge", {})))})
 
+    async def _aim(self, fault: RealisedFault) -> tuple[Resolved, dict[str, str], float] | None:
+        """The nodes (or grudge) the fault hits now, every node's role, and how long it waited
+        for its role (nemesis.roles); None, recorded as skipped, when nothing can be aimed at."""
+        topology = _asking_once(self.topology)
+        began = self.clock()
+        try:
+            roles = await roles_now(topology, fault.target)
+            roles = await await_last_member(self.topology, fault.target, roles, asyncio.sleep)
+            target = as_fixed(roles, fault.target) if "roles" in fault.target else fault.target
+            resolved = await lookup(fault.kind).resolve(topology, target)
+        except Exception as e:  # a fault that cannot be aimed is skipped, not fatal
+            self.schedule.skipped(fault.id, f"could not resolve target: {e}")
+            return None
+        if not resolved:
+            self.schedule.skipped(fault.id, "no node matched the target now")
+            return None
+        return resolved, roles, self.clock() - began
+
+    def _waited(self, fault: RealisedFault, seconds: float) -> None:
+        waiting = self._waits.get(fault.id)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(seconds)
+
+    async def _stretch(self, fault: RealisedFault) -> None:
+        """An episode keeps its shape: a fault is healed as much later as a later fault of its
+        episode (one with `after` = its id) waited for its role to be held (the followers
+        stay paused until the last ISR member has been hit, on a system slower to shrink)."""
+        for other in self.schedule.faults:
+            waiting = self._waits.get(other.id)
+            if other.after == fault.id and waiting is not None:
+                late = await waiting
+                if late > 0:
+                    await asyncio.sleep(late)
+
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._waits = {f.id: loop.create_future() for f in self.schedule.faults
+                       if waits_for_role(f.target)}
         await asyncio.gather(*(self.run_fault(f) for f in self.schedule.faults))
 
     async def heal_all(self) -> None:

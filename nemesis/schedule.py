@@ -18,6 +18,8 @@ can say which node is meant; the runner resolves them when the fault starts:
              and "elr-members"
   corrupt-segment: {"select": "leader" | "followers", "partition": p} or "random-broker"
   replay:    {"fixed": <the resolved target recorded by an earlier run>}
+             {"roles": {"nodes": [role, ...]} | {"grudge": {role: [role, ...]}}}: the parts
+             the nodes played in an earlier run, cast again now (nemesis.roles)
 
 Every target carries "pick", an integer the runner uses to seed any random choice it makes
 while resolving (which broker, which halves), so resolution is reproducible too.
@@ -34,7 +36,8 @@ schedule.json (written by ScheduleRecord as the run goes, read by load_schedule)
      "faults": [{<plan entry>, "after": id | null, "resolved": {...} | null,
                  "started_s": float | null, "ended_s": float | null,
                  "outcome": "pending" | "ok" | "failed" | "skipped" | "interrupted",
-                 "error": str | null}, ...]}
+                 "error": str | null,
+                 "roles": {node: role} | null}, ...]}   (nemesis.roles; absent in older files)
 """
 
 from __future__ import annotations
@@ -186,6 +189,9 @@ class RealisedFault:
     ended_s: float | None = None
     outcome: str = "pending"  # pending | ok | failed | skipped | interrupted
     error: str | None = None
+    # node -> the part it played as the fault started ("leader", "isr-follower#1", ...;
+    # nemesis.roles): what `harness reproduce --system` replays on another system
+    roles: dict[str, str] | None = None
 
     @classmethod
     def from_plan(cls, entry: Mapping[str, Any]) -> RealisedFault:
@@ -210,8 +216,10 @@ class ScheduleRecord:
         self._lock = threading.Lock()
         self.save()
 
-    def started(self, fault_id: int, resolved: Mapping[str, Any], at_s: float) -> None:
-        self._update(fault_id, resolved=dict(resolved), started_s=round(at_s, 6))
+    def started(self, fault_id: int, resolved: Mapping[str, Any], at_s: float,
+                roles: Mapping[str, str] | None = None) -> None:
+        self._update(fault_id, resolved=dict(resolved), started_s=round(at_s, 6),
+                     roles=dict(roles) if roles is not None else None)
 
     def ended(self, fault_id: int, at_s: float, outcome: str = "ok",
               error: str | None = None) -> None:
@@ -310,8 +318,22 @@ def plan_entries(entries: Any, source: str) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: start_s and duration_s must be seconds >= 0")
         if not isinstance(e["target"], dict):
             raise ValueError(f"{where}: target must be an object")
+        if "roles" in e["target"] and not _role_spec(e["target"]["roles"]):
+            raise ValueError(f"{where}: target roles must be {{\"nodes\": [role, ...]}} or "
+                             f"{{\"grudge\": {{role: [role, ...]}}}}")
         out.append(dict(e))
     return out
+
+
+def _role_spec(spec: Any) -> bool:
+    def names(x: Any) -> bool:
+        return isinstance(x, list) and all(isinstance(r, str) for r in x)
+    if not isinstance(spec, dict) or len(spec) != 1:
+        return False
+    if "nodes" in spec:
+        return names(spec["nodes"])
+    grudge = spec.get("grudge")
+    return isinstance(grudge, dict) and all(names(v) for v in grudge.values())
 
 
 def replay_plan(schedule: LoadedSchedule, concrete: bool = True) -> list[dict[str, Any]]:

@@ -83,6 +83,9 @@ class KafkaWorkload:
         return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=1,
                       pool=pool)
 
+    async def connect(self) -> None:
+        """Nothing to prepare: the client fetches metadata on its first send, in a few ms."""
+
     async def run(self, duration_s: float) -> None:
         client = self._client()
         stop = asyncio.get_running_loop().time() + duration_s

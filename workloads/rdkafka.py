@@ -67,7 +67,7 @@ class RdKafkaWorkload:
         self._threads = ThreadPoolExecutor(max_workers=max(2, params.consumers + params.partitions),
                                            thread_name_prefix="rdkafka")
         self._rng = random.Random(params.seed)
-        self._delivery: _Delivery  # made by run()
+        self._delivery: _Delivery | None = None  # made by connect()
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -82,6 +82,9 @@ class RdKafkaWorkload:
             "message.timeout.ms": self._timeout_ms, "request.timeout.ms": self._timeout_ms,
             "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 1000,
             "topic.metadata.refresh.interval.ms": 1000, "log_level": 0,
+            # a connection to every broker as soon as metadata names it, so a new leader is
+            # reachable at once (and connect() leaves the leader's connection ready)
+            "enable.sparse.connections": False,
         }
         if not self.idempotence:
             conf["retries"] = 0  # one attempt: a broker's refusal is then definite
@@ -99,9 +102,22 @@ class RdKafkaWorkload:
 
     # ---- the workload ----------------------------------------------------------------------
 
+    async def connect(self) -> None:
+        """The producer made, its metadata fetched and its producer id assigned before the
+        workload's clock starts: librdkafka takes about a second to get there, which a
+        schedule whose first fault comes 1 s in (a minimal reproduction) would otherwise
+        spend not sending at all."""
+        self._delivery = _Delivery(self.producer_config())
+        try:
+            await self._blocking(self._delivery.producer.list_topics, self.p.topic, 10.0)
+        except ck.KafkaException:
+            pass  # the sends will say what is wrong, in the history
+        await self._blocking(self._delivery.ready.wait, 10.0)
+
     async def run(self, duration_s: float) -> None:
         loop = asyncio.get_running_loop()
-        self._delivery = _Delivery(self.producer_config())
+        if self._delivery is None:
+            await self.connect()
         stop = loop.time() + duration_s
         try:
             tasks = [self._producer(i, stop) for i in range(self.p.producers)]
@@ -302,10 +318,16 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 
 
 class _Delivery:
-    """A producer and the thread that serves its delivery reports."""
+    """A producer and the thread that serves its delivery reports (and its statistics)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.producer = ck.Producer(config)
+        # Ready once an idempotent producer holds its producer id (librdkafka's statistics say
+        # so as "eos"/"idemp_state"): until then its first send waits for it, about a second.
+        self.ready = threading.Event()
+        if not config.get("enable.idempotence"):
+            self.ready.set()
+        self.producer = ck.Producer({**config, "statistics.interval.ms": 100,
+                                     "stats_cb": self._statistics})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="rdkafka-delivery",
                                         daemon=True)
@@ -314,6 +336,10 @@ class _Delivery:
     def _serve(self) -> None:
         while not self._stop.is_set():
             self.producer.poll(0.05)
+
+    def _statistics(self, text: str) -> None:  # poller thread
+        if not self.ready.is_set() and '"idemp_state":"Assigned"' in text.replace(" ", ""):
+            self.ready.set()
 
     def close(self) -> None:
         self._stop.set()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import re
 
+from checkers.exitcodes import UserError
+from harness.system_spec import SystemSpec, parse_system, parse_systems
+
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
@@ -47,3 +50,19 @@ def add_test_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, metavar="N")
     parser.add_argument("--set", action="append", default=[], metavar="K=V",
                         help="override a setting, e.g. system.min.insync.replicas=2 (repeatable)")
+
+
+def system(text: str) -> SystemSpec:
+    """sim | embedded | kafka[:VERSION] (harness.system_spec)."""
+    try:
+        return parse_system(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def systems(text: str) -> list[SystemSpec]:
+    """A comma-separated list of systems, each named once."""
+    try:
+        return parse_systems(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

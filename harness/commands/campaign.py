@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from harness.campaign import run_campaign
-from harness.commands.argtypes import parse_duration
+from harness.commands.argtypes import parse_duration, systems
 from harness.report.nightly import compare_nights
 
 NAME = "campaign"
@@ -23,13 +23,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace the file's top-level seeds (configs with their own keep them)")
     parser.add_argument("--config", action="append", dest="only", metavar="NAME",
                         help="run only this config (repeatable)")
+    parser.add_argument("--systems", type=systems, metavar="S1,S2,...",
+                        help="run every cell on each of these systems side by side: sim, "
+                             "embedded, kafka[:VERSION] (replaces the file's `systems`)")
 
 
 def main(args: argparse.Namespace) -> int:
     """Exit 1 on a regression night, or on a New finding (one no earlier night of this
     campaign had) in an `expect = "no-loss"` config, so a cron job or CI can alert on it."""
     folder = run_campaign(args.file, args.resume, args.time_budget,
-                          seeds=args.seeds, only=args.only)
+                          seeds=args.seeds, only=args.only, systems=args.systems)
     state = json.loads((Path(folder) / "campaign.json").read_text())
     diff = compare_nights(Path(folder))
     new_bad = diff is not None and bool(diff.new_in_no_loss)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from checkers.exitcodes import Exit
 from harness import store
 from harness.commands.argtypes import add_test_options
 from harness.config import from_args
+from harness.reproduce import plan_file, with_plan_faults
 from harness.runner import clean_leftovers, run_test, say
-from harness.test import Test
+from harness.test import Plan, Test
 
 NAME = "run"
 HELP = "run one test: hosts, nodes, workload, nemesis, check"
@@ -18,6 +20,9 @@ HELP = "run one test: hosts, nodes, workload, nemesis, check"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_test_options(parser)
+    parser.add_argument("--plan", type=Path, metavar="SCHEDULE.json|MINIMAL.json",
+                        help="run these faults (a run's schedule.json, a minimal.json) at their "
+                             "times, each aimed at the part its node played (leader, ...)")
     parser.add_argument("--cleanup-only", action="store_true",
                         help="only tear down what crashed or interrupted runs left behind")
 
@@ -30,6 +35,11 @@ def main(args: argparse.Namespace) -> int:
         return Exit.VALID
     # Resolve the config first so a bad test file fails before any host is touched.
     config = from_args(args)
-    run_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv))
+    plan = None
+    if args.plan is not None:
+        entries = plan_file(args.plan)
+        config = with_plan_faults(config, entries, str(args.plan))
+        plan = Plan.scripted(entries)
+    run_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv, plan=plan))
     print(run_dir / "report.html")
     return store.verdict_exit(run_dir)

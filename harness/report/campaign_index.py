@@ -12,6 +12,7 @@ from typing import Any
 from control.files import check_trusted_parents, write_text_atomic
 from harness.report import plots
 from harness.report.detection import EVIDENCE, WITH_INVARIANTS, detection_times
+from harness.report.differential import compare, systems_of, table
 from harness.report.nightly import compare_nights
 from harness.report.outcome import read_outcome
 from harness.report.render import environment, render_run
@@ -48,7 +49,7 @@ class Matrix:
 def build_matrix(folder: Path, cells: list[dict[str, Any]]) -> Matrix:
     matrix = Matrix()
     for cell in cells:
-        config = (cell["config"], cell["expect"])
+        config = (_row(cell), cell["expect"])
         column = (cell["nemesis"], cell["time_limit"])
         if config not in matrix.configs:
             matrix.configs.append(config)
@@ -56,8 +57,13 @@ def build_matrix(folder: Path, cells: list[dict[str, Any]]) -> Matrix:
             matrix.columns.append(column)
         report = f"{cell['run_dir']}/report.html" if cell.get("run_dir") else None
         shown = {**cell, "report": report if report and (folder / report).is_file() else None}
-        matrix.cells.setdefault((cell["config"], *column), []).append(shown)
+        matrix.cells.setdefault((_row(cell), *column), []).append(shown)
     return matrix
+
+
+def _row(cell: dict[str, Any]) -> str:
+    """A matrix row: the config, on its system in a campaign across systems."""
+    return f"{cell['config']} @ {cell['system']}" if cell.get("system") else cell["config"]
 
 
 def _counts(cells: list[dict[str, Any]]) -> dict[str, int]:
@@ -72,6 +78,7 @@ def render_campaign(folder: Path) -> Path:
     """(Re)write `folder`/index.html from its campaign.json; returns its path."""
     state = _read_state(folder)
     cells = state["cells"]
+    groups = compare(folder, cells)
     results_index = folder / "../../../index.html"
     plot = plots.campaign_plot(cells, folder / "lost.png")
     html = environment().get_template("campaign.html").render(
@@ -88,6 +95,10 @@ def render_campaign(folder: Path) -> Path:
         results_index="../../../index.html" if results_index.is_file() else None,
         plot=plot.name if plot else None,
         nightly=compare_nights(folder),
+        groups=groups,
+        systems=systems_of(groups),
+        weakness_table={(r.config, r.system): r for r in table(groups)},
+        configs=list(dict.fromkeys(g.config for g in groups)),
     )
     out = folder / "index.html"
     write_text_atomic(out, html)

@@ -59,9 +59,16 @@ class Topology:
     controller: str
     brokers: Mapping[int, str]  # broker id -> node name
     partition_state: Callable[[int], Awaitable[dict | None]]
+    # The simulator's exact view of a partition, read without a message, so that recording
+    # who played which part (nemesis.roles) leaves a simulated run as it was; None: ask.
+    oracle: Callable[[int], Awaitable[dict | None]] | None = None
 
     def nodes_of(self, broker_ids: Sequence[int]) -> list[str]:
         return [self.brokers[b] for b in broker_ids if b in self.brokers]
+
+    async def peek(self, partition: int) -> dict | None:
+        """The partition's state for recording roles: the oracle's, else the live metadata."""
+        return await (self.oracle or self.partition_state)(partition)
 
 
 @dataclass(frozen=True)

@@ -120,10 +120,15 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 1
     (night / "campaign.json").write_text('{"verdict": "pass"}')
     assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 0
-    assert calls.pop() == (Path("c.toml"), False, None, {"seeds": "1-10", "only": ["safe"]})
+    assert calls.pop() == (Path("c.toml"), False, None,
+                           {"seeds": "1-10", "only": ["safe"], "systems": None})
+    assert cli.main(["campaign", "c.toml", "--systems", "sim,kafka:3.9.1"]) == 0
+    assert [s.label for s in calls.pop()[3]["systems"]] == ["sim", "kafka:3.9.1"]
+    assert cli.main(["campaign", "c.toml", "--systems", "sim,sim"]) == 3
     assert cli.main(["reproduce", "r"]) == 0
     assert cli.main(["serve", "--port", "8123"]) == 0
-    assert calls == [(Path("c.toml"), True, 1800, {"seeds": None, "only": None}), Path("r"),
+    assert calls == [(Path("c.toml"), True, 1800, {"seeds": None, "only": None, "systems": None}),
+                     Path("r"),
                      (Path("results"), 8123)]
     assert cli.main(["report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "report.html")
