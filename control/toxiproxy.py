@@ -94,9 +94,11 @@ def local_binary() -> str:
     found = find_tool(BINARY)
     if found:
         return found
-    raise ToxiproxyError(f"{BINARY} not found (looked in {tools_dir()} and on PATH): run "
-                         "`make bootstrap`, which builds Toxiproxy "
-                         f"v{VERSION} into .venv/bin (docs/toxiproxy.md)")
+    raise ToxiproxyError(f"Toxiproxy is not installed ({BINARY} is neither in {tools_dir()} "
+                         f"nor on the PATH), and a toxic fault needs it: install Go >= 1.21 "
+                         f"and run `make bootstrap`, which builds v{VERSION} into .venv/bin, or "
+                         f"put its release binary {BINARY}-linux-amd64 there as {BINARY} "
+                         "(docs/toxiproxy.md)")
 
 
 def node_port(index: int) -> int:

@@ -8,7 +8,7 @@ import sys
 from checkers.exitcodes import Exit
 from harness import store
 from harness.commands.argtypes import add_test_options
-from harness.config import from_args
+from harness.config import from_args, require_toxiproxy
 from harness.runner import clean_leftovers, run_test, say
 from harness.test import Test
 
@@ -30,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
         return Exit.VALID
     # Resolve the config first so a bad test file fails before any host is touched.
     config = from_args(args)
+    require_toxiproxy(config)
     run_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv))
     print(run_dir / "report.html")
     return store.verdict_exit(run_dir)
