@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.bootstrapped
-APT_PKGS := openssh-server iptables iproute2 fuse3 libfuse3-dev procps psmisc openjdk-17-jre-headless maven chromium chromium-driver
+APT_PKGS := python3-venv openssh-server iptables iproute2 fuse3 libfuse3-dev procps psmisc openjdk-17-jre-headless maven chromium chromium-driver
 # Toxiproxy (docs/toxiproxy.md), built from its Go module at this tag into .venv/bin, where the
 # harness looks first; control/toxiproxy.py says the same version.
 TOXIPROXY_VERSION := 2.12.0
