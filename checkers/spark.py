@@ -230,6 +230,11 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> Sp
     # pyspark's dependencies and imports `checkers` (installed in it) from any directory.
     # PySpark reads PYSPARK_PYTHON when the context starts; an explicit setting wins.
     python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # A local master's driver is on loopback (local_only). Its launcher would still look
+        # up this machine's own name first and fail where that does not resolve (a container
+        # or chroot without it in /etc/hosts): tell it the address. An explicit one wins.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The parallel collector: the checker is a batch job, throughput beats pause times.
     java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} -XX:+UseParallelGC"
     # The driver's scratch files (Spark's local dirs, native libraries) go to the private

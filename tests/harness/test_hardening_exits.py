@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -259,3 +260,21 @@ def test_a_master_url_spark_does_not_take_is_one_line_exit_3(tmp_path, master):
     local[abc], fail later on something else): they are refused before Spark starts."""
     only_the_error(check_on_spark(tmp_path, "--spark-master", master),
                    f"bad Spark master URL {master!r}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="a hostname of its own (unshare --uts) needs root")
+def test_local_spark_starts_where_the_machine_name_does_not_resolve(tmp_path):
+    """A container or chroot whose /etc/hosts lacks the machine's name (a debootstrap'ed
+    Debian 12 chroot did): local Spark's launcher looked that name up and died before the
+    session. Its driver is on loopback, and now its launcher is told so."""
+    script = ("hostname h35-no-such-host.invalid && exec " + " ".join(
+        [sys.executable, "-m", "harness.cli", "check", str(_run_folder(tmp_path)),
+         "--spark-master", "'local[1]'"]))
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("HARNESS_SPARK_MASTER", "SPARK_LOCAL_IP")}
+    done = subprocess.run(["unshare", "--uts", "sh", "-c", script], cwd=tmp_path,
+                          env={**environment, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["valid"] is True
