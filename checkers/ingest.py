@@ -19,13 +19,20 @@ order-dependent checks then become filters instead of a shuffle and sort of ever
 Only one batch of rows (plus one pending invocation per live process) is held in memory,
 so a history larger than memory converts.
 
-The same pass validates the history contract (workloads/history.py), line by line: every
-field has its type and range (integers fit 64 bits, partitions are 0 <= p < topic.partitions,
-offsets and times are >= 0), indexes strictly increase along the file, time never goes back
-for a process, and every completion (ok/fail/info) answers the pending invoke of its process
-with the same `f` -- only the nemesis writes `info` without an invoke. Invokes still pending
-at the end are fine (a crashed run). A history that breaks any of this raises HistoryError
-naming each bad line: it is not checked, since a verdict on it would mean nothing.
+The same pass validates the history contract (docs/architecture.md, "History"), line by
+line: every field has its type and range (integers fit 64 bits, partitions are
+0 <= p < topic.partitions, offsets and times are >= 0, a record's or an ack's offset is below
+2^63 - 1, so that the log end after it is a 64-bit integer); indexes count 0, 1, 2, ... along the
+file; time never goes back, neither along the file nor for a process (the parts of one Jepsen
+operation, which share its `txn`, carry its own invoke and completion times: they are exempt
+from the first); a client's `f` is send, poll or final-poll, and the nemesis writes only `info`
+of start-<kind>, stop-<kind> or stop-all; every completion (ok/fail/info) answers the pending
+invoke of its process with the same `f` and repeats its partition, value, offset and txn; a
+`fail` carries an `error`; an ok read carries its `records`, and a final-poll's `complete` is a
+boolean; a process that got an `info` is never used again (but by the rest of that info's
+Jepsen operation). Invokes still pending at the end are fine (a crashed run). A history that
+breaks any of this raises HistoryError naming each bad line: it is not checked, since a verdict
+on it would mean nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ MAX_REPORTED_ERRORS = 20
 MAX_LINE_BYTES = 512 << 20
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
+MAX_OFFSET = INT64_MAX - 1  # a record's (and an ack's): the log end after it fits 64 bits
 NEMESIS = "nemesis"  # workloads.history.NEMESIS: its ops are `info` without an invoke
 ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0", -1: "all", 1: "1", 0: "0"}
 
@@ -106,6 +114,8 @@ READS_SCHEMA = pa.schema(
 
 COMPLETIONS = ("ok", "fail", "info")
 READ_FS = ("poll", "final-poll")
+CLIENT_FS = ("send", *READ_FS)
+NEMESIS_FS = ("start-", "stop-")  # start-<kind>, stop-<kind>, stop-all
 
 
 class HistoryError(ValueError):
@@ -261,27 +271,76 @@ def _parse(raw: bytes) -> dict:
 
 
 class _Contract:
-    """The history contract's state along the file: the last index, each process's last time
-    and pending invoke (its line, index, time, offset and f)."""
+    """The history contract's state along the file: the last index, the run clock (the latest
+    time so far, and its line), each process's last time, its pending invoke (its line, index,
+    time, offset, f and the fields its completion repeats) and, for a process that got an
+    `info`, that line and its txn."""
 
     def __init__(self) -> None:
         self.last_index: int | None = None
+        self.clock: tuple[int, int] = (0, 0)  # (time, line)
         self.last_time: dict[str, int] = {}
-        self.pending: dict[str, tuple[int, int, int, int | None, str]] = {}
+        self.pending: dict[str, tuple[int, int, int, int | None, str, tuple]] = {}
         self.txn_start: dict[str, tuple[int, int]] = {}  # process -> (txn, its first time)
+        self.retired: dict[str, tuple[int, int | None]] = {}  # process -> (line, txn) of its info
+        self.after_bad = False  # the line before was refused: its index is not known
 
     def check(self, lineno: int, index: int, time: int, process: str, typ: str, f: str,
-              offset: int | None, txn: int | None = None
+              offset: int | None, txn: int | None = None, echo: tuple = ()
               ) -> tuple[int | None, int | None, int | None]:
         """Raise _BadLine if this op breaks the contract; else record it and return its
-        invocation's (index, time, offset) for a completion.
+        invocation's (index, time, offset) for a completion. `echo` holds the fields a
+        completion repeats from its invoke (partition, value, offset, txn).
 
         Ops with the same `txn` (the parts of one Jepsen operation, checkers.jepsen_kafka)
         all carry that operation's invoke and completion times: within it, time may go
         back to the operation's start, never before it."""
-        if self.last_index is not None and index <= self.last_index:
-            raise _BadLine(f"index {index} does not follow {self.last_index}: indexes must "
-                           "strictly increase along the file (a duplicate or a reordered line)")
+        self._index(index)
+        self._time(lineno, time, process, txn)
+        self._retired(process, txn)
+        inv: tuple[int | None, int | None, int | None] = (None, None, None)
+        waiting = self.pending.get(process)
+        if typ == "invoke":
+            if waiting is not None:
+                raise _BadLine(f"process {process} invokes again while its invoke on line "
+                               f"{waiting[0]} has no completion yet")
+            self.pending[process] = (lineno, index, time, offset, f, echo)
+        elif waiting is None:
+            if not (typ == "info" and process == NEMESIS):
+                raise _BadLine(f"{typ!r} completion without an invoke: process {process} has "
+                               "no operation pending")
+        else:
+            if waiting[4] != f:
+                raise _BadLine(f"completion f {f!r} does not match the invoke on line "
+                               f"{waiting[0]} (f {waiting[4]!r})")
+            _repeats(waiting[0], waiting[5], echo)
+            del self.pending[process]
+            inv = (waiting[1], waiting[2], waiting[3])
+        if typ == "info" and process != NEMESIS:
+            self.retired[process] = (lineno, txn)
+        self.last_time[process] = time
+        if time >= self.clock[0]:
+            self.clock = (time, lineno)
+        return inv
+
+    def _index(self, index: int) -> None:
+        """Check the index and take it: a gap, or a line that breaks another rule, is one
+        error, not one on every later line."""
+        last = self.last_index
+        expected = 0 if last is None else last + 1
+        if self.after_bad and index > (-1 if last is None else last):
+            expected = index  # the bad line before may have held the missing index
+        self.after_bad = False
+        if index >= expected:
+            self.last_index = index
+        if last is None and index != 0:
+            raise _BadLine(f"the first index is {index}: indexes count 0, 1, 2, ... along "
+                           "the file")
+        if index != expected:
+            raise _BadLine(f"index {index} does not follow {last}: indexes count 0, 1, 2, "
+                           "... along the file (a duplicate, missing or reordered line)")
+
+    def _time(self, lineno: int, time: int, process: str, txn: int | None) -> None:
         last = self.last_time.get(process)
         if txn is not None:
             start = self.txn_start.get(process)
@@ -292,26 +351,48 @@ class _Contract:
         if last is not None and time < last:
             raise _BadLine(f"time {time} goes back for process {process} (its previous op "
                            f"was at {last})")
-        inv: tuple[int | None, int | None, int | None] = (None, None, None)
-        waiting = self.pending.get(process)
-        if typ == "invoke":
-            if waiting is not None:
-                raise _BadLine(f"process {process} invokes again while its invoke on line "
-                               f"{waiting[0]} has no completion yet")
-            self.pending[process] = (lineno, index, time, offset, f)
-        elif waiting is None:
-            if not (typ == "info" and process == NEMESIS):
-                raise _BadLine(f"{typ!r} completion without an invoke: process {process} has "
-                               "no operation pending")
-        else:
-            if waiting[4] != f:
-                raise _BadLine(f"completion f {f!r} does not match the invoke on line "
-                               f"{waiting[0]} (f {waiting[4]!r})")
-            del self.pending[process]
-            inv = (waiting[1], waiting[2], waiting[3])
-        self.last_index = index
-        self.last_time[process] = time
-        return inv
+        # A Jepsen operation's parts come in completion order with its own times: only
+        # they may be earlier than a line before them.
+        if txn is None and time < self.clock[0]:
+            raise _BadLine(f"time {time} goes back: line {self.clock[1]} was at "
+                           f"{self.clock[0]} (the run clock never goes back along the file)")
+
+    def _retired(self, process: str, txn: int | None) -> None:
+        info = self.retired.get(process)
+        if info is not None and (txn is None or txn != info[1]):
+            raise _BadLine(f"process {process} is used again after its 'info' on line "
+                           f"{info[0]} (a process that got an info is never used again)")
+
+
+ECHOED = ("partition", "value", "offset", "txn")
+
+
+def _repeats(line: int, invoked: tuple, completed: tuple) -> None:
+    """A completion repeats its invoke's fields: raise _BadLine for one it changes. It may add
+    one the invoke did not have (a send's offset); one it leaves out is read from the invoke
+    (`invoke_offset`), as hand-made histories do."""
+    for key, was, now in zip(ECHOED, invoked, completed, strict=True):
+        if was is not None and now is not None and was != now:
+            raise _BadLine(f"{key!r} is {_short(now)}, but its invoke on line {line} has "
+                           f"{_short(was)} (a completion repeats its invoke's fields)")
+
+
+def _shape(op: dict, process: str, typ: str, f: str) -> None:
+    """The fields the contract fixes for this kind of op: raise _BadLine for one it lacks."""
+    if process == NEMESIS:
+        if typ != "info" or not f.startswith(NEMESIS_FS):
+            raise _BadLine(f"the nemesis writes only 'info' ops of start-<kind>, stop-<kind> or "
+                           f"stop-all, not {typ!r} {_short(f)}")
+        return
+    if f not in CLIENT_FS:
+        raise _BadLine(f"unknown f {_short(f)}: a client's f is send, poll or final-poll")
+    if typ == "fail" and op.get("error") is None:
+        raise _BadLine("a 'fail' carries an 'error' (why it definitely did not happen)")
+    if typ == "ok" and f in READ_FS and op.get("records") is None:
+        raise _BadLine(f"an ok {f} carries its 'records'")
+    complete = op.get("complete")
+    if f == "final-poll" and complete is not None and not isinstance(complete, bool):
+        raise _BadLine(f"'complete' must be true or false, got {_short(complete)}")
 
 
 class _Converter:
@@ -352,7 +433,9 @@ class _Converter:
             int_value = None  # another op's value: kept as JSON text
         if f == "send" and int_value is None and typ != "fail":
             raise _BadLine(f"send value must be an integer, got {_short(value)}")
-        offset = _int(op, "offset", lo=0)
+        # A record's offset is below int64's maximum, as in Kafka: the log end after it,
+        # offset + 1, which every backend computes in 64 bits, must not wrap around.
+        offset = _int(op, "offset", lo=0, hi=MAX_OFFSET if f == "send" else INT64_MAX)
         epoch = _int(op, "epoch")
         hwm = _int(op, "hwm", lo=0)
         node, error = _scalar(op, "node"), _scalar(op, "error")
@@ -367,7 +450,9 @@ class _Converter:
                       else _text("value", _compact(value)))
 
         txn = _int(op, "txn")
-        inv = self.contract.check(lineno, index, time, process, typ, f, offset, txn)
+        echo = (partition, value if int_value is None else int_value, offset, txn)
+        inv = self.contract.check(lineno, index, time, process, typ, f, offset, txn, echo)
+        _shape(op, process, typ, f)
         if self.b is None:  # validating only
             return
 
@@ -424,8 +509,8 @@ class _Converter:
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in r)
             ):
                 raise _BadLine(f"record {_short(r)} is not an [offset, value] pair of integers")
-            if not (0 <= r[0] <= INT64_MAX and INT64_MIN <= r[1] <= INT64_MAX):
-                raise _BadLine(f"record {_short(r)}: the offset must be in [0, {INT64_MAX}] "
+            if not (0 <= r[0] <= MAX_OFFSET and INT64_MIN <= r[1] <= INT64_MAX):
+                raise _BadLine(f"record {_short(r)}: the offset must be in [0, {MAX_OFFSET}] "
                                f"and the value a 64-bit integer")
         return records
 
@@ -490,6 +575,7 @@ def _convert(history: Path, conv: _Converter) -> tuple[int, list[str], tuple[int
                     truncated = (lineno, str(e))
                     continue
                 total_errors += 1
+                conv.contract.after_bad = True
                 if len(errors) < MAX_REPORTED_ERRORS:
                     errors.append(f"{history}:{lineno}: {e}")
     return total_errors, errors, truncated

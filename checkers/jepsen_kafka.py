@@ -12,7 +12,8 @@ index as `txn` and its invoke and completion times, so the checks know which of 
 parts of one operation (the `int-` anomalies of checkers/definitions.py):
 
 - each `[:send k v]` becomes a send of v to partition k, completed as the Jepsen op was (ok,
-  info or fail), with the offset Jepsen returned when there is one;
+  info or fail), with the offset Jepsen returned when there is one (and a fail with Jepsen's
+  `:error`, else "fail": our fails carry an error);
 - the `[:poll ...]` micro-ops of an ok op become one poll per key, its records in the order
   Jepsen returned them (across micro-ops). Reads of failed or crashed ops are dropped: a
   consumer's poll that failed returned nothing to its caller (Jepsen, checking transactions,
@@ -21,6 +22,9 @@ parts of one operation (the `int-` anomalies of checkers/definitions.py):
   in Jepsen: our process for the key gets a new name (`3~1`), so the next read or send is not
   compared with the ones before. Keys a transaction's `:rebalance-log` names are read per
   micro-op (only the reads of one micro-op count as one read);
+- a process whose op ended in `info` is never used again in our history: Jepsen's own tests
+  use it again, and its later ops then go under a new name (`3#1`), as Jepsen's runs give a
+  crashed process's successor a new number;
 - other ops (`:crash`, `:debug-topic-partitions`, the nemesis) are left out.
 
 Keys and values that are not integers (the keywords of Jepsen's own tests) are numbered in
@@ -215,11 +219,13 @@ def translate_events(events: list[tuple[str, dict[str, Any]]]) -> Translation:
     t.legend = {"keys": key_no.legend(), "values": value_no.legend()}
     epoch: dict[tuple[Any, int], int] = {}
     touched: dict[Any, set[int]] = {}  # process -> keys it read or sent since its assignment
+    crashed: dict[Any, int] = {}  # process -> its ops that ended in info so far
 
     def alias(process: Any, key: int) -> str:
         touched.setdefault(process, set()).add(key)
         e = epoch.get((process, key), 0)
-        return f"{process}" if e == 0 else f"{process}~{e}"
+        name = f"{process}" if not crashed.get(process) else f"{process}#{crashed[process]}"
+        return name if e == 0 else f"{name}~{e}"
 
     def emit(**fields: Any) -> None:
         t.events.append({"index": len(t.events), **fields})
@@ -259,6 +265,8 @@ def translate_events(events: list[tuple[str, dict[str, Any]]]) -> Translation:
                                           "time": t_done, "txn": txn}
             if isinstance(offset, int) and offset >= 0 and kind != "fail":
                 completion["offset"] = offset
+            if kind == "fail":
+                completion["error"] = _error(done)
             emit(**completion)
         # reads: one poll per key (per micro-op for a rebalanced key), ok ops only
         reads: dict[tuple[int, int], list[list[int]]] = {}
@@ -282,7 +290,18 @@ def translate_events(events: list[tuple[str, dict[str, Any]]]) -> Translation:
             emit(process=p, type="invoke", f="poll", partition=k, **common)
             emit(process=p, type="ok", f="poll", partition=k, records=records, time=t_done,
                  txn=txn)
+        if kind == "info":  # ours never uses a process again after an info (Jepsen's unit
+            crashed[process] = crashed.get(process, 0) + 1  # tests do): a new name
     return t
+
+
+def _error(done: dict[str, Any] | None) -> str:
+    """A failed op's `error` (every fail of our history carries one): Jepsen's `:error` as
+    text, else "fail"."""
+    error = (done or {}).get("error")
+    if error is None:
+        return "fail"
+    return error if isinstance(error, str) else json.dumps(error, default=str)
 
 
 def translate(path: str | Path, out_dir: str | Path) -> Path:

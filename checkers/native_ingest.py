@@ -26,12 +26,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-# Where `make bootstrap` installs it (beside the venv's python), else on the PATH.
+from control.tools import find_tool
+
+# Where `make bootstrap` installs it (beside the venv's python), else on the PATH
+# (control.tools).
 BINARY = "histingest"
 UNSURE, NO_SPACE = 3, 4  # its exit codes (native/histingest/src/main.rs)
 
@@ -41,11 +42,9 @@ class NativeUnsure(Exception):
 
 
 def binary(name: str = BINARY) -> str | None:
-    """The native program `name` (histingest, histcheck), or None when it is not built."""
-    beside = Path(sys.prefix) / "bin" / name
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which(name)
+    """The native program `name` (histingest, histcheck), or None when it is not built
+    (control.tools: beside this interpreter or in $HARNESS_TOOLS, else on the PATH)."""
+    return find_tool(name)
 
 
 def native_ingest(history: Path, ops_path: Path, reads_path: Path, max_line: int,

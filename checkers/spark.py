@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
+import shutil
+import socket
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import SparkSession
 
+from checkers.exitcodes import UserError
 from control.files import (
     check_private_dir,
     make_private_tempdir,
@@ -20,6 +27,16 @@ from control.files import (
 
 MASTER_ENV = "HARNESS_SPARK_MASTER"
 DEFAULT_MASTER = "local[*]"
+# How long a spark:// master gets to accept a connection before the check says it cannot be
+# reached (Spark itself would retry for a minute, logging each failure, then fail the job).
+MASTER_CONNECT_TIMEOUT_S = 10.0
+# The local masters Spark takes: local, local[N], local[*], local[N,F], local-cluster[N,C,M]
+LOCAL_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]")
+
+
+class SparkStartError(UserError):
+    """Spark could not start (no Java, a master nobody answers at): the environment's fault,
+    said in one line (exit 3), never an internal error with a traceback."""
 
 # Spark's default console logging buries the checker's output: errors only. PySpark counts
 # as a shell, whose loggers (repl.Main, PythonGatewayServer) would reset the root to WARN.
@@ -119,11 +136,80 @@ def get_session(
         if active is not None:
             active.stop()
         started = time.perf_counter()
-        _warm = _new_session(resolve_master(master, configured), driver_memory,
-                             shuffle_partitions)
+        _warm = _start(resolve_master(master, configured), driver_memory, shuffle_partitions)
         say(f"Spark session ({_warm.sparkContext.master}) started in "
             f"{time.perf_counter() - started:.1f} s; kept for this process's checks")
         return _warm
+
+
+def _start(master: str, driver_memory: str, shuffle_partitions: int) -> SparkSession:
+    """A new session, or SparkStartError naming why there is none. Java and the master are
+    tried first: Spark's own failures come as pages of JVM output and a retry for a minute."""
+    java_runs()
+    master_reachable(master)
+    try:
+        return _new_session(master, driver_memory, shuffle_partitions)
+    except (Py4JError, RuntimeError, OSError) as e:  # PySparkRuntimeError is a RuntimeError
+        raise SparkStartError(f"Spark did not start on {master}: {_java_reason(e)}") from None
+
+
+def _java_reason(e: BaseException) -> str:
+    """A JVM error's first line (`SparkException: Could not parse Master URL: 'x'`), not its
+    Java stack trace; any other error's message."""
+    if isinstance(e, Py4JJavaError):
+        return str(e.java_exception.toString()).splitlines()[0]
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def java_runs() -> str:
+    """The java Spark starts, as its launcher finds it ($JAVA_HOME/bin/java, else java on the
+    PATH), once it answered `java -version`; SparkStartError saying why not."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java is None:
+        raise SparkStartError("Spark needs Java, and there is none: no JAVA_HOME and no java "
+                              "on the PATH (make bootstrap installs openjdk-17-jre-headless)")
+    try:
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except OSError as e:
+        where = f"JAVA_HOME is {home}: " if home else ""
+        raise SparkStartError(f"Spark needs Java: {where}{java}: {e.strerror}") from None
+    except subprocess.TimeoutExpired:
+        raise SparkStartError(f"Spark needs Java: `{java} -version` did not answer in "
+                              "60 s") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise SparkStartError(f"Spark needs Java: `{java} -version` failed: {why:.200}")
+    return java
+
+
+def master_reachable(master: str, timeout: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """That `master` is of a form Spark takes and, for a standalone master (spark://host:port,
+    or several for a standby), that one of them accepts a TCP connection; SparkStartError
+    saying why not. Other masters (local, yarn, k8s://...) are left to Spark."""
+    if not (master == "yarn" or LOCAL_MASTER.fullmatch(master)
+            or master.startswith(("spark://", "k8s://"))):
+        # spark-submit would say so with a Java stack trace, from its own process
+        raise SparkStartError(f"bad Spark master URL {master!r}: Spark takes local[N], "
+                              "spark://HOST:PORT, yarn or k8s://...")
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master.removeprefix("spark://").split(","):
+        try:
+            parts = urlsplit(f"//{address}")
+            host, port = parts.hostname, parts.port or 7077
+        except ValueError as e:
+            raise SparkStartError(f"bad Spark master URL {master!r}: {e}") from None
+        if not host:
+            raise SparkStartError(f"bad Spark master URL {master!r}: no host in {address!r}")
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as e:
+            failures.append(f"{host}:{port}: {e.strerror or 'timed out'}")
+    raise SparkStartError(f"the Spark master {master} cannot be reached ({'; '.join(failures)})")
 
 
 def local_only(master: str) -> dict[str, str]:
@@ -144,6 +230,11 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> Sp
     # pyspark's dependencies and imports `checkers` (installed in it) from any directory.
     # PySpark reads PYSPARK_PYTHON when the context starts; an explicit setting wins.
     python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # A local master's driver is on loopback (local_only). Its launcher would still look
+        # up this machine's own name first and fail where that does not resolve (a container
+        # or chroot without it in /etc/hosts): tell it the address. An explicit one wins.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The parallel collector: the checker is a batch job, throughput beats pause times.
     java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} -XX:+UseParallelGC"
     # The driver's scratch files (Spark's local dirs, native libraries) go to the private

@@ -44,15 +44,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import shutil
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -64,6 +60,7 @@ from toxiproxy.exceptions import NotFound
 
 from control.host import Host
 from control.remote import Remote, RemoteError
+from control.tools import find_tool, tools_dir
 
 VERSION = "2.12.0"  # the Toxiproxy release `make bootstrap` builds (Makefile: TOXIPROXY_VERSION)
 BINARY = "toxiproxy-server"
@@ -92,17 +89,16 @@ class ToxiproxyError(OSError):
 
 
 def local_binary() -> str:
-    """The toxiproxy-server `make bootstrap` built (beside this interpreter), else one on PATH;
-    a clear error naming `make bootstrap` when there is none."""
-    beside = Path(sys.executable).parent / BINARY
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which(BINARY)
+    """The toxiproxy-server `make bootstrap` built (beside this interpreter, control.tools),
+    else one on PATH; a clear error naming how to get one when there is none."""
+    found = find_tool(BINARY)
     if found:
         return found
-    raise ToxiproxyError(f"{BINARY} not found (looked in {beside.parent} and on PATH): run "
-                         "`make bootstrap`, which builds Toxiproxy "
-                         f"v{VERSION} into .venv/bin (docs/toxiproxy.md)")
+    raise ToxiproxyError(f"Toxiproxy is not installed ({BINARY} is neither in {tools_dir()} "
+                         f"nor on the PATH), and a toxic fault needs it: install Go >= 1.21 "
+                         f"and run `make bootstrap`, which builds v{VERSION} into .venv/bin, or "
+                         f"put its release binary {BINARY}-linux-amd64 there as {BINARY} "
+                         "(docs/toxiproxy.md)")
 
 
 def node_port(index: int) -> int:

@@ -28,6 +28,7 @@ from checkers.invariants import INVARIANTS
 from control import kafka_install
 from control.inventory import InventoryError, load_inventory
 from control.kafka import KafkaSettings, refusals
+from control.toxiproxy import local_binary
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup, needs_toxiproxy
 from nemesis.kinds.links import LINK_DEFAULTS
 from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
@@ -781,6 +782,15 @@ def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
     if isinstance(setting, bool):
         return setting
     return needs_toxiproxy(config["nemesis"]["faults"])
+
+
+def require_toxiproxy(config: Mapping[str, Any]) -> None:
+    """Refuse, before anything is touched, a run of this validated config on this machine's
+    netns hosts that needs Toxiproxy when toxiproxy-server is not installed (a machine
+    without Go: make bootstrap skipped it). ToxiproxyError says how to install it (exit 3).
+    An inventory's hosts name their own server (control.provider)."""
+    if config["hosts"]["provider"] == "netns" and uses_toxiproxy(config):
+        local_binary()
 
 
 def node_config(system: Mapping[str, Any]) -> NodeConfig:

@@ -9,7 +9,7 @@ from pathlib import Path
 from checkers.exitcodes import Exit
 from harness import store
 from harness.commands.argtypes import add_test_options
-from harness.config import from_args
+from harness.config import from_args, require_toxiproxy
 from harness.reproduce import plan_file, with_plan_faults
 from harness.runner import clean_leftovers, run_test, say
 from harness.test import Plan, Test
@@ -40,6 +40,7 @@ def main(args: argparse.Namespace) -> int:
         entries = plan_file(args.plan)
         config = with_plan_faults(config, entries, str(args.plan))
         plan = Plan.scripted(entries)
+    require_toxiproxy(config)
     run_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv, plan=plan))
     print(run_dir / "report.html")
     return store.verdict_exit(run_dir)

@@ -1,6 +1,7 @@
 """Every checker reads integers exactly: values and offsets near and past 2^53, negative, at
 the int64 extremes, and values that differ only past 2^53 get the same verdict and the same
-anomaly counts from the pandas reference, histcheck and Spark (both of its plans). Through
+anomaly counts from the pandas reference, histcheck and Spark (both of its plans). An offset
+of int64's maximum, which would make offset + 1 wrap around in every backend, is refused. Through
 float64 (pandas' type for an integer column with a null), 2^53 + 1 reads as 2^53: a record
 read back would be lost and two distinct values a duplicate."""
 
@@ -110,3 +111,47 @@ def test_every_backend_gives_the_same_verdict(spark, tmp_path, capsys, low):
     assert all(v == (False, EXPECTED, 1) for v in verdicts.values()), verdicts
     refused = "the reference checks instead" in capsys.readouterr().err
     assert refused == (low == MIN)
+
+
+def top_of_int64() -> History:
+    """Offsets at the top of what a log holds (int64's maximum less one: the log end after
+    it is the maximum): a poll that goes back from there inside itself, one that skips a
+    known record, and a final read that ends at the last offset."""
+    h = History()
+    for i, v in enumerate((1, 2, 3)):
+        h.send(0, 0, v, MAX - 3 + i)  # offsets MAX-3, MAX-2, MAX-1
+    h.poll(8, 0, [[MAX - 1, 3], [MAX - 3, 1]], from_offset=MAX - 1)  # back, inside one poll
+    h.poll(7, 0, [[MAX - 3, 1], [MAX - 1, 3]], from_offset=MAX - 3)  # skips MAX-2
+    h.final(9, 0, [[MAX - 3 + i, v] for i, v in enumerate((1, 2, 3))], hwm=MAX)
+    return h
+
+
+@pytest.mark.spark
+def test_offsets_at_the_top_of_int64_get_one_verdict_from_every_backend(spark, tmp_path):
+    """histcheck, pandas and Spark compute a read's next offset (offset + 1) in 64 bits: at
+    the last offset a log can hold it is int64's maximum, exactly, on each of them."""
+    verdicts = {}
+    for backend in ("reference", "native", "spark"):
+        run = top_of_int64().write(tmp_path / backend)
+        results = check_path(run, backend=backend, spark_min_ops=0)
+        verdicts[backend] = (results["valid"], counts(results), results["lost"]["count"])
+    # the skip of MAX-2 is a stale read as well: that record was acknowledged before the poll
+    expected = (False, {"int-nonmonotonic-poll": 1, "int-poll-skip": 1, "stale-read": 1}, 0)
+    assert all(v == expected for v in verdicts.values()), verdicts
+
+
+@pytest.mark.parametrize("where", ["record", "ack"])
+def test_an_offset_of_int64_max_is_refused_by_every_backend(tmp_path, where):
+    """No log holds a record at int64's maximum (the log end after it would be 2^63): it
+    would make offset + 1 wrap around to int64's minimum in every backend (histcheck's
+    release build, pandas and Spark alike), so the history is refused, one line, before any
+    backend runs."""
+    h = History()
+    h.send(0, 0, 1, MAX if where == "ack" else MAX - 1)
+    h.final(9, 0, [[MAX, 1] if where == "record" else [MAX - 1, 1]], hwm=MAX)
+    line = 2 if where == "ack" else 4
+    for backend in ("reference", "native", "spark"):
+        results = check_path(h.write(tmp_path / backend), backend=backend, spark_min_ops=0)
+        assert results["valid"] == "unknown" and len(results["errors"]) == 1, results
+        assert f"history.jsonl:{line}: " in results["errors"][0]
+        assert str(MAX - 1) in results["errors"][0]  # the range it gives

@@ -154,8 +154,8 @@ def test_a_last_line_only_python_reads_takes_the_exact_path(tmp_path):
     is then no torn tail but a line the exact path must judge."""
     run = small().write(tmp_path)
     with open(run / "history.jsonl", "a") as fh:
-        fh.write('{"index": 7, "time": 8000000, "process": 1, "type": "invoke", "f": "x", '
-                 '"value": NaN}')
+        fh.write('{"index": 7, "time": 8000000, "process": "nemesis", "type": "info", '
+                 '"f": "start-x", "value": NaN}')
     res = ingest(run / "history.jsonl", tmp_path / "pq")
     assert res.path.startswith("the native reader took the last line for a torn one")
     assert res.ops == 8 and res.notes == []

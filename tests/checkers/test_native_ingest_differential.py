@@ -134,7 +134,7 @@ def test_the_spellings_exercise_both_outcomes(tmp_path):
                        '"f": "start-kill", "value": {"a": 1, "b": 2, "a": 3}}'] + plain[3:]
     assert _compare(tmp_path / "c", dup) == "both"
     huge = plain[:2] + ['{"index": 2, "time": 25, "process": "nemesis", "type": "info", '
-                        '"f": "x", "value": [123456789012345678901234567890]}'] + plain[3:]
+                        '"f": "start-x", "value": [123456789012345678901234567890]}'] + plain[3:]
     assert _compare(tmp_path / "d", huge) == "both"
     assert _compare(tmp_path / "e", plain[:1] + [plain[1].replace('"offset": 0', '"offset": 0.0')]
                     + plain[2:]) == "neither"

@@ -33,7 +33,7 @@ def test_a_minimal_schedule_cast_by_role_reproduces_in_the_simulator(tmp_path, m
     code = cli.main(["reproduce", "--schedule", str(NO_ELR), "--system", "sim"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "lost-write occurred in 1/1 sim run(s)" in out
+    assert "lost-write or unseen occurred in 1/1 sim run(s)" in out
     faults = load_schedule(_runs(out)[0] / "schedule.json").faults
     # the power loss was aimed at the last ISR member, and the mapping is recorded
     hit = next(f for f in faults if f.kind == "power-loss")
@@ -48,7 +48,7 @@ def test_the_same_schedule_loses_nothing_with_elr(tmp_path, monkeypatch, capsys)
                      "--set", "system.eligible.leader.replicas.enable=true"])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "lost-write occurred in 0/1 sim run(s)" in out
+    assert "lost-write or unseen occurred in 0/1 sim run(s)" in out
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -170,6 +170,6 @@ def test_the_models_no_elr_schedule_loses_records_on_kafka_3_9(tmp_path, monkeyp
     monkeypatch.setenv("HARNESS_RESULTS", str(tmp_path))
     code = cli.main(["reproduce", "--schedule", str(NO_ELR), "--system", "kafka:3.9.1"])
     out = capsys.readouterr().out
-    assert code == 0 and "lost-write occurred in 1/1 kafka:3.9.1 run(s)" in out, out
+    assert code == 0 and "lost-write or unseen occurred in 1/1 kafka:3.9.1 run(s)" in out, out
     hit = _hit(_runs(out)[0], "power-loss")
     assert hit.roles[hit.resolved["nodes"][0]] == "last-isr-member"

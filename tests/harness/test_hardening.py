@@ -154,6 +154,33 @@ BROKEN_HISTORIES = [
     ("JSON array line", _insert(3, "[1, 2, 3]"), 3, "not a JSON object"),
     ("JSON null line", _insert(3, "null"), 3, "not a JSON object"),
     ("3 MB junk line", _insert(3, b"x" * (3 << 20)), 3, "invalid JSON"),
+    # the rest of the contract (docs/architecture.md, "History")
+    ("indexes not from 0", lambda ops: [{**o, "index": o["index"] + 1} for o in ops], 1,
+     "the first index is 1"),
+    ("indexes with a gap", _with(5, index=9), 5, "index 9 does not follow 3"),
+    ("time going back across processes", _append(
+        {"index": 5, "time": 45, "process": 3, "type": "invoke", "f": "poll", "partition": 0,
+         "offset": 0}), 6, "time 45 goes back: line 5 was at 50"),
+    ("a nemesis invoke", _with(3, type="invoke"), 3, "the nemesis writes only 'info' ops"),
+    ("a nemesis op of another f", _with(3, f="kill"), 3, "the nemesis writes only 'info' ops"),
+    ("a client f that is none of ours", _with(1, f="produce"), 1, "unknown f 'produce'"),
+    ("fail without an error", _with(2, type="fail"), 2, "a 'fail' carries an 'error'"),
+    ("ok final-poll without records", lambda ops: [*ops[:4], {k: v for k, v in ops[4].items()
+                                                               if k != "records"}], 5,
+     "an ok final-poll carries its 'records'"),
+    ("final-poll complete as a string", _with(5, complete="yes"), 5,
+     "'complete' must be true or false"),
+    ("completion of another partition", _with(2, partition=1), 2,
+     "'partition' is 1, but its invoke on line 1 has 0"),
+    ("completion of another value", _with(2, value=6), 2, "'value' is 6, but its invoke"),
+    ("read completion from another offset", _with(5, offset=3), 5,
+     "'offset' is 3, but its invoke on line 4 has 0"),
+    ("completion of another txn", lambda ops: _with(2, txn=8)(_with(1, txn=7)(ops)), 2,
+     "'txn' is 8, but its invoke on line 1 has 7"),
+    ("a process used again after an info", lambda ops: _append(
+        {"index": 5, "time": 60, "process": 0, "type": "invoke", "f": "send", "partition": 0,
+         "value": 6})(_with(2, type="info")(ops)), 6,
+     "process 0 is used again after its 'info' on line 2"),
 ]
 
 
@@ -220,14 +247,20 @@ GOOD_VARIANTS = [
      _append({"index": 5, "time": 60, "process": 2, "type": "invoke", "f": "send",
               "partition": 0, "value": 6})),
     ("a nemesis value past 64 bits", _with(3, value={"huge": 2**70})),
-    ("time going back across processes", _append(
-        {"index": 5, "time": 45, "process": 3, "type": "invoke", "f": "poll", "partition": 0,
-         "offset": 0})),
+    ("a Jepsen op's parts, back to its start, after its info", lambda ops: [*ops, *(
+        {"index": 5 + i, "time": 60 + 10 * (i % 2), "process": 2, "type": typ, "f": "send",
+         "partition": 0, "value": 7 + i // 2, "txn": 9}
+        for i, typ in enumerate(["invoke", "info", "invoke", "info"]))]),
+    ("a fail with its error, an ok send without an offset (acks=0)", lambda ops: [*ops, *(
+        {"index": 5 + i, "time": 60 + i, "process": 4, "type": typ, "f": "send",
+         "partition": 0, "value": 10 + i // 2, **extra}
+        for i, (typ, extra) in enumerate([("invoke", {}), ("fail", {"error": "NOT_LEADER"}),
+                                          ("invoke", {}), ("ok", {"node": 2, "epoch": 1})]))]),
+    ("a final-poll's complete and an op's extra field", _with(5, complete=True, extra=[1])),
     ("acks written as -1", _with(2, acks=-1)),
     ("a process named by a string", lambda ops: [{**o, "process": "p0"} if o["process"] == 0
                                                  else o for o in ops]),
     ("blank lines", _insert(3, "   ")),
-    ("indexes with a gap", _with(5, index=9)),
 ]
 
 
@@ -250,6 +283,39 @@ def test_a_torn_last_line_is_still_a_note(tmp_path):
         f.write(b'{"index": 5, "time": 6')
     notes = validate(run / "history.jsonl")
     assert len(notes) == 1 and "last line is truncated" in notes[0]
+
+
+def test_a_crashed_runs_history_is_still_checked(tmp_path):
+    """A run killed mid-write: invokes without completions and the last line cut short. The
+    contract holds for what is there, so it gets a verdict (not an error), on both readers."""
+    ops = [*good_ops(),
+           {"index": 5, "time": 60, "process": 2, "type": "invoke", "f": "send", "partition": 0,
+            "value": 6},
+           {"index": 6, "time": 70, "process": 3, "type": "invoke", "f": "poll", "partition": 0,
+            "offset": 0}]
+    run = run_folder(tmp_path, ops)
+    with open(run / "history.jsonl", "ab") as f:
+        f.write(b'{"index": 7, "time": 80, "process": 2, "type": "o')
+    assert "last line is truncated" in validate(run / "history.jsonl")[0]
+    for native in (True, False):
+        res = ingest(run / "history.jsonl", tmp_path / f"pq-{native}", native=native)
+        assert res.ops == 7 and len(res.notes) == 1
+    results = check_path(run, backend="reference")
+    assert exit_code(results) != 3 and "errors" not in results
+    assert any("last line is truncated" in n for n in results["notes"])
+
+
+def test_harness_check_refuses_a_history_that_breaks_the_contract_in_one_line(tmp_path):
+    """As a real process: a completion whose partition is not its invoke's is exit 3 and one
+    line on stderr naming it, with no traceback."""
+    run = run_folder(tmp_path, _with(2, partition=1)(good_ops()))
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "check", str(run),
+                           "--in-process"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].endswith("history.jsonl:2: 'partition' is 1, but its invoke on line 1 "
+                             "has 0 (a completion repeats its invoke's fields)")
 
 
 def test_the_cli_exits_3_on_value_2_to_the_70(tmp_path):

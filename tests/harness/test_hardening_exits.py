@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +191,90 @@ def test_an_unreachable_ssh_host_is_one_line_and_exit_3(tmp_path):
     assert out.returncode == 3, out.stderr
     assert "unreachable" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert "internal error" not in out.stderr, out.stderr
+
+
+# -- Spark that cannot start --------------------------------------------------------------
+
+SMALL_HISTORY = [
+    {"index": 0, "time": 10, "process": 0, "type": "invoke", "f": "send", "partition": 0,
+     "value": 5},
+    {"index": 1, "time": 20, "process": 0, "type": "ok", "f": "send", "partition": 0,
+     "value": 5, "offset": 0, "node": 1, "epoch": 1},
+    {"index": 2, "time": 30, "process": 1, "type": "invoke", "f": "final-poll", "partition": 0,
+     "offset": 0},
+    {"index": 3, "time": 40, "process": 1, "type": "ok", "f": "final-poll", "partition": 0,
+     "offset": 0, "records": [[0, 5]], "hwm": 1},
+]  # fmt: skip
+
+
+def _run_folder(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.jsonl").write_text("".join(json.dumps(op) + "\n" for op in SMALL_HISTORY))
+    return run
+
+
+def check_on_spark(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """`harness check` of a good history on Spark, as a real process with `env` added."""
+    environment = {k: v for k, v in os.environ.items() if k != "HARNESS_SPARK_MASTER"}
+    environment.update(PYTHONPATH=str(ROOT), **env)
+    return subprocess.run([sys.executable, "-m", "harness.cli", "check", str(_run_folder(tmp_path)),
+                           *args], cwd=tmp_path, env=environment, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def only_the_error(done: subprocess.CompletedProcess, says: str) -> None:
+    """Exit 3 and, besides the checker's progress lines, one line on stderr: the cause."""
+    one_line_exit_3(done, says)
+    rest = [line for line in done.stderr.splitlines() if not line.startswith("[checker] ")]
+    assert len(rest) == 1 and rest[0].startswith("harness: error: "), done.stderr[-2000:]
+
+
+def test_a_spark_master_nobody_listens_at_is_one_line_exit_3(tmp_path):
+    with socket.socket() as s:  # a port of ours that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = check_on_spark(tmp_path, "--spark-master", f"spark://127.0.0.1:{port}")
+    only_the_error(done, f"the Spark master spark://127.0.0.1:{port} cannot be reached "
+                         f"(127.0.0.1:{port}: Connection refused)")
+
+
+def test_a_java_home_pointing_nowhere_is_one_line_exit_3(tmp_path):
+    done = check_on_spark(tmp_path, JAVA_HOME=str(tmp_path / "no-jdk"))
+    only_the_error(done, f"Spark needs Java: JAVA_HOME is {tmp_path / 'no-jdk'}: ")
+
+
+def test_a_broken_java_is_one_line_exit_3(tmp_path):
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\necho 'Error: could not open lib/jvm.cfg' >&2\nexit 1\n")
+    java.chmod(0o755)
+    done = check_on_spark(tmp_path, JAVA_HOME=str(tmp_path / "jdk"))
+    only_the_error(done, "`-version` failed: Error: could not open lib/jvm.cfg".replace(
+        "`-version", f"`{java} -version"))
+
+
+@pytest.mark.parametrize("master", ["nosuch://127.0.0.1:1", "local[abc]", "spark://:7077"])
+def test_a_master_url_spark_does_not_take_is_one_line_exit_3(tmp_path, master):
+    """spark-submit would refuse these with a Java stack trace from its own process (or, for
+    local[abc], fail later on something else): they are refused before Spark starts."""
+    only_the_error(check_on_spark(tmp_path, "--spark-master", master),
+                   f"bad Spark master URL {master!r}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="a hostname of its own (unshare --uts) needs root")
+def test_local_spark_starts_where_the_machine_name_does_not_resolve(tmp_path):
+    """A container or chroot whose /etc/hosts lacks the machine's name (a debootstrap'ed
+    Debian 12 chroot did): local Spark's launcher looked that name up and died before the
+    session. Its driver is on loopback, and now its launcher is told so."""
+    script = ("hostname h35-no-such-host.invalid && exec " + " ".join(
+        [sys.executable, "-m", "harness.cli", "check", str(_run_folder(tmp_path)),
+         "--spark-master", "'local[1]'"]))
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("HARNESS_SPARK_MASTER", "SPARK_LOCAL_IP")}
+    done = subprocess.run(["unshare", "--uts", "sh", "-c", script], cwd=tmp_path,
+                          env={**environment, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["valid"] is True

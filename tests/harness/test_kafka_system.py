@@ -4,6 +4,7 @@ a delivery error is classed, and the events read from Kafka's own log lines."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from pathlib import PurePosixPath
 
@@ -20,7 +21,12 @@ from control.kafka import (
 )
 from harness.config import ConfigError, load_config, typed
 from harness.kafka_events import PartitionWatch, log_events
-from workloads.kafka_admin import _uvarint, describe_request, parse_describe
+from workloads.kafka_admin import (
+    _uvarint,
+    describe_partitions,
+    describe_request,
+    parse_describe,
+)
 from workloads.rdkafka import send_outcome
 
 SYSTEM = load_config(None, [])["system"]
@@ -158,6 +164,31 @@ def test_describe_topic_partitions_is_encoded_and_decoded():
     assert (first["partition"], first["leader"], first["isr"], first["elr"]) == (0, 2, [1, 2, 3], [])
     assert (second["leader"], second["leader_epoch"], second["elr"]) == (None, 4, [1, 3])
     assert first["topic_id"] == "AAECAwQFBgcICQoLDA0ODw"
+
+
+def test_a_silent_broker_does_not_hold_up_a_description_from_another():
+    """A paused broker accepts a connection and never answers; the partition states come
+    from the next broker at once, not after the paused one's timeout (real TCP, loopback)."""
+    frame = _describe_response([(1, 2, 3, [1, 2, 3], [2, 3], [])])
+
+    async def silent(reader, writer):
+        await reader.read()  # never answers
+
+    async def answers(reader, writer):
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        await reader.readexactly(size)
+        writer.write(struct.pack(">i", len(frame)) + frame)
+        await writer.drain()
+
+    async def main():
+        quiet = await asyncio.start_server(silent, "127.0.0.1", 0)
+        live = await asyncio.start_server(answers, "127.0.0.1", 0)
+        addresses = [f"127.0.0.1:{s.sockets[0].getsockname()[1]}" for s in (quiet, live)]
+        async with quiet, live:
+            return await asyncio.wait_for(describe_partitions(addresses, "t", timeout=60), 20)
+
+    states = asyncio.run(main())
+    assert [(p["leader"], p["isr"]) for p in states] == [(2, [2, 3])]
 
 
 def test_a_delivery_error_is_a_fail_only_when_nothing_can_have_been_written():

@@ -114,7 +114,7 @@ def test_toxic_faults_without_toxiproxy_are_refused_and_harness_run_exits_3(caps
 
 
 def test_a_missing_toxiproxy_server_names_make_bootstrap(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("HARNESS_TOOLS", str(tmp_path))  # instead of .venv/bin (control.tools)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(tp.ToxiproxyError, match="make bootstrap") as e:
         tp.local_binary()

@@ -9,14 +9,36 @@ use crate::Failure;
 
 const NEMESIS: &str = "nemesis"; // workloads.history.NEMESIS: `info` without an invoke
 
+/// The fields a completion repeats from its invoke: partition, value (an integer's decimal
+/// text, or the value's JSON text: one never reads as the other), offset, txn.
+type Echo = (Option<i32>, Option<String>, Option<i64>, Option<i64>);
+
 /// A process's state along the file.
 #[derive(Default)]
 struct Process {
     last_time: Option<i64>,
-    /// the pending invoke: (index, time, offset, f)
-    pending: Option<(i64, i64, Option<i64>, String)>,
+    /// the pending invoke: (index, time, offset, f, the fields its completion repeats)
+    pending: Option<(i64, i64, Option<i64>, String, Echo)>,
     /// the Jepsen operation its ops belong to: (txn, its first time)
     txn_start: Option<(i64, i64)>,
+    /// it got an `info` (a client): that op's txn; only the rest of that operation may follow
+    retired: Option<Option<i64>>,
+}
+
+fn echo(op: &Op) -> Echo {
+    let value = op.value.map(|v| v.to_string()).or_else(|| op.value_json.clone());
+    (op.partition, value, op.offset, op.txn)
+}
+
+/// Whether the completion changes no field its invoke had (it may add or leave out one).
+fn repeats(invoked: &Echo, done: &Echo) -> bool {
+    fn same<T: PartialEq>(was: &Option<T>, now: &Option<T>) -> bool {
+        was.is_none() || now.is_none() || was == now
+    }
+    same(&invoked.0, &done.0)
+        && same(&invoked.1, &done.1)
+        && same(&invoked.2, &done.2)
+        && same(&invoked.3, &done.3)
 }
 
 /// Per (process, partition): the last record read, ack and ok-or-info send.
@@ -29,6 +51,8 @@ struct Stream {
 
 pub struct Converter {
     last_index: Option<i64>,
+    /// the run clock: the latest time so far
+    clock: i64,
     ids: HashMap<String, u32>,
     processes: Vec<Process>,
     streams: HashMap<(u32, i32), Stream>,
@@ -42,6 +66,7 @@ impl Converter {
     pub fn new() -> Self {
         Converter {
             last_index: None,
+            clock: 0,
             ids: HashMap::default(),
             processes: Vec::new(),
             streams: HashMap::default(),
@@ -61,10 +86,17 @@ impl Converter {
     /// The contract (`_Contract.check`): this op's invoke (index, time, offset) for a
     /// completion, or UNSURE when the op breaks it.
     fn contract(&mut self, op: &Op, id: u32) -> Result<Invoke, Failure> {
-        if self.last_index.is_some_and(|last| op.index <= last) {
-            return unsure(op.line, "index does not increase".into());
+        if op.index != self.last_index.map_or(0, |last| last + 1) {
+            return unsure(op.line, "index does not count on".into());
+        }
+        // only a Jepsen operation's parts (txn) carry times earlier than a line before them
+        if op.txn.is_none() && op.time < self.clock {
+            return unsure(op.line, "the run clock goes back".into());
         }
         let p = &mut self.processes[id as usize];
+        if p.retired.is_some_and(|txn| txn.is_none() || txn != op.txn) {
+            return unsure(op.line, format!("process {} used after an info", op.process));
+        }
         let mut last = p.last_time;
         if let Some(txn) = op.txn {
             match p.txn_start {
@@ -83,20 +115,27 @@ impl Converter {
             if p.pending.is_some() {
                 return unsure(op.line, "an invoke while another is pending".into());
             }
-            p.pending = Some((op.index, op.time, op.offset, op.f.clone()));
+            p.pending = Some((op.index, op.time, op.offset, op.f.clone(), echo(op)));
         } else {
             match p.pending.take() {
                 None if op.typ == Typ::Info && op.process == NEMESIS => {}
                 None => return unsure(op.line, "a completion without an invoke".into()),
-                Some((index, time, offset, f)) => {
+                Some((index, time, offset, f, fields)) => {
                     if f != op.f {
                         return unsure(op.line, "a completion of another f".into());
+                    }
+                    if !repeats(&fields, &echo(op)) {
+                        return unsure(op.line, "a completion changes its invoke's fields".into());
                     }
                     inv = (Some(index), Some(time), offset);
                 }
             }
+            if op.typ == Typ::Info && op.process != NEMESIS {
+                p.retired = Some(op.txn);
+            }
         }
         self.last_index = Some(op.index);
+        self.clock = self.clock.max(op.time);
         p.last_time = Some(op.time);
         Ok(inv)
     }

@@ -90,6 +90,8 @@ struct Fields<'a> {
     records: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     txn: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    complete: Option<&'a RawValue>,
 }
 
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
@@ -143,6 +145,30 @@ fn line_bad<T>(why: impl Into<String>) -> Result<T, Bad> {
 }
 
 const READ_FS: [&str; 2] = ["poll", "final-poll"];
+const NEMESIS: &str = "nemesis";
+
+/// The fields the contract fixes for this kind of op (`_shape` in checkers/ingest.py): the
+/// nemesis writes only `info` of start-<kind>, stop-<kind> or stop-all; a client's f is send,
+/// poll or final-poll; a fail carries an error; a final-poll's `complete` is a boolean.
+fn shape(process: &str, typ: Typ, f: &str, fl: &Fields) -> Result<(), Bad> {
+    if process == NEMESIS {
+        if typ != Typ::Info || !(f.starts_with("start-") || f.starts_with("stop-")) {
+            return line_bad("a nemesis op that is not an info of start-/stop-");
+        }
+        return Ok(());
+    }
+    if f != "send" && !READ_FS.contains(&f) {
+        return line_bad("a client's f is not send, poll or final-poll");
+    }
+    if typ == Typ::Fail && is_null(fl.error).is_none() {
+        return line_bad("a fail without an error");
+    }
+    let complete = is_null(fl.complete);
+    if f == "final-poll" && complete.is_some_and(|c| c != "true" && c != "false") {
+        return line_bad("'complete' is not a boolean");
+    }
+    Ok(())
+}
 
 fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     // serde would also take a JSON array as a struct; the exact path wants an object
@@ -190,6 +216,10 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     if offset.is_some_and(|o| o < 0) || hwm.is_some_and(|h| h < 0) {
         return line_bad("negative offset or hwm");
     }
+    // an ack's offset, as a record's, is below i64::MAX: the log end after it fits 64 bits
+    if is_send && offset == Some(i64::MAX) {
+        return line_bad("a send's offset past the last one a log can hold");
+    }
     let epoch = int(fl.epoch, "epoch")?;
     let node = text_or_int(fl.node, "node")?;
     let error = text_or_int(fl.error, "error")?;
@@ -201,10 +231,11 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
         Some(other) => return line_bad(format!("'acks' is {other}")),
     };
     let txn = int(fl.txn, "txn")?;
+    shape(&process, typ, &f, &fl)?;
     let records = if typ == Typ::Ok && is_read_f {
-        match fl.records {
-            None => Some(Vec::new()),
-            Some(raw) => Some(records(raw.get()).ok_or(Bad::Line(
+        match is_null(fl.records) {
+            None => return line_bad("an ok read without its records"),
+            Some(raw) => Some(records(raw).ok_or(Bad::Line(
                 "'records' are not [offset, value] pairs of 64-bit integers".into(),
             ))?),
         }
@@ -313,7 +344,8 @@ fn integral(v: &Value) -> bool {
     }
 }
 
-/// `[[offset, value], ...]`: offsets in [0, 2^63), values 64-bit; None for anything else.
+/// `[[offset, value], ...]`: offsets in [0, 2^63 - 1) (the log end after a record fits 64
+/// bits), values 64-bit; None for anything else.
 fn records(t: &str) -> Option<Vec<(i64, i64)>> {
     let mut s = Scanner {
         b: t.as_bytes(),
@@ -330,7 +362,7 @@ fn records(t: &str) -> Option<Vec<(i64, i64)>> {
             s.expect(b',')?;
             let value = s.int()?;
             s.expect(b']')?;
-            if offset < 0 {
+            if !(0..i64::MAX).contains(&offset) {
                 return None;
             }
             out.push((offset, value));
@@ -406,6 +438,11 @@ mod tests {
         );
         assert_eq!(records("[[0, 1.5]]"), None);
         assert_eq!(records("[[-1, 1]]"), None);
+        assert_eq!(records("[[9223372036854775807, 1]]"), None);
+        assert_eq!(
+            records("[[9223372036854775806, 1]]"),
+            Some(vec![(i64::MAX - 1, 1)])
+        );
         assert_eq!(records("[[0, 1, 2]]"), None);
         assert_eq!(records("[[0, \"1\"]]"), None);
         assert_eq!(records("[[0, 99999999999999999999]]"), None);

@@ -343,6 +343,7 @@ fn read_steps<'a>(
         let expected = if seek {
             r.from_offset.get()
         } else {
+            // no overflow: offsets are below i64::MAX (the history contract, checkers/ingest.py)
             r.prev_offset.get().map(|o| o + 1)
         };
         let Some(e) = expected else { continue };
