@@ -68,6 +68,7 @@ def test_moving_a_config_onto_kafka_resets_weakness_switches_and_says_so():
     assert moved["system"]["replica.truncation"] == "leader-epoch"
     assert moved["hosts"]["provider"] == "netns"
     assert any("replica.truncation" in n for n in notes)
+    assert "stale-read" in moved["checker"]["allow"]  # Kafka's reads of a deposed leader
     kept, none = on_system(config, parse_system("sim"))
     assert kept["system"]["replica.truncation"] == "high-watermark" and not none
 
