@@ -28,7 +28,6 @@ from checkers.invariants import INVARIANTS
 from control import kafka_install
 from control.inventory import InventoryError, load_inventory
 from control.kafka import KafkaSettings, refusals
-from control.toxiproxy import local_binary
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup, needs_toxiproxy
 from nemesis.kinds.links import LINK_DEFAULTS
 from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
@@ -790,6 +789,10 @@ def require_toxiproxy(config: Mapping[str, Any]) -> None:
     without Go: make bootstrap skipped it). ToxiproxyError says how to install it (exit 3).
     An inventory's hosts name their own server (control.provider)."""
     if config["hosts"]["provider"] == "netns" and uses_toxiproxy(config):
+        # imported here: control.toxiproxy brings SSH (paramiko), which a simulated run, under
+        # PyPy too (docs/simulation.md), neither needs nor has
+        from control.toxiproxy import local_binary
+
         local_binary()
 
 
