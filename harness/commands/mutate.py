@@ -61,9 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wall seconds a seed may take before its mutant counts as timed "
                              "out (default 30)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                        help="local tasks at a time (default: the cores)")
+                        help="tasks at a time, local or on Spark (default: the cores)")
     parser.add_argument("--spark-master", metavar="URL",
-                        help="run the tasks as a Spark RDD on this master (e.g. local[2])")
+                        help="run each task as a Spark task on this master (e.g. local[2])")
     parser.add_argument("--unit-tests", choices=("survivors", "all", "none"),
                         default="survivors",
                         help="which mutants the unit tests run on (default: the harness's "
@@ -126,7 +126,8 @@ def main(args: argparse.Namespace) -> int:
         for m in mutants:
             print(f"{m.id}  {m.what}")
         return Exit.VALID
-    runner = spark_runner(args.spark_master) if args.spark_master else local_runner(args.jobs)
+    runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
+              else local_runner(args.jobs))
     started = time.perf_counter()
     results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
                          block=args.block, seed_timeout=args.seed_timeout, on_result=_say)

@@ -9,7 +9,7 @@ The mutated source is served by an import hook installed before anything imports
 protocol, with the original file's path as its `__file__` (tracebacks name the real file),
 and no bytecode is written: the checkout and its __pycache__ stay as they are. A search's
 seeds run one after another in this process (harness.simulate.search, CPython, stopping at
-the first failing seed); a null mutant runs the unmutated code, the twin every kill is
+the first decisive seed: `decisive`); a null mutant runs the unmutated code, the twin every kill is
 measured against."""
 
 from __future__ import annotations
@@ -61,15 +61,23 @@ def install(mutant_id: str) -> Mutant:
     return m
 
 
+def decisive(row: dict[str, Any]) -> bool:
+    """Whether a seed's row ends the mutant's search: an invalid seed (an anomaly or an
+    invariant violation), a seed that raised, or one that acknowledged nothing (the mutated
+    system never served). An unknown verdict (the final read did not reach the high
+    watermark) does not: the unmutated code has those too under some mixes."""
+    return row["valid"] in (False, "error") or not row["acked"]
+
+
 def search_rows(config: dict[str, Any], seeds: list[int]) -> list[dict]:
-    """The seeds' rows, up to and including the first that fails (or errs)."""
+    """The seeds' rows, up to and including the first decisive one."""
     from harness.simulate import search  # after install(): it imports the protocol
 
     rows = []
-    for seed in seeds:  # one at a time: an error row ends the search too, not only a failure
+    for seed in seeds:  # one at a time: search's stop_after counts only failing seeds
         row = search(config, [seed], jobs=1, stop_after=1, interpreter="cpython").rows[0]
         rows.append(row)
-        if row["valid"] is not True:
+        if decisive(row):
             break
     return rows
 

@@ -3,15 +3,15 @@
 Each mutant is searched cell by cell (a campaign cell's config and nemesis mix), in blocks of
 seeds. A task is one mutant and one block, run by a child process (harness/mutate/child.py)
 that stops at the block's first failing seed; the tasks of a round (every mutant still alive,
-the next block) run on local threads that wait on those children, or as a Spark RDD
-(`spark_master`, one task per mutant and block). So a mutant killed at its third seed costs
+the next block) run on local threads that wait on those children, or as Spark tasks
+(`spark_master`, one job of one task per mutant and block, `jobs` at a time). So a mutant killed at its third seed costs
 one block, and only survivors run every seed.
 
-Outcomes: killed (by the harness: the anomalies and invariants of the failing seed, its
-cell, seed and the wall time spent on the mutant until then; a seed that raised later on
-counts too), crashed (the mutated module did not import, or its first seed raised or
-acknowledged nothing: not counted in the score), timed-out (a block ran past its time),
-survived. The unit tests (`tests/replication`, in-process tests only) run
+Outcomes: killed (by the harness: the anomalies and invariants of the first invalid seed,
+its cell, seed and the wall time spent on the mutant until then; a later seed that raised or
+acknowledged nothing counts too), crashed (the mutated module did not import, or its first
+seed raised or acknowledged nothing: not counted in the score), timed-out (a block ran past
+its time), survived. An unknown verdict is no kill (child.decisive). The unit tests (`tests/replication`, in-process tests only) run
 separately on the survivors, or on every mutant (`unit_tests="all"`)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.mutate.child import ROOT
+from harness.mutate.child import ROOT, decisive
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -51,6 +51,7 @@ class Result:
     cell: str | None = None
     seed: int | None = None
     seeds_run: int = 0
+    unknown: int = 0  # seeds whose verdict was unknown (not a kill: see child.decisive)
     wall_s: float = 0.0  # spent on this mutant by the harness, up to its kill
     error: str | None = None
     unit: str | None = None  # killed | survived | error | None (not run)
@@ -101,9 +102,10 @@ def local_runner(jobs: int) -> Runner:
     return run
 
 
-def spark_runner(master: str) -> Runner:
-    """Tasks as a Spark RDD, one partition each: on local[2] two at a time. collect(), not
-    toLocalIterator(), which runs one partition after the other."""
+def spark_runner(master: str, jobs: int) -> Runner:
+    """Each task a Spark job of one task, `jobs` of them at a time from as many threads (Spark
+    schedules concurrent jobs of one context): results come as each task ends, and a long
+    task holds up no other, as it would in one RDD collected at once."""
     from checkers.spark import get_session  # pyspark's import is slow
 
     # Spark's Python workers must import this checkout's harness.mutate, not whichever one
@@ -112,10 +114,12 @@ def spark_runner(master: str) -> Runner:
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     sc = get_session(master).sparkContext
 
+    def one(fn: Callable[[dict], dict], task: dict) -> dict:
+        return sc.parallelize([task], 1).map(fn).collect()[0]
+
     def run(fn: Callable[[dict], dict], tasks: list[dict]) -> Iterable[dict]:
-        if not tasks:
-            return []
-        return sc.parallelize(tasks, len(tasks)).map(fn).collect()
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            yield from pool.map(lambda task: one(fn, task), tasks)
     return run
 
 
@@ -134,23 +138,25 @@ def _record(result: Result, answer: Mapping[str, Any]) -> None:
         return
     rows = answer["rows"]
     result.seeds_run += len(rows)
+    result.unknown += sum(r["valid"] not in (True, False, "error") for r in rows)
     last = rows[-1] if rows else None
-    if last is None or last["valid"] is True:
+    if last is None or not decisive(last):
         return
     result.cell, result.seed = answer["cell"], last["seed"]
-    if result.seeds_run == 1 and (last["valid"] == "error" or not last["acked"]):
+    if result.seeds_run == 1:
         # its first seed raised or acknowledged nothing: the mutated system never served, so
         # it asked no safety question (a name left unbound, a leader never elected)
-        result.outcome, result.error = "crashed", last["error"] or f"verdict {last['valid']}, " \
-            "nothing acknowledged"
+        result.outcome = "crashed"
+        result.error = last["error"] or f"verdict {last['valid']}, nothing acknowledged"
         return
     result.outcome = "killed"
     if last["valid"] == "error":
         result.error = last["error"]
         result.by = [f"error: {str(last['error']).split(':')[0]}"]
-        return
-    verdict = [] if last["valid"] is False else [f"verdict {last['valid']}"]
-    result.by = verdict + sorted(last["anomalies"])
+    elif last["valid"] is not False:
+        result.by = ["nothing acknowledged"]
+    else:
+        result.by = sorted(last["anomalies"])
 
 
 def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], runner: Runner,

@@ -110,6 +110,8 @@ def _row(seed: int, valid, acked: int = 100, anomalies=None, error=None) -> dict
     ([_row(1, "unknown", acked=0)], "crashed", []),
     ([_row(1, "error", error="NameError: leader")], "crashed", []),
     ([_row(1, True), _row(2, True)], "alive", []),
+    ([_row(1, "unknown"), _row(2, True)], "alive", []),  # an unknown verdict is no kill
+    ([_row(1, True), _row(2, "unknown", acked=0)], "killed", ["nothing acknowledged"]),
 ])
 def test_a_blocks_answer_decides_the_outcome(rows, outcome, by) -> None:
     result = Result("m")
