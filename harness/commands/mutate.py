@@ -8,11 +8,15 @@ a score per module and a report (results/mutation/<stamp>/index.html)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from checkers.exitcodes import Exit, UserError
 from control.files import owned_dir
@@ -48,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="these mutants only (repeatable; ids as --list prints them)")
     parser.add_argument("--list", action="store_true", help="print the mutants' ids and stop")
     parser.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
+    parser.add_argument("--rescore", type=Path, metavar="DIR",
+                        help="write an earlier campaign's report (results/mutation/STAMP) again "
+                             "with the hand classifications as they are now, and stop")
     parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "validation.toml",
                         metavar="FILE.toml", help="where the cells come from")
     parser.add_argument("--cell", action="append", metavar="CONFIG[/MIX]",
@@ -113,41 +120,71 @@ def _say(result: Result) -> None:
           file=sys.stderr, flush=True)
 
 
+def _progress(out: Path) -> Callable[[Result], None]:
+    """Say each decided mutant, and append it to progress.jsonl: a campaign cut short still
+    leaves what it learnt."""
+    def on_result(result: Result) -> None:
+        _say(result)
+        with (out / "progress.jsonl").open("a") as f:
+            f.write(json.dumps(asdict(result)) + "\n")
+    return on_result
+
+
 def main(args: argparse.Namespace) -> int:
     if args.show:
-        try:
-            m = mutant(ROOT, args.show)
-        except ValueError as e:
-            raise UserError(str(e)) from None
+        m = _mutant(args.show)
         print(f"{m.id}: {m.what}\n{m.diff()}", end="")
         return Exit.VALID
+    if args.rescore:
+        return _rescore(args)
     mutants = chosen(args)
     if args.list:
         for m in mutants:
             print(f"{m.id}  {m.what}")
         return Exit.VALID
+    out = owned_dir(store.default_results_dir() / "mutation"
+                    / time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
     runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
               else local_runner(args.jobs))
     started = time.perf_counter()
     results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
-                         block=args.block, seed_timeout=args.seed_timeout, on_result=_say)
+                         block=args.block, seed_timeout=args.seed_timeout,
+                         on_result=_progress(out))
     search_s = time.perf_counter() - started
     unit_test_all(results, args.unit_tests, runner)
-    return _report(args, mutants, results, search_s, time.perf_counter() - started)
-
-
-def _report(args: argparse.Namespace, mutants: list[Mutant], results: dict[str, Result],
-            search_s: float, wall_s: float) -> int:
-    hand = page.classified(args.classified)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    out = owned_dir(store.default_results_dir() / "mutation" / stamp)
     seeds = list(args.seeds)
+    wall_s = time.perf_counter() - started
     meta = {"argv": " ".join(args.argv), "cells": args.cell or ["safe"],
             "seeds": f"{seeds[0]}-{seeds[-1]}", "mutants": len(mutants),
-            "runner": args.spark_master or f"local, {args.jobs} jobs",
+            "runner": f"{args.spark_master or 'local'}, {args.jobs} tasks at a time",
             "search wall s": round(search_s, 1), "total wall s": round(wall_s, 1),
             "mutants per hour (search)": round(len(mutants) * 3600 / search_s, 1),
             "mutants per hour (with unit tests)": round(len(mutants) * 3600 / wall_s, 1)}
+    return _report(args, out, mutants, results, meta)
+
+
+def _mutant(mutant_id: str) -> Mutant:
+    try:
+        return mutant(ROOT, mutant_id)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    """The report of an earlier campaign again, with the hand classifications as they are now."""
+    try:
+        saved = json.loads((args.rescore / "mutants.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{args.rescore}: no campaign's mutants.json ({e})") from None
+    results = {r["id"]: Result(**r) for r in saved.pop("results")}
+    mutants = [_mutant(i) for i in saved.pop("diffs")]
+    meta = {k: v for k, v in saved.items() if k != "scores"}
+    return _report(args, args.rescore, mutants, results, meta)
+
+
+def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],
+            results: dict[str, Result], meta: dict[str, Any]) -> int:
+    hand = page.classified(args.classified)
     path = page.write(out, results, {m.id: m for m in mutants}, hand, meta)
     print(page.markdown(page.score_table(results, hand)))
     for key in ("search wall s", "mutants per hour (search)", "mutants per hour (with unit tests)"):

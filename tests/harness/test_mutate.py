@@ -163,3 +163,13 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
     assert "lost-write" in killed.by and "invariant:LeaderCompleteness" in killed.by
     assert (baseline.outcome, baseline.seeds_run) == ("survived", 2)  # the must-fail twin
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest  # the checkout untouched
+
+
+def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
+    def cell(campaign: str, name: str) -> dict:
+        args = argparse.Namespace(cell=[name], campaign=ROOT / "campaigns" / campaign)
+        return {k: v for k, v in cells(args)[0].config.items() if k != "name"}
+
+    assert cell("mutation.toml", "safe/safe-mix") == cell("validation.toml", "safe")
+    assert cell("mutation.toml", "safe/reach")["nemesis"]["faults"] != \
+        cell("validation.toml", "safe")["nemesis"]["faults"]
