@@ -2,9 +2,11 @@
 
 Score of a module: mutants the harness killed / mutants counted, where a mutant is counted
 unless it crashed at start or timed out, and unless the hand classification
-(campaigns/mutation-survivors.toml) calls it equivalent: no run of any seed could tell it
-from the original. While only a sample of the survivors is classified, the score is a lower
-bound of the true one."""
+(campaigns/mutation-survivors.toml) of a survivor calls it "equivalent" (no run could tell it
+from the original) or "safe" (it changes what the system does, but no acknowledged record can
+be lost or misread through it: not safety-breaking, so not the harness's to catch). A
+survivor classified "missed" is a safety-breaking change the harness did not catch. While
+only a sample of the survivors is classified, the score is a lower bound of the true one."""
 
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ from harness.mutate.mutants import Mutant
 from harness.mutate.score import BASELINE, Result
 
 COLUMNS = ("module", "mutants", "crashed", "timed out", "killed by harness",
-           "killed only by unit tests", "survived both", "equivalent", "score")
+           "killed only by unit tests", "survived both", "equivalent or safe", "missed",
+           "survivors with unknown seeds", "score")
+NOT_COUNTED = ("equivalent", "safe")  # hand verdicts of survivors that are no safety bug
 
 
 def classified(path: Path | None) -> dict[str, dict[str, str]]:
-    """Hand classifications {mutant id: {"verdict": "equivalent"|"missed", "why": ...}}."""
+    """Hand classifications {mutant id: {"verdict": "equivalent"|"safe"|"missed", "why": ...}}."""
     if path is None or not path.is_file():
         return {}
     return tomllib.loads(path.read_text())
@@ -34,8 +38,8 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
     def count(outcome: str) -> int:
         return sum(r.outcome == outcome for r in results)
 
-    equivalent = sum(hand.get(r.id, {}).get("verdict") == "equivalent" for r in results
-                     if r.outcome == "survived")
+    verdicts = [hand.get(r.id, {}).get("verdict") for r in results if r.outcome == "survived"]
+    equivalent = sum(v in NOT_COUNTED for v in verdicts)
     counted = len(results) - count("crashed") - count("timed-out") - equivalent
     killed = count("killed")
     unit_only = sum(r.outcome == "survived" and r.unit == "killed" for r in results)
@@ -43,7 +47,9 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
             "timed out": count("timed-out"), "killed by harness": killed,
             "killed only by unit tests": unit_only,
             "survived both": count("survived") - unit_only - equivalent,
-            "equivalent": equivalent,
+            "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
+            "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
+                                                for r in results),
             "score": f"{killed}/{counted} = {killed / counted:.0%}" if counted else "-"}
 
 
@@ -73,12 +79,19 @@ def _table_html(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _mutant_html(r: Result, m: Mutant | None, hand: Mapping[str, Mapping]) -> str:
     note = hand.get(r.id)
-    said = (f"<p><b>{html.escape(note['verdict'])}</b>: {html.escape(note.get('why', ''))}</p>"
-            if note else "<p>not classified</p>")
+    lacked = f" <i>The harness lacked:</i> {html.escape(note['lacked'])}" \
+        if note and note.get("lacked") else ""
+    said = (f"<p><b>{html.escape(note['verdict'])}</b>: {html.escape(note.get('why', ''))}"
+            f"{lacked}</p>" if note else "<p>not classified</p>")
     unit = f"unit tests: {r.unit or 'not run'} {html.escape(', '.join(r.unit_failed[:3]))}"
     diff = html.escape(m.diff()) if m is not None else ""
     return (f"<h3><code>{html.escape(r.id)}</code></h3><p>{html.escape(m.what if m else '')}; "
-            f"{r.seeds_run} seeds; {unit}</p>{said}<pre>{diff}</pre>")
+            f"{r.seeds_run} seeds, {r.unknown} of them unknown{_loaded(r)}; {unit}</p>{said}"
+            f"<pre>{diff}</pre>")
+
+
+def _loaded(r: Result) -> str:
+    return ", the simulation never imported its module" if r.loaded is False else ""
 
 
 def _killed_html(results: Sequence[Result]) -> str:

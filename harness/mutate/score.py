@@ -52,6 +52,7 @@ class Result:
     seed: int | None = None
     seeds_run: int = 0
     unknown: int = 0  # seeds whose verdict was unknown (not a kill: see child.decisive)
+    loaded: bool | None = None  # whether the simulation imported the mutated module at all
     wall_s: float = 0.0  # spent on this mutant by the harness, up to its kill
     error: str | None = None
     unit: str | None = None  # killed | survived | error | None (not run)
@@ -137,6 +138,7 @@ def _record(result: Result, answer: Mapping[str, Any]) -> None:
         result.outcome, result.error = "crashed", answer["error"]
         return
     rows = answer["rows"]
+    result.loaded = bool(result.loaded) or answer.get("loaded", True)
     result.seeds_run += len(rows)
     result.unknown += sum(r["valid"] not in (True, False, "error") for r in rows)
     last = rows[-1] if rows else None

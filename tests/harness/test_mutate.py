@@ -135,8 +135,9 @@ def test_the_score_counts_neither_crashes_nor_equivalent_mutants() -> None:
     hand = {"x.py:drop-stmt:2:0:0": {"verdict": "equivalent", "why": "a cache"}}
     row, total = page.score_table(results, hand)
     assert row == total | {"module": "x.py"}
-    assert (row["killed by harness"], row["killed only by unit tests"], row["equivalent"],
-            row["survived both"], row["score"]) == (1, 1, 1, 0, "1/2 = 50%")
+    assert (row["killed by harness"], row["killed only by unit tests"],
+            row["equivalent or safe"], row["survived both"], row["score"]) == (1, 1, 1, 0,
+                                                                               "1/2 = 50%")
 
 
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:
@@ -173,3 +174,12 @@ def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
     assert cell("mutation.toml", "safe/safe-mix") == cell("validation.toml", "safe")
     assert cell("mutation.toml", "safe/reach")["nemesis"]["faults"] != \
         cell("validation.toml", "safe")["nemesis"]["faults"]
+
+
+def test_every_hand_classified_survivor_is_a_mutant_the_code_still_has() -> None:
+    hand = page.classified(ROOT / "campaigns" / "mutation-survivors.toml")
+    assert hand, "the classification file is empty or gone"
+    for mutant_id, note in hand.items():
+        assert mutant(ROOT, mutant_id).id == mutant_id
+        assert note["verdict"] in ("equivalent", "safe", "missed") and note["why"]
+        assert note["verdict"] != "missed" or note["lacked"]
