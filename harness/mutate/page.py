@@ -38,15 +38,18 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
     def count(outcome: str) -> int:
         return sum(r.outcome == outcome for r in results)
 
-    verdicts = [hand.get(r.id, {}).get("verdict") for r in results if r.outcome == "survived"]
+    survivors = [r for r in results if r.outcome == "survived"]
+    verdicts = [hand.get(r.id, {}).get("verdict") for r in survivors]
     equivalent = sum(v in NOT_COUNTED for v in verdicts)
+    unit_only = sum(r.unit == "killed" for r in survivors)
+    both = sum(r.unit != "killed" and v not in NOT_COUNTED for r, v in zip(survivors, verdicts,
+                                                                              strict=True))
     counted = len(results) - count("crashed") - count("timed-out") - equivalent
     killed = count("killed")
-    unit_only = sum(r.outcome == "survived" and r.unit == "killed" for r in results)
     return {"module": module, "mutants": len(results), "crashed": count("crashed"),
             "timed out": count("timed-out"), "killed by harness": killed,
             "killed only by unit tests": unit_only,
-            "survived both": count("survived") - unit_only - equivalent,
+            "survived both": both,
             "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
             "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
                                                 for r in results),

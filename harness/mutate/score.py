@@ -145,9 +145,10 @@ def _record(result: Result, answer: Mapping[str, Any]) -> None:
     if last is None or not decisive(last):
         return
     result.cell, result.seed = answer["cell"], last["seed"]
-    if result.seeds_run == 1:
-        # its first seed raised or acknowledged nothing: the mutated system never served, so
-        # it asked no safety question (a name left unbound, a leader never elected)
+    if result.seeds_run == 1 and last["valid"] is not False:
+        # its first seed raised, or acknowledged nothing and broke no invariant: the mutated
+        # system never served, so it was asked no safety question (a name left unbound, a
+        # leader never elected). An invariant violated meanwhile is a kill all the same.
         result.outcome = "crashed"
         result.error = last["error"] or f"verdict {last['valid']}, nothing acknowledged"
         return

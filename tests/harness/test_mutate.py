@@ -108,6 +108,8 @@ def _row(seed: int, valid, acked: int = 100, anomalies=None, error=None) -> dict
     ([_row(1, True), _row(2, False, anomalies={"lost-write": 3})], "killed", ["lost-write"]),
     ([_row(1, True), _row(2, "error", error="KeyError: 3")], "killed", ["error: KeyError"]),
     ([_row(1, "unknown", acked=0)], "crashed", []),
+    ([_row(1, False, acked=0, anomalies={"invariant:LeaderCompleteness": 1})], "killed",
+     ["invariant:LeaderCompleteness"]),
     ([_row(1, "error", error="NameError: leader")], "crashed", []),
     ([_row(1, True), _row(2, True)], "alive", []),
     ([_row(1, "unknown"), _row(2, True)], "alive", []),  # an unknown verdict is no kill
