@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="these mutants only (repeatable; ids as --list prints them)")
     parser.add_argument("--list", action="store_true", help="print the mutants' ids and stop")
     parser.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
-    parser.add_argument("--rescore", type=Path, metavar="DIR",
-                        help="write an earlier campaign's report (results/mutation/STAMP) again "
+    parser.add_argument("--rescore", type=Path, nargs="+", metavar="DIR",
+                        help="write earlier campaigns' report (results/mutation/STAMP; several "
+                             "are merged into a new folder, later ones' results first) again "
                              "with the hand classifications as they are now, and stop")
     parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "validation.toml",
                         metavar="FILE.toml", help="where the cells come from")
@@ -171,15 +172,25 @@ def _mutant(mutant_id: str) -> Mutant:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    """The report of an earlier campaign again, with the hand classifications as they are now."""
-    try:
-        saved = json.loads((args.rescore / "mutants.json").read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{args.rescore}: no campaign's mutants.json ({e})") from None
-    results = {r["id"]: Result(**r) for r in saved.pop("results")}
-    mutants = [_mutant(i) for i in saved.pop("diffs")]
-    meta = {k: v for k, v in saved.items() if k != "scores"}
-    return _report(args, args.rescore, mutants, results, meta)
+    """The report of earlier campaigns again, with the hand classifications as they are now.
+    Several folders are merged into a new one, a later campaign's result of a mutant taking
+    the place of an earlier one's (a mutant run again under a changed rule)."""
+    results: dict[str, Result] = {}
+    ids: dict[str, None] = {}
+    for folder in args.rescore:
+        try:
+            saved = json.loads((folder / "mutants.json").read_text())
+        except (OSError, ValueError) as e:
+            raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
+        results.update((r["id"], Result(**r)) for r in saved.pop("results"))
+        ids.update(dict.fromkeys(saved.pop("diffs")))
+    if len(args.rescore) == 1:
+        out, meta = args.rescore[0], {k: v for k, v in saved.items() if k != "scores"}
+    else:
+        out = owned_dir(store.default_results_dir() / "mutation"
+                        / time.strftime("%Y%m%dT%H%M%S-merged", time.gmtime()))
+        meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(ids)}
+    return _report(args, out, [_mutant(i) for i in ids], results, meta)
 
 
 def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],
@@ -188,7 +199,8 @@ def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],
     path = page.write(out, results, {m.id: m for m in mutants}, hand, meta)
     print(page.markdown(page.score_table(results, hand)))
     for key in ("search wall s", "mutants per hour (search)", "mutants per hour (with unit tests)"):
-        print(f"{key}: {meta[key]}")
+        if key in meta:
+            print(f"{key}: {meta[key]}")
     print(path)
     baseline = results[BASELINE]
     if baseline.outcome != "survived" or baseline.unit not in (None, "survived"):
