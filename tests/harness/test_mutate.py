@@ -185,3 +185,12 @@ def test_every_hand_classified_survivor_is_a_mutant_the_code_still_has() -> None
         assert mutant(ROOT, mutant_id).id == mutant_id
         assert note["verdict"] in ("equivalent", "safe", "missed") and note["why"]
         assert note["verdict"] != "missed" or note["lacked"]
+
+
+def test_harness_mutate_shows_a_mutant_by_its_id_and_refuses_an_unknown_one(capsys) -> None:
+    from harness.cli import main
+
+    assert main(["mutate", "--show", HWM_MAX]) == 0
+    assert "+        candidate = max([settled if r == me" in capsys.readouterr().out
+    assert main(["mutate", "--show", "replication/partition.py:min-max:1:0:0"]) == 3
+    assert "no such mutant" in capsys.readouterr().err
