@@ -211,8 +211,9 @@ def return_value(node: ast.AST, text: _Text) -> list[Splice]:
     return []
 
 
-# Statements whose loss is only a log line or a debugging aid.
-_QUIET_CALLS = ("print", "say", "log", "logger", "logging", "warn", "warnings")
+# Statements whose loss is only a log line or a debugging aid. Not `log`: in replication/ that
+# is mostly a partition's Log (`log.close(clean)`), whose calls are protocol steps.
+_QUIET_CALLS = ("print", "say", "logger", "logging", "warn", "warnings")
 
 
 def _quiet(stmt: ast.stmt) -> bool:
