@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
     parser.add_argument("--rescore", type=Path, nargs="+", metavar="DIR",
                         help="write earlier campaigns' report (results/mutation/STAMP; several "
-                             "are merged into a new folder, later ones' results first) again "
+                             "are merged into a new folder, a later one's result of a mutant "
+                             "taking the place of an earlier one's, its unit tests kept) again "
                              "with the hand classifications as they are now, and stop")
     parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "validation.toml",
                         metavar="FILE.toml", help="where the cells come from")
@@ -182,7 +183,8 @@ def _rescore(args: argparse.Namespace) -> int:
             saved = json.loads((folder / "mutants.json").read_text())
         except (OSError, ValueError) as e:
             raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
-        results.update((r["id"], Result(**r)) for r in saved.pop("results"))
+        for r in saved.pop("results"):
+            results[r["id"]] = _merged(results.get(r["id"]), Result(**r))
         ids.update(dict.fromkeys(saved.pop("diffs")))
     if len(args.rescore) == 1:
         out, meta = args.rescore[0], {k: v for k, v in saved.items() if k != "scores"}
@@ -191,6 +193,15 @@ def _rescore(args: argparse.Namespace) -> int:
                         / time.strftime("%Y%m%dT%H%M%S-merged", time.gmtime()))
         meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(ids)}
     return _report(args, out, [_mutant(i) for i in ids], results, meta)
+
+
+def _merged(earlier: Result | None, later: Result) -> Result:
+    """A later campaign's result of a mutant (another cell, or a changed rule), keeping the
+    unit tests' verdict of the earlier one when the later did not run them."""
+    if earlier is not None and later.unit is None:
+        later.unit, later.unit_failed = earlier.unit, earlier.unit_failed
+        later.unit_wall_s = earlier.unit_wall_s
+    return later
 
 
 def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],

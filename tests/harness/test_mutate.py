@@ -194,3 +194,12 @@ def test_harness_mutate_shows_a_mutant_by_its_id_and_refuses_an_unknown_one(caps
     assert "+        candidate = max([settled if r == me" in capsys.readouterr().out
     assert main(["mutate", "--show", "replication/partition.py:min-max:1:0:0"]) == 3
     assert "no such mutant" in capsys.readouterr().err
+
+
+def test_a_later_campaigns_result_replaces_an_earlier_one_and_keeps_its_unit_tests() -> None:
+    from harness.commands.mutate import _merged
+
+    earlier = Result("m", outcome="survived", unit="killed", unit_failed=["t"])
+    later = _merged(earlier, Result("m", outcome="killed", cell="safe/reach", seed=3))
+    assert (later.outcome, later.cell, later.unit, later.unit_failed) == \
+        ("killed", "safe/reach", "killed", ["t"])
