@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,12 +95,16 @@ def unit_task(task: Mapping[str, Any]) -> dict[str, Any]:
 Runner = Callable[[Callable[[dict], dict], list[dict]], Iterable[dict]]
 
 
+def _as_done(fn: Callable[[dict], dict], tasks: list[dict], jobs: int) -> Iterable[dict]:
+    """Each task's answer as soon as it is done (an answer names its mutant: order is moot)."""
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for done in as_completed([pool.submit(fn, t) for t in tasks]):
+            yield done.result()
+
+
 def local_runner(jobs: int) -> Runner:
     """Tasks on `jobs` threads, each waiting on its child process."""
-    def run(fn: Callable[[dict], dict], tasks: list[dict]) -> Iterable[dict]:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            yield from pool.map(fn, tasks)
-    return run
+    return lambda fn, tasks: _as_done(fn, tasks, jobs)
 
 
 def spark_runner(master: str, jobs: int) -> Runner:
@@ -118,10 +122,7 @@ def spark_runner(master: str, jobs: int) -> Runner:
     def one(fn: Callable[[dict], dict], task: dict) -> dict:
         return sc.parallelize([task], 1).map(fn).collect()[0]
 
-    def run(fn: Callable[[dict], dict], tasks: list[dict]) -> Iterable[dict]:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            yield from pool.map(lambda task: one(fn, task), tasks)
-    return run
+    return lambda fn, tasks: _as_done(lambda task: one(fn, task), tasks, jobs)
 
 
 def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:
