@@ -1,0 +1,220 @@
+"""`harness mutate`: mutation analysis of the protocol code (docs/mutation.md).
+
+Mutants of the safety-relevant modules of replication/ (harness/mutate/mutants.py), each
+searched in the simulator over a campaign cell's seeds until its first failing seed, with the
+unmutated code searched beside them as the control, then the unit tests on the survivors;
+a score per module and a report (results/mutation/<stamp>/index.html)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from checkers.exitcodes import Exit, UserError
+from control.files import owned_dir
+from harness import store
+from harness.commands.simulate import campaign_config, seeds_option
+from harness.mutate import page
+from harness.mutate.child import ROOT
+from harness.mutate.mutants import MODULES, Mutant, mutant, mutants_of
+from harness.mutate.score import (
+    BASELINE,
+    Cell,
+    Result,
+    local_runner,
+    search_all,
+    spark_runner,
+    unit_test_all,
+)
+from harness.sim_run import as_simulated
+
+NAME = "mutate"
+HELP = "mutation analysis: which small changes to the protocol the harness catches"
+CLASSIFIED = ROOT / "campaigns" / "mutation-survivors.toml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--modules", nargs="+", default=list(MODULES), metavar="PATH",
+                        help="the modules to mutate (default: the safety-relevant ones)")
+    parser.add_argument("--sample", type=int, metavar="N",
+                        help="N mutants, as evenly as they go over the modules (default: all)")
+    parser.add_argument("--sample-seed", type=int, default=1, metavar="S",
+                        help="the seed of the sample (default 1)")
+    parser.add_argument("--mutant", action="append", metavar="ID",
+                        help="these mutants only (repeatable; ids as --list prints them)")
+    parser.add_argument("--list", action="store_true", help="print the mutants' ids and stop")
+    parser.add_argument("--show", metavar="ID", help="print one mutant's diff and stop")
+    parser.add_argument("--rescore", type=Path, nargs="+", metavar="DIR",
+                        help="write earlier campaigns' report (results/mutation/STAMP; several "
+                             "are merged into a new folder, a later one's result of a mutant "
+                             "taking the place of an earlier one's, its unit tests kept) again "
+                             "with the hand classifications as they are now, and stop")
+    parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "validation.toml",
+                        metavar="FILE.toml", help="where the cells come from")
+    parser.add_argument("--cell", action="append", metavar="CONFIG[/MIX]",
+                        help="the cells to search, in order (repeatable; default: safe)")
+    parser.add_argument("--seeds", type=seeds_option, default=seeds_option("1-20"), metavar="A-B",
+                        help="each cell's seeds (default 1-20); a mutant stops at its first "
+                             "failing seed")
+    parser.add_argument("--block", type=int, default=10, metavar="N",
+                        help="seeds per task (default 10)")
+    parser.add_argument("--seed-timeout", type=float, default=30.0, metavar="S",
+                        help="wall seconds a seed may take before its mutant counts as timed "
+                             "out (default 30)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="tasks at a time, local or on Spark (default: the cores)")
+    parser.add_argument("--spark-master", metavar="URL",
+                        help="run each task as a Spark task on this master (e.g. local[2])")
+    parser.add_argument("--unit-tests", choices=("survivors", "all", "none"),
+                        default="survivors",
+                        help="which mutants the unit tests run on (default: the harness's "
+                             "survivors)")
+    parser.add_argument("--classified", type=Path, default=CLASSIFIED, metavar="FILE.toml",
+                        help="hand classifications of survivors (equivalent or missed)")
+
+
+def chosen(args: argparse.Namespace) -> list[Mutant]:
+    if args.mutant:
+        try:
+            return [mutant(ROOT, i) for i in args.mutant]
+        except ValueError as e:
+            raise UserError(str(e)) from None
+    per_module = {m: mutants_of(ROOT, m) for m in args.modules}
+    if args.sample is None:
+        return [m for ms in per_module.values() for m in ms]
+    return sample(per_module, args.sample, args.sample_seed)
+
+
+def sample(per_module: dict[str, list[Mutant]], n: int, seed: int) -> list[Mutant]:
+    """`n` mutants spread evenly over the modules (a module with fewer gives all it has),
+    each module's drawn by its own seeded generator, so adding a module changes no other's."""
+    quota = {m: 0 for m in per_module}
+    while sum(quota.values()) < n and any(quota[m] < len(ms) for m, ms in per_module.items()):
+        for m, ms in per_module.items():
+            if quota[m] < len(ms) and sum(quota.values()) < n:
+                quota[m] += 1
+    return [x for m, ms in per_module.items()
+            for x in sorted(random.Random(f"{seed}:{m}").sample(ms, quota[m]),
+                            key=lambda x: (x.line, x.col))]
+
+
+def cells(args: argparse.Namespace) -> list[Cell]:
+    out = []
+    for name in args.cell or ["safe"]:
+        config = campaign_config(argparse.Namespace(campaign=args.campaign, cell=name, seed=None,
+                                                    time_limit=None))
+        out.append(Cell(name, as_simulated(config)))
+    return out
+
+
+def _say(result: Result) -> None:
+    where = f" at {result.cell} seed {result.seed}" if result.seed is not None else ""
+    by = f" by {', '.join(result.by)}" if result.by else ""
+    print(f"[mutate] {result.outcome}{where}{by}: {result.id} ({result.wall_s:.0f} s)",
+          file=sys.stderr, flush=True)
+
+
+def _progress(out: Path) -> Callable[[Result], None]:
+    """Say each decided mutant, and append it to progress.jsonl: a campaign cut short still
+    leaves what it learnt."""
+    def on_result(result: Result) -> None:
+        _say(result)
+        with (out / "progress.jsonl").open("a") as f:
+            f.write(json.dumps(asdict(result)) + "\n")
+    return on_result
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.show:
+        m = _mutant(args.show)
+        print(f"{m.id}: {m.what}\n{m.diff()}", end="")
+        return Exit.VALID
+    if args.rescore:
+        return _rescore(args)
+    mutants = chosen(args)
+    if args.list:
+        for m in mutants:
+            print(f"{m.id}  {m.what}")
+        return Exit.VALID
+    out = owned_dir(store.default_results_dir() / "mutation"
+                    / time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
+    runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
+              else local_runner(args.jobs))
+    started = time.perf_counter()
+    results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
+                         block=args.block, seed_timeout=args.seed_timeout,
+                         on_result=_progress(out))
+    search_s = time.perf_counter() - started
+    unit_test_all(results, args.unit_tests, runner)
+    seeds = list(args.seeds)
+    wall_s = time.perf_counter() - started
+    meta = {"argv": " ".join(args.argv), "cells": args.cell or ["safe"],
+            "seeds": f"{seeds[0]}-{seeds[-1]}", "mutants": len(mutants),
+            "runner": f"{args.spark_master or 'local'}, {args.jobs} tasks at a time",
+            "search wall s": round(search_s, 1), "total wall s": round(wall_s, 1),
+            "mutants per hour (search)": round(len(mutants) * 3600 / search_s, 1),
+            "mutants per hour (with unit tests)": round(len(mutants) * 3600 / wall_s, 1)}
+    return _report(args, out, mutants, results, meta)
+
+
+def _mutant(mutant_id: str) -> Mutant:
+    try:
+        return mutant(ROOT, mutant_id)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    """The report of earlier campaigns again, with the hand classifications as they are now.
+    Several folders are merged into a new one, a later campaign's result of a mutant taking
+    the place of an earlier one's (a mutant run again under a changed rule)."""
+    results: dict[str, Result] = {}
+    ids: dict[str, None] = {}
+    for folder in args.rescore:
+        try:
+            saved = json.loads((folder / "mutants.json").read_text())
+        except (OSError, ValueError) as e:
+            raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
+        for r in saved.pop("results"):
+            results[r["id"]] = _merged(results.get(r["id"]), Result(**r))
+        ids.update(dict.fromkeys(saved.pop("diffs")))
+    if len(args.rescore) == 1:
+        out, meta = args.rescore[0], {k: v for k, v in saved.items() if k != "scores"}
+    else:
+        out = owned_dir(store.default_results_dir() / "mutation"
+                        / time.strftime("%Y%m%dT%H%M%S-merged", time.gmtime()))
+        meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(ids)}
+    return _report(args, out, [_mutant(i) for i in ids], results, meta)
+
+
+def _merged(earlier: Result | None, later: Result) -> Result:
+    """A later campaign's result of a mutant (another cell, or a changed rule), keeping the
+    unit tests' verdict of the earlier one when the later did not run them."""
+    if earlier is not None and later.unit is None:
+        later.unit, later.unit_failed = earlier.unit, earlier.unit_failed
+        later.unit_wall_s = earlier.unit_wall_s
+    return later
+
+
+def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],
+            results: dict[str, Result], meta: dict[str, Any]) -> int:
+    hand = page.classified(args.classified)
+    path = page.write(out, results, {m.id: m for m in mutants}, hand, meta)
+    print(page.markdown(page.score_table(results, hand)))
+    for key in ("search wall s", "mutants per hour (search)", "mutants per hour (with unit tests)"):
+        if key in meta:
+            print(f"{key}: {meta[key]}")
+    print(path)
+    baseline = results[BASELINE]
+    if baseline.outcome != "survived" or baseline.unit not in (None, "survived"):
+        print(f"the unmutated code did not pass: {baseline}", file=sys.stderr)
+        return Exit.ERROR  # every kill is suspect: the cell or the tests fail on their own
+    return Exit.VALID

@@ -1,0 +1,119 @@
+"""One mutant's work, in a process of its own: `python -m harness.mutate.child` reads one job
+(JSON on stdin), loads the mutated module in place of the original, and answers one JSON
+object on stdout.
+
+    {"mutant": ID | null, "config": {...}, "seeds": [...]}   -> {"rows": [...]}
+    {"mutant": ID | null, "pytest": [ARGS...]}                 -> {"exit": N, "failed": [...]}
+
+The mutated source is served by an import hook installed before anything imports the
+protocol, with the original file's path as its `__file__` (tracebacks name the real file),
+and no bytecode is written: the checkout and its __pycache__ stay as they are. A search's
+seeds run one after another in this process (harness.simulate.search, CPython, stopping at
+the first decisive seed: `decisive`); a null mutant runs the unmutated code, the twin every kill is
+measured against."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import io
+import json
+import sys
+from contextlib import redirect_stdout
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.mutate.mutants import Mutant, mutant
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class _MutantLoader(importlib.abc.Loader):
+    def __init__(self, m: Mutant, origin: str) -> None:
+        self.mutant, self.origin = m, origin
+
+    def exec_module(self, module: ModuleType) -> None:
+        exec(compile(self.mutant.source, self.origin, "exec", dont_inherit=True), module.__dict__)
+
+
+class _MutantFinder(importlib.abc.MetaPathFinder):
+    """Finds the one mutated module before the path finder would find the original."""
+
+    def __init__(self, m: Mutant) -> None:
+        self.mutant = m
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.mutant.module:
+            return None
+        origin = str(ROOT / self.mutant.path)
+        return importlib.util.spec_from_file_location(
+            fullname, origin, loader=_MutantLoader(self.mutant, origin))
+
+
+def install(mutant_id: str) -> Mutant:
+    """Serve `mutant_id`'s source for its module from now on in this process."""
+    m = mutant(ROOT, mutant_id)
+    if m.module in sys.modules:
+        raise RuntimeError(f"{m.module} was imported before the mutant could replace it")
+    sys.dont_write_bytecode = True
+    sys.meta_path.insert(0, _MutantFinder(m))
+    return m
+
+
+def decisive(row: dict[str, Any]) -> bool:
+    """Whether a seed's row ends the mutant's search: an invalid seed (an anomaly or an
+    invariant violation), a seed that raised, or one that acknowledged nothing (the mutated
+    system never served). An unknown verdict (the final read did not reach the high
+    watermark) does not: the unmutated code has those too under some mixes."""
+    return row["valid"] in (False, "error") or not row["acked"]
+
+
+def search_rows(config: dict[str, Any], seeds: list[int]) -> list[dict]:
+    """The seeds' rows, up to and including the first decisive one."""
+    from harness.simulate import search  # after install(): it imports the protocol
+
+    rows = []
+    for seed in seeds:  # one at a time: search's stop_after counts only failing seeds
+        row = search(config, [seed], jobs=1, stop_after=1, interpreter="cpython").rows[0]
+        rows.append(row)
+        if decisive(row):
+            break
+    return rows
+
+
+def unit_tests(args: list[str]) -> dict[str, Any]:
+    """pytest on `args` in this process: its exit code and the tests that failed."""
+    import pytest
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = pytest.main([*args, "-q", "-x", "-rf", "-p", "no:cacheprovider"])
+    failed = [line.split(" ", 2)[1] for line in out.getvalue().splitlines()
+              if line.startswith("FAILED ")]
+    return {"exit": int(code), "failed": failed}
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    m = install(job["mutant"]) if job.get("mutant") else None
+    if "pytest" in job:
+        return unit_tests(job["pytest"])
+    rows = search_rows(job["config"], job["seeds"])
+    # whether the search imported the mutated module at all: the simulator models some
+    # modules instead of running them (simulation/disk.py stands in for segment_log.py)
+    return {"rows": rows, "loaded": m is None or m.module in sys.modules}
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    answers = sys.stdout
+    sys.stdout = sys.stderr  # whatever the run prints; stdout carries only the answer
+    try:
+        answer = run(job)
+    except Exception as e:  # the mutant's module failed to import, or the job was bad
+        answer = {"error": f"{type(e).__name__}: {e}"}
+    answers.write(json.dumps(answer) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""A mutation campaign's results: the score table per module, mutants.json and index.html.
+
+Score of a module: mutants the harness killed / mutants counted, where a mutant is counted
+unless it crashed at start or timed out, and unless the hand classification
+(campaigns/mutation-survivors.toml) of a survivor calls it "equivalent" (no run could tell it
+from the original) or "safe" (it changes what the system does, but no acknowledged record can
+be lost or misread through it: not safety-breaking, so not the harness's to catch). A
+survivor classified "missed" is a safety-breaking change the harness did not catch. While
+only a sample of the survivors is classified, the score is a lower bound of the true one."""
+
+from __future__ import annotations
+
+import html
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from control.files import write_json_atomic
+from harness.mutate.mutants import Mutant
+from harness.mutate.score import BASELINE, Result
+
+COLUMNS = ("module", "mutants", "crashed", "timed out", "killed by harness",
+           "killed only by unit tests", "survived both", "equivalent or safe", "missed",
+           "survivors with unknown seeds", "score")
+NOT_COUNTED = ("equivalent", "safe")  # hand verdicts of survivors that are no safety bug
+
+
+def classified(path: Path | None) -> dict[str, dict[str, str]]:
+    """Hand classifications {mutant id: {"verdict": "equivalent"|"safe"|"missed", "why": ...}}."""
+    if path is None or not path.is_file():
+        return {}
+    return tomllib.loads(path.read_text())
+
+
+def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mapping]) -> dict:
+    def count(outcome: str) -> int:
+        return sum(r.outcome == outcome for r in results)
+
+    survivors = [r for r in results if r.outcome == "survived"]
+    verdicts = [hand.get(r.id, {}).get("verdict") for r in survivors]
+    equivalent = sum(v in NOT_COUNTED for v in verdicts)
+    unit_only = sum(r.unit == "killed" for r in survivors)
+    both = sum(r.unit != "killed" and v not in NOT_COUNTED for r, v in zip(survivors, verdicts,
+                                                                              strict=True))
+    counted = len(results) - count("crashed") - count("timed-out") - equivalent
+    killed = count("killed")
+    return {"module": module, "mutants": len(results), "crashed": count("crashed"),
+            "timed out": count("timed-out"), "killed by harness": killed,
+            "killed only by unit tests": unit_only,
+            "survived both": both,
+            "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
+            "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
+                                                for r in results),
+            "score": f"{killed}/{counted} = {killed / counted:.0%}" if counted else "-"}
+
+
+def score_table(results: Mapping[str, Result], hand: Mapping[str, Mapping]) -> list[dict]:
+    """One row per module, then the total (the baseline excluded)."""
+    by_module: dict[str, list[Result]] = {}
+    for r in results.values():
+        if r.id != BASELINE:
+            by_module.setdefault(r.id.split(":")[0], []).append(r)
+    rows = [_module_row(m, rs, hand) for m, rs in sorted(by_module.items())]
+    everything = [r for rs in by_module.values() for r in rs]
+    return rows + [_module_row("all", everything, hand)]
+
+
+def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(row[c]) for c in COLUMNS) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _table_html(rows: Sequence[Mapping[str, Any]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in COLUMNS)
+                   + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _mutant_html(r: Result, m: Mutant | None, hand: Mapping[str, Mapping]) -> str:
+    note = hand.get(r.id)
+    lacked = f" <i>The harness lacked:</i> {html.escape(note['lacked'])}" \
+        if note and note.get("lacked") else ""
+    said = (f"<p><b>{html.escape(note['verdict'])}</b>: {html.escape(note.get('why', ''))}"
+            f"{lacked}</p>" if note else "<p>not classified</p>")
+    unit = f"unit tests: {r.unit or 'not run'} {html.escape(', '.join(r.unit_failed[:3]))}"
+    diff = html.escape(m.diff()) if m is not None else ""
+    return (f"<h3><code>{html.escape(r.id)}</code></h3><p>{html.escape(m.what if m else '')}; "
+            f"{r.seeds_run} seeds, {r.unknown} of them unknown{_loaded(r)}; {unit}</p>{said}"
+            f"<pre>{diff}</pre>")
+
+
+def _loaded(r: Result) -> str:
+    return ", the simulation never imported its module" if r.loaded is False else ""
+
+
+def _killed_html(results: Sequence[Result]) -> str:
+    rows = "".join(f"<tr><td><code>{html.escape(r.id)}</code></td><td>{html.escape(r.cell or '')}"
+                   f"</td><td>{r.seed}</td><td>{r.wall_s:.1f}</td>"
+                   f"<td>{html.escape(', '.join(r.by))}</td></tr>" for r in results)
+    return ("<table><tr><th>mutant</th><th>cell</th><th>seed</th><th>wall s</th>"
+            f"<th>killed by</th></tr>{rows}</table>")
+
+
+def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant],
+          hand: Mapping[str, Mapping], meta: Mapping[str, Any]) -> Path:
+    """mutants.json (every result, the meta data) and index.html in `out`; the page's path."""
+    rows = score_table(results, hand)
+    write_json_atomic(out / "mutants.json", {
+        **meta, "scores": rows, "results": [asdict(r) for r in results.values()],
+        "diffs": {i: m.diff() for i, m in mutants.items()}})
+    survivors = [r for r in results.values() if r.outcome == "survived" and r.id != BASELINE]
+    killed = [r for r in results.values() if r.outcome == "killed"]
+    facts = "".join(f"<li>{html.escape(str(k))}: {html.escape(str(v))}</li>"
+                    for k, v in meta.items())
+    page = (f"<!doctype html><meta charset=utf-8><title>mutation campaign</title>"
+            f"<style>{_CSS}</style><h1>Mutation campaign</h1><ul>{facts}</ul>"
+            f"<h2>Score per module</h2>{_table_html(rows)}"
+            f"<h2>Survivors ({len(survivors)})</h2>"
+            + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in survivors)
+            + f"<h2>Killed ({len(killed)})</h2>{_killed_html(killed)}")
+    path = out / "index.html"
+    path.write_text(page)
+    return path
+
+
+_CSS = ("body{font-family:sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
+        "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}")

@@ -1,0 +1,206 @@
+"""A mutation campaign: which mutants the simulated search kills, and which the unit tests do.
+
+Each mutant is searched cell by cell (a campaign cell's config and nemesis mix), in blocks of
+seeds. A task is one mutant and one block, run by a child process (harness/mutate/child.py)
+that stops at the block's first failing seed; the tasks of a round (every mutant still alive,
+the next block) run on local threads that wait on those children, or as Spark tasks
+(`spark_master`, one job of one task per mutant and block, `jobs` at a time). So a mutant killed at its third seed costs
+one block, and only survivors run every seed.
+
+Outcomes: killed (by the harness: the anomalies and invariants of the first invalid seed,
+its cell, seed and the wall time spent on the mutant until then; a later seed that raised or
+acknowledged nothing counts too), crashed (the mutated module did not import, or its first
+seed raised or acknowledged nothing: not counted in the score), timed-out (a block ran past
+its time), survived. An unknown verdict is no kill (child.decisive). The unit tests (`tests/replication`, in-process tests only) run
+separately on the survivors, or on every mutant (`unit_tests="all"`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.mutate.child import ROOT, decisive
+
+# Tests of the protocol that run in this process; the process tests start brokers as
+# programs of their own, which would load the original module, not the mutant.
+UNIT_TESTS = ("tests/replication", "--ignore=tests/replication/test_replication_process.py",
+              "--hypothesis-seed=0")
+BASELINE = "(unmutated)"  # the twin: the unmutated code under the same cells and seeds
+
+
+@dataclass
+class Cell:
+    name: str
+    config: dict[str, Any]
+
+
+@dataclass
+class Result:
+    """What a campaign learnt of one mutant (or of the unmutated code, BASELINE)."""
+
+    id: str
+    outcome: str = "alive"  # killed | crashed | timed-out | survived (alive while searched)
+    by: list[str] = field(default_factory=list)  # the failing seed's anomalies and invariants
+    cell: str | None = None
+    seed: int | None = None
+    seeds_run: int = 0
+    unknown: int = 0  # seeds whose verdict was unknown (not a kill: see child.decisive)
+    loaded: bool | None = None  # whether the simulation imported the mutated module at all
+    wall_s: float = 0.0  # spent on this mutant by the harness, up to its kill
+    error: str | None = None
+    unit: str | None = None  # killed | survived | error | None (not run)
+    unit_failed: list[str] = field(default_factory=list)
+    unit_wall_s: float = 0.0
+
+
+def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """One job in a fresh child process; its answer, or {"timeout": True} / {"error": ...}."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness.mutate.child"], cwd=ROOT, env=env,
+                              input=json.dumps(job), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"timeout": True}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": f"the child exited with {done.returncode}: {done.stderr.strip()[-800:]}"}
+    return json.loads(lines[-1])
+
+
+def search_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A mutant and a block of seeds of one cell (a Spark task or a local thread's)."""
+    mutant = None if task["mutant"] == BASELINE else task["mutant"]
+    started = time.perf_counter()
+    answer = run_child({"mutant": mutant, "config": task["config"], "seeds": task["seeds"]},
+                       task["timeout"])
+    return {**answer, "mutant": task["mutant"], "cell": task["cell"],
+            "wall_s": time.perf_counter() - started}
+
+
+def unit_task(task: Mapping[str, Any]) -> dict[str, Any]:
+    mutant = None if task["mutant"] == BASELINE else task["mutant"]
+    started = time.perf_counter()
+    answer = run_child({"mutant": mutant, "pytest": list(task["pytest"])}, task["timeout"])
+    return {**answer, "mutant": task["mutant"], "wall_s": time.perf_counter() - started}
+
+
+Runner = Callable[[Callable[[dict], dict], list[dict]], Iterable[dict]]
+
+
+def _as_done(fn: Callable[[dict], dict], tasks: list[dict], jobs: int) -> Iterable[dict]:
+    """Each task's answer as soon as it is done (an answer names its mutant: order is moot)."""
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for done in as_completed([pool.submit(fn, t) for t in tasks]):
+            yield done.result()
+
+
+def local_runner(jobs: int) -> Runner:
+    """Tasks on `jobs` threads, each waiting on its child process."""
+    return lambda fn, tasks: _as_done(fn, tasks, jobs)
+
+
+def spark_runner(master: str, jobs: int) -> Runner:
+    """Each task a Spark job of one task, `jobs` of them at a time from as many threads (Spark
+    schedules concurrent jobs of one context): results come as each task ends, and a long
+    task holds up no other, as it would in one RDD collected at once."""
+    from checkers.spark import get_session  # pyspark's import is slow
+
+    # Spark's Python workers must import this checkout's harness.mutate, not whichever one
+    # the environment has installed: they inherit PYTHONPATH from the JVM, hence from here.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    sc = get_session(master).sparkContext
+
+    def one(fn: Callable[[dict], dict], task: dict) -> dict:
+        return sc.parallelize([task], 1).map(fn).collect()[0]
+
+    return lambda fn, tasks: _as_done(lambda task: one(fn, task), tasks, jobs)
+
+
+def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:
+    return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
+
+
+def _record(result: Result, answer: Mapping[str, Any]) -> None:
+    """Fold one block's answer into its mutant's result."""
+    result.wall_s += answer["wall_s"]
+    if answer.get("timeout"):
+        result.outcome, result.cell = "timed-out", answer["cell"]
+        return
+    if "error" in answer:
+        result.outcome, result.error = "crashed", answer["error"]
+        return
+    rows = answer["rows"]
+    result.loaded = bool(result.loaded) or answer.get("loaded", True)
+    result.seeds_run += len(rows)
+    result.unknown += sum(r["valid"] not in (True, False, "error") for r in rows)
+    last = rows[-1] if rows else None
+    if last is None or not decisive(last):
+        return
+    result.cell, result.seed = answer["cell"], last["seed"]
+    if result.seeds_run == 1 and last["valid"] is not False:
+        # its first seed raised, or acknowledged nothing and broke no invariant: the mutated
+        # system never served, so it was asked no safety question (a name left unbound, a
+        # leader never elected). An invariant violated meanwhile is a kill all the same.
+        result.outcome = "crashed"
+        result.error = last["error"] or f"verdict {last['valid']}, nothing acknowledged"
+        return
+    result.outcome = "killed"
+    if last["valid"] == "error":
+        result.error = last["error"]
+        result.by = [f"error: {str(last['error']).split(':')[0]}"]
+    elif last["valid"] is not False:
+        result.by = ["nothing acknowledged"]
+    else:
+        result.by = sorted(last["anomalies"])
+
+
+def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], runner: Runner,
+               *, block: int = 10, seed_timeout: float = 30.0,
+               on_result: Callable[[Result], None] | None = None) -> dict[str, Result]:
+    """Every mutant (and BASELINE) through every cell's seeds, round by round."""
+    results = {i: Result(i) for i in [BASELINE, *ids]}
+    for cell in cells:
+        for chunk in blocks(seeds, block):
+            alive = [r.id for r in results.values() if r.outcome == "alive"]
+            tasks = [{"mutant": i, "cell": cell.name, "config": cell.config, "seeds": chunk,
+                      "timeout": 20 + seed_timeout * len(chunk)} for i in alive]
+            for answer in runner(search_task, tasks):
+                result = results[answer["mutant"]]
+                _record(result, answer)
+                if result.outcome != "alive" and on_result is not None:
+                    on_result(result)
+    for result in results.values():
+        if result.outcome == "alive":
+            result.outcome = "survived"
+            if on_result is not None:
+                on_result(result)
+    return results
+
+
+def unit_test_all(results: Mapping[str, Result], which: str, runner: Runner, *,
+                  pytest_args: Sequence[str] = UNIT_TESTS, timeout: float = 600.0) -> None:
+    """The unit tests on the survivors (and the baseline), or on every counted mutant."""
+    if which == "none":
+        return
+    chosen = [r.id for r in results.values()
+              if r.id == BASELINE or r.outcome == "survived"
+              or (which == "all" and r.outcome in ("killed", "timed-out"))]
+    tasks = [{"mutant": i, "pytest": list(pytest_args), "timeout": timeout} for i in chosen]
+    for answer in runner(unit_task, tasks):
+        result = results[answer["mutant"]]
+        result.unit_wall_s = answer["wall_s"]
+        if "exit" in answer and answer["exit"] in (0, 1):
+            result.unit = "killed" if answer["exit"] == 1 else "survived"
+            result.unit_failed = answer["failed"]
+        else:
+            result.unit = "error"
+            result.unit_failed = [answer.get("error") or f"timed out or exit {answer.get('exit')}"]

@@ -1,0 +1,205 @@
+"""harness mutate (docs/mutation.md): the mutator's operators and ids, how a task's answer
+becomes a mutant's outcome, the score table, and end to end: a mutant known to break
+acks=all (the high watermark taken as the max of the ISR's log ends) is killed by the
+simulated search at its first seed, while the unmutated code, searched beside it, is not."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from harness.commands.mutate import cells, sample
+from harness.mutate import page
+from harness.mutate.child import ROOT
+from harness.mutate.mutants import mutant, mutants_of, mutants_of_source, parse_id
+from harness.mutate.score import BASELINE, Cell, Result, _record, local_runner, search_all
+
+SNIPPET = '''\
+"""A module docstring."""
+LIMIT = 3
+
+
+def f(a, b, xs):
+    """A docstring, never mutated."""
+    print("a log line, never dropped")
+    if a < b and b in xs:
+        a = a + 1
+    n = min(a, b)
+    return a == b
+
+
+class C:
+    def __init__(self):
+        self.x = 0
+'''
+
+
+def _changed(m) -> tuple[str, str]:
+    """The one line a mutant changes: (before, after)."""
+    before, after = m.original.splitlines(), m.source.splitlines()
+    (i,) = [i for i, (x, y) in enumerate(zip(before, after, strict=True)) if x != y]
+    return before[i].strip(), after[i].strip()
+
+
+def test_each_operator_makes_its_change_on_one_line_in_id_order() -> None:
+    """Nothing outside functions, in __init__, in docstrings or log lines is mutated."""
+    found = [(m.id, *_changed(m)) for m in mutants_of_source("m.py", SNIPPET)]
+    cond, body, low, ret = ("if a < b and b in xs:", "a = a + 1", "n = min(a, b)",
+                            "return a == b")
+    assert found == [
+        ("m.py:negate-cond:8:4:0", cond, "if not (a < b and b in xs):"),
+        ("m.py:and-or:8:7:0", cond, "if a < b or b in xs:"),
+        ("m.py:cmp-boundary:8:7:0", cond, "if a <= b and b in xs:"),
+        ("m.py:cmp-negate:8:7:0", cond, "if a >= b and b in xs:"),
+        ("m.py:cmp-negate:8:17:0", cond, "if a < b and b not in xs:"),
+        ("m.py:drop-stmt:9:8:0", body, "pass"),
+        ("m.py:arith-swap:9:12:0", body, "a = a - 1"),
+        ("m.py:off-by-one:9:12:0", body, "a = a + 2"),
+        ("m.py:off-by-one:9:12:1", body, "a = a + 0"),
+        ("m.py:drop-stmt:10:4:0", low, "pass"),
+        ("m.py:min-max:10:8:0", low, "n = max(a, b)"),
+        ("m.py:return-value:11:4:0", ret, "return not (a == b)"),
+        ("m.py:cmp-negate:11:11:0", ret, "return a != b"),
+    ]
+
+
+def test_ids_name_the_place_and_rebuild_the_same_mutant(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text(SNIPPET)
+    first = mutants_of(tmp_path, "pkg/m.py")
+    assert [m.id for m in first] == [m.id for m in mutants_of(tmp_path, "pkg/m.py")]
+    assert len({m.id for m in first}) == len(first)
+    chosen = next(m for m in first if m.operator == "min-max")
+    assert chosen.id == "pkg/m.py:min-max:10:8:0"
+    assert parse_id(chosen.id) == ("pkg/m.py", "min-max", 10, 8, 0)
+    assert mutant(tmp_path, chosen.id) == chosen
+    assert chosen.module == "pkg.m"
+    changed = [line for line in chosen.diff().splitlines()[2:] if line[:1] in "+-"]
+    assert changed == ["-    n = min(a, b)", "+    n = max(a, b)"]
+    with pytest.raises(ValueError, match="no such mutant"):
+        mutant(tmp_path, "pkg/m.py:min-max:11:8:0")
+
+
+def test_nested_nodes_at_one_place_get_distinct_indexes_and_columns_count_bytes() -> None:
+    source = 'def g(a, b, c):\n    s = "é"; return a + 1 + 2 if a and b or c else s\n'
+    ms = mutants_of_source("m.py", source)
+    ids = [m.id for m in ms]
+    assert len(set(ids)) == len(ids)
+    shifted = [m.source.splitlines()[1] for m in ms if m.operator == "off-by-one"]
+    assert shifted == ['    s = "é"; return a + 1 + 3 if a and b or c else s',
+                       '    s = "é"; return a + 1 + 1 if a and b or c else s',
+                       '    s = "é"; return a + 2 + 2 if a and b or c else s',
+                       '    s = "é"; return a + 0 + 2 if a and b or c else s']
+
+
+def _answer(rows: list[dict], **extra) -> dict:
+    return {"rows": rows, "cell": "safe", "wall_s": 2.0, **extra}
+
+
+def _row(seed: int, valid, acked: int = 100, anomalies=None, error=None) -> dict:
+    return {"seed": seed, "valid": valid, "acked": acked, "anomalies": anomalies or {},
+            "error": error}
+
+
+@pytest.mark.parametrize(("rows", "outcome", "by"), [
+    ([_row(1, True), _row(2, False, anomalies={"lost-write": 3})], "killed", ["lost-write"]),
+    ([_row(1, True), _row(2, "error", error="KeyError: 3")], "killed", ["error: KeyError"]),
+    ([_row(1, "unknown", acked=0)], "crashed", []),
+    ([_row(1, False, acked=0, anomalies={"invariant:LeaderCompleteness": 1})], "killed",
+     ["invariant:LeaderCompleteness"]),
+    ([_row(1, "error", error="NameError: leader")], "crashed", []),
+    ([_row(1, True), _row(2, True)], "alive", []),
+    ([_row(1, "unknown"), _row(2, True)], "alive", []),  # an unknown verdict is no kill
+    ([_row(1, True), _row(2, "unknown", acked=0)], "killed", ["nothing acknowledged"]),
+])
+def test_a_blocks_answer_decides_the_outcome(rows, outcome, by) -> None:
+    result = Result("m")
+    _record(result, _answer(rows))
+    assert (result.outcome, result.by) == (outcome, by)
+
+
+def test_a_timeout_or_a_module_that_does_not_import_is_not_a_kill() -> None:
+    timed, broken = Result("a"), Result("b")
+    _record(timed, {"timeout": True, "cell": "safe", "wall_s": 50.0})
+    _record(broken, {"error": "SyntaxError: ...", "cell": "safe", "wall_s": 1.0})
+    assert (timed.outcome, broken.outcome) == ("timed-out", "crashed")
+
+
+def test_the_score_counts_neither_crashes_nor_equivalent_mutants() -> None:
+    results = {i: Result(i, outcome=o) for i, o in [
+        (BASELINE, "survived"), ("x.py:drop-stmt:1:0:0", "killed"),
+        ("x.py:drop-stmt:2:0:0", "survived"), ("x.py:drop-stmt:3:0:0", "survived"),
+        ("x.py:drop-stmt:4:0:0", "crashed")]}
+    results["x.py:drop-stmt:3:0:0"].unit = "killed"
+    hand = {"x.py:drop-stmt:2:0:0": {"verdict": "equivalent", "why": "a cache"}}
+    row, total = page.score_table(results, hand)
+    assert row == total | {"module": "x.py"}
+    assert (row["killed by harness"], row["killed only by unit tests"],
+            row["equivalent or safe"], row["survived both"], row["score"]) == (1, 1, 1, 0,
+                                                                               "1/2 = 50%")
+
+
+def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:
+    per_module = {p: mutants_of(ROOT, p) for p in ("replication/metadata.py",
+                                                   "replication/broker_store.py")}
+    drawn = sample(per_module, 6, seed=1)
+    assert [m.path for m in drawn].count("replication/metadata.py") == 3
+    assert [m.id for m in drawn] == [m.id for m in sample(per_module, 6, seed=1)]
+    assert [m.id for m in drawn] != [m.id for m in sample(per_module, 6, seed=2)]
+
+
+HWM_MAX = "replication/partition.py:min-max:380:20:0"  # the HWM as the max of the ISR's ends
+
+
+def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not() -> None:
+    source = ROOT / "replication" / "partition.py"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    assert "max([settled if r == me" in mutant(ROOT, HWM_MAX).source  # the id still fits
+    safe = cells(argparse.Namespace(cell=["safe"], campaign=ROOT / "campaigns" / "validation.toml"))
+    cell = Cell("safe", {**safe[0].config, "time_limit": 10})
+    results = search_all([HWM_MAX], [cell], [1, 2], local_runner(2), block=2)
+    killed, baseline = results[HWM_MAX], results[BASELINE]
+    assert (killed.outcome, killed.seed) == ("killed", 1)
+    assert "lost-write" in killed.by and "invariant:LeaderCompleteness" in killed.by
+    assert (baseline.outcome, baseline.seeds_run) == ("survived", 2)  # the must-fail twin
+    assert hashlib.sha256(source.read_bytes()).hexdigest() == digest  # the checkout untouched
+
+
+def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
+    def cell(campaign: str, name: str) -> dict:
+        args = argparse.Namespace(cell=[name], campaign=ROOT / "campaigns" / campaign)
+        return {k: v for k, v in cells(args)[0].config.items() if k != "name"}
+
+    assert cell("mutation.toml", "safe/safe-mix") == cell("validation.toml", "safe")
+    assert cell("mutation.toml", "safe/reach")["nemesis"]["faults"] != \
+        cell("validation.toml", "safe")["nemesis"]["faults"]
+
+
+def test_every_hand_classified_survivor_is_a_mutant_the_code_still_has() -> None:
+    hand = page.classified(ROOT / "campaigns" / "mutation-survivors.toml")
+    assert hand, "the classification file is empty or gone"
+    for mutant_id, note in hand.items():
+        assert mutant(ROOT, mutant_id).id == mutant_id
+        assert note["verdict"] in ("equivalent", "safe", "missed") and note["why"]
+        assert note["verdict"] != "missed" or note["lacked"]
+
+
+def test_harness_mutate_shows_a_mutant_by_its_id_and_refuses_an_unknown_one(capsys) -> None:
+    from harness.cli import main
+
+    assert main(["mutate", "--show", HWM_MAX]) == 0
+    assert "+        candidate = max([settled if r == me" in capsys.readouterr().out
+    assert main(["mutate", "--show", "replication/partition.py:min-max:1:0:0"]) == 3
+    assert "no such mutant" in capsys.readouterr().err
+
+
+def test_a_later_campaigns_result_replaces_an_earlier_one_and_keeps_its_unit_tests() -> None:
+    from harness.commands.mutate import _merged
+
+    earlier = Result("m", outcome="survived", unit="killed", unit_failed=["t"])
+    later = _merged(earlier, Result("m", outcome="killed", cell="safe/reach", seed=3))
+    assert (later.outcome, later.cell, later.unit, later.unit_failed) == \
+        ("killed", "safe/reach", "killed", ["t"])
