@@ -12,7 +12,7 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,7 +37,7 @@ from harness.sim_run import SIM
 from harness.simulate import simulate_test
 from harness.store import default_results_dir
 from harness.system_spec import SystemSpec
-from harness.test import Test
+from harness.test import Plan, Test
 
 FORMAT = 1
 STAMP = "%Y%m%dT%H%M%S"
@@ -48,12 +48,14 @@ class CampaignBusy(ValueError):
     """Another process is running this campaign folder (a user error, like a bad file)."""
 
 
-def run_cell(config: dict[str, Any], results_root: Path) -> Path:
+def run_cell(config: dict[str, Any], results_root: Path, plan: Plan | None = None,
+             argv: Sequence[str] = ()) -> Path:
     """A cell on real hosts, or in the simulator when its config says hosts.provider = "sim"
     (one campaign may mix both: many simulated seeds, a few real ones). A simulated cell runs
     on past a protocol-invariant violation to its final read, as a real run does, so the
-    campaign sees both the violation and any loss it led to."""
-    test = Test.of(config, results_root)
+    campaign sees both the violation and any loss it led to. `plan`: the seed's own faults
+    unless given (`harness reproduce --system` gives a schedule by role)."""
+    test = Test.of(config, results_root, argv=argv, plan=plan)
     if config["hosts"]["provider"] == SIM:
         return simulate_test(test, keep_going=True)
     return run_test(test)

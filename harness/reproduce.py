@@ -14,12 +14,12 @@ from pathlib import Path
 from checkers.exitcodes import Exit, UserError
 from control.files import check_regular_file
 from harness import store
+from harness.campaign import run_cell
 from harness.config import validate, with_sets
 from harness.report.outcome import LOSS_ANOMALIES
 from harness.runner import run_test
 from harness.shrink import load_minimal
-from harness.sim_run import SIM, as_simulated, simulate_into
-from harness.simulate import simulate_test
+from harness.sim_run import as_simulated, simulate_into
 from harness.system_spec import SystemSpec, on_system
 from harness.test import Plan, Test
 from nemesis.roles import LAST_MEMBER_WAIT_S, role_entries, waits_for_role
@@ -80,7 +80,7 @@ def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = N
     classes = LOSS_ANOMALIES if wanted in LOSS_ANOMALIES else (wanted,)
     hits, runs = 0, []
     for i in range(max(1, times)):
-        new_dir = _run(config, entries)
+        new_dir = run_cell(config, store.default_results_dir(), Plan.scripted(entries), sys.argv)
         found = _anomalies(new_dir)
         count = sum(found.get(c, 0) for c in classes)
         hits += bool(count)
@@ -90,14 +90,6 @@ def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = N
     where = system.label if system else "real"
     print(f"{label} occurred in {hits}/{len(runs)} {where} run(s) of {path}")
     return 0 if hits else 1
-
-
-def _run(config: dict, entries: list[dict]) -> Path:
-    test = Test.of(config, store.default_results_dir(), argv=sys.argv,
-                   plan=Plan.scripted(entries))
-    if config["hosts"]["provider"] == SIM:
-        return simulate_test(test, keep_going=True)
-    return run_test(test)
 
 
 def by_role(doc: dict, path: Path) -> list[dict]:

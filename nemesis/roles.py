@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from nemesis.kinds.base import Resolved, Topology
+from nemesis.schedule import RealisedFault, replay_entries
 
 LAST_MEMBER_WAIT_S = 10.0
 _POLL_S = 0.25
@@ -141,24 +142,20 @@ async def await_last_member(topology: Topology, target: Mapping[str, Any],
     return roles
 
 
-def role_entries(faults: Sequence[Any]) -> list[dict[str, Any]]:
-    """Plan entries that replay a realised schedule (nemesis.schedule.RealisedFault) by role:
-    the recorded start times and durations, each target the roles its nodes played when it
-    started. Faults that never started, or whose roles were not recorded, are left out."""
-    out = []
-    for f in faults:
-        if f.started_s is None or not f.roles or f.resolved is None:
-            continue
-        hit = f.resolved.get("nodes")
-        resolved = list(hit) if hit is not None else {
-            n: frozenset(m) for n, m in f.resolved["grudge"].items()}
-        duration = f.ended_s - f.started_s if f.ended_s is not None else f.duration_s
-        target = {"roles": role_target(resolved, f.roles), "pick": f.target.get("pick", 0)}
-        if "partition" in f.target:
-            target["partition"] = f.target["partition"]
-        entry = {"id": f.id, "kind": f.kind, "start_s": f.started_s,
-                 "duration_s": round(max(duration, 0.0), 6), "target": target}
-        if f.after is not None:
-            entry["after"] = f.after
-        out.append(entry)
-    return sorted(out, key=lambda e: (e["start_s"], e["id"]))
+def role_entries(faults: Sequence[RealisedFault]) -> list[dict[str, Any]]:
+    """Plan entries that replay a realised schedule by role: the recorded start times and
+    durations, each target the roles its nodes played when it started. Faults that never
+    started, or whose roles were not recorded, are left out."""
+    return replay_entries(faults, _as_roles)
+
+
+def _as_roles(f: RealisedFault) -> dict[str, Any] | None:
+    if not f.roles or f.resolved is None:
+        return None
+    hit = f.resolved.get("nodes")
+    resolved = list(hit) if hit is not None else {
+        n: frozenset(m) for n, m in f.resolved["grudge"].items()}
+    target = {"roles": role_target(resolved, f.roles), "pick": f.target.get("pick", 0)}
+    if "partition" in f.target:
+        target["partition"] = f.target["partition"]
+    return target

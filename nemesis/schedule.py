@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -342,12 +342,24 @@ def replay_plan(schedule: LoadedSchedule, concrete: bool = True) -> list[dict[st
     Faults that never started are left out. With `concrete`, each fault's target is the one
     recorded as resolved ({"fixed": ...}), so the same nodes are hit; otherwise the symbolic
     target is resolved again against the new run's metadata."""
+    def target_of(f: RealisedFault) -> dict[str, Any]:
+        return {"fixed": f.resolved} if concrete and f.resolved is not None else f.target
+
+    return replay_entries(schedule.faults, target_of)
+
+
+def replay_entries(faults: Sequence[RealisedFault],
+                   target_of: Callable[[RealisedFault], dict[str, Any] | None]
+                   ) -> list[dict[str, Any]]:
+    """Plan entries for realised faults at their recorded start times and durations, each
+    aimed at target_of(fault); faults that never started, or that target_of gives no target
+    (None), are left out."""
     out = []
-    for f in schedule.faults:
-        if f.started_s is None:
+    for f in faults:
+        target = target_of(f) if f.started_s is not None else None
+        if target is None:
             continue
         duration = f.ended_s - f.started_s if f.ended_s is not None else f.duration_s
-        target = {"fixed": f.resolved} if concrete and f.resolved is not None else f.target
         entry = {"id": f.id, "kind": f.kind, "start_s": f.started_s,
                  "duration_s": round(max(duration, 0.0), 6), "target": target}
         if f.after is not None:

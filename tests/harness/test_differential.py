@@ -15,8 +15,12 @@ from harness.campaign import run_campaign
 from harness.campaign_spec import CampaignError, load_spec
 from harness.report import report_path
 from harness.report.differential import compare, format_comparison, table
+from harness.reproduce import by_role, plan_file, room_for_waits
+from harness.shrink import load_minimal
+from harness.sim_run import as_simulated, simulate_into
 from harness.store import create_run_dir
 from harness.system_spec import on_system, parse_system, parse_systems
+from harness.test import Plan, Test
 from nemesis.schedule import load_schedule
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,6 +43,27 @@ def test_a_minimal_schedule_cast_by_role_reproduces_in_the_simulator(tmp_path, m
     hit = next(f for f in faults if f.kind == "power-loss")
     assert hit.target["roles"] == {"nodes": ["last-isr-member"]}
     assert hit.roles[hit.resolved["nodes"][0]] == "last-isr-member"
+    # `harness run --plan` of this run's schedule.json casts the same faults by role again
+    again = plan_file(_runs(out)[0] / "schedule.json")
+    assert [e["target"]["roles"] for e in again] == [
+        {"nodes": ["isr-follower#1", "isr-follower#2"]}, {"nodes": ["last-isr-member"]}]
+
+
+def test_a_fault_waiting_for_the_last_isr_member_stretches_its_episode(tmp_path):
+    """The power loss is moved to 0.2 s after the pause, before the ISR can have shrunk: it
+    waits for the last ISR member, and the pause it comes after is healed as much later."""
+    _, _, doc = load_minimal(NO_ELR)
+    entries = by_role(doc, NO_ELR)
+    pause, hit = entries
+    hit["start_s"] = pause["start_s"] + 0.2
+    config, _ = room_for_waits(as_simulated(doc["config"]), entries)
+    test = Test.of(config, tmp_path, plan=Plan.scripted(entries))
+    simulate_into(test, tmp_path, keep_going=True)
+    paused, lost = load_schedule(tmp_path / "schedule.json").faults
+    waited = lost.started_s - hit["start_s"]
+    assert waited > 0.5 and lost.roles[lost.resolved["nodes"][0]] == "last-isr-member"
+    planned_end = pause["start_s"] + pause["duration_s"]
+    assert paused.ended_s >= planned_end + waited - 0.3, (paused, lost)
 
 
 def test_the_same_schedule_loses_nothing_with_elr(tmp_path, monkeypatch, capsys):

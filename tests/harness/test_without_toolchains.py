@@ -15,22 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_hardening_exits import SMALL_HISTORY
 
 from control.tools import TOOLS_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("histingest", "histcheck", "toxiproxy-server")
 
-HISTORY = [
-    {"index": 0, "time": 10, "process": 0, "type": "invoke", "f": "send", "partition": 0,
-     "value": 5},
-    {"index": 1, "time": 20, "process": 0, "type": "ok", "f": "send", "partition": 0,
-     "value": 5, "offset": 0, "node": 1, "epoch": 1},
-    {"index": 2, "time": 30, "process": 1, "type": "invoke", "f": "final-poll", "partition": 0,
-     "offset": 0},
-    {"index": 3, "time": 40, "process": 1, "type": "ok", "f": "final-poll", "partition": 0,
-     "offset": 0, "records": [[0, 5]], "hwm": 1},
-]  # fmt: skip
 
 
 def bare_env(tmp_path: Path) -> dict[str, str]:
@@ -55,7 +46,7 @@ def harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def run_folder(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "history.jsonl").write_text("".join(json.dumps(op) + "\n" for op in HISTORY))
+    (run / "history.jsonl").write_text("".join(json.dumps(op) + "\n" for op in SMALL_HISTORY))
     return run
 
 
