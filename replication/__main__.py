@@ -147,15 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "controller":
-            from replication.runtime import ControllerRuntime
-            runtime = ControllerRuntime(args.listen, args.data, _node_config(args.config))
+            from replication.runtime import controller_runtime
+            runtime = controller_runtime(args.listen, args.data, _node_config(args.config))
             asyncio.run(runtime.run())
             return 0
         if args.command == "broker":
             if args.id < 1:
                 raise ConfigError("--id must be a positive integer")
-            from replication.runtime import BrokerRuntime
-            runtime = BrokerRuntime(args.id, args.listen, args.controller, args.data,
+            from replication.runtime import broker_runtime
+            runtime = broker_runtime(args.id, args.listen, args.controller, args.data,
                                     _node_config(args.config), advertise=args.advertise,
                                     routes=_routes(args.route))
             asyncio.run(runtime.run())

@@ -103,12 +103,12 @@ class BrokerStore:
 
     # -- high-watermark checkpoint ---------------------------------------------------------
 
-    def write_hwm_checkpoint(self, hwms: Mapping[tuple[str, int], int]) -> None:
-        data = {f"{t}-{p}": hwm for (t, p), hwm in sorted(hwms.items())}
-        atomic_write_json(self.data_dir / HWM_CHECKPOINT, data, self._fsync)
+    def write_hwm_checkpoint(self, hwms: Mapping[str, int]) -> None:
+        """{"topic-partition": hwm}, as Broker.hwm_snapshot gives it and the file holds it."""
+        atomic_write_json(self.data_dir / HWM_CHECKPOINT, dict(sorted(hwms.items())), self._fsync)
 
-    def read_hwm_checkpoint(self) -> dict[tuple[str, int], int]:
-        """{(topic, partition): hwm}; empty if there is no checkpoint yet."""
+    def read_hwm_checkpoint(self) -> dict[str, int]:
+        """{"topic-partition": hwm}; empty if there is no checkpoint yet."""
         path = self.data_dir / HWM_CHECKPOINT
         try:
             raw = json.loads(path.read_text())
@@ -120,8 +120,7 @@ class BrokerStore:
             raise ValueError(f"{path}: expected a JSON object of \"topic-partition\": hwm")
         out = {}
         for key, hwm in raw.items():
-            m = PARTITION_DIR.match(key)
-            if not m or not isinstance(hwm, int) or isinstance(hwm, bool) or hwm < 0:
+            if not PARTITION_DIR.match(key) or not isinstance(hwm, int) or isinstance(hwm, bool) or hwm < 0:
                 raise ValueError(f"{path}: bad entry {key!r}: {hwm!r}")
-            out[(m["topic"], int(m["partition"]))] = hwm
+            out[key] = hwm
         return out

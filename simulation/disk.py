@@ -43,7 +43,7 @@ from __future__ import annotations
 import errno
 import inspect
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,14 @@ def _raise_eio(*_args: Any) -> Any:
     raise _eio()
 
 
+@dataclass(frozen=True)
+class Recovered:
+    """What opening a log cut off (SegmentLog's RecoveryInfo, as far as the simulator has it)."""
+
+    truncated_bytes: int
+    reason: str | None
+
+
 # The MemoryLog primitives that read or write the files (see replication/log.py's Log).
 _IO_PRIMITIVES = ("_store", "_load", "_drop_from", "_sync")
 
@@ -95,6 +103,7 @@ class SimLog(MemoryLog):
         self._segment_fill = 0  # bytes in the active segment
         self.lost_under_process = False  # a page-cache loss happened while this was open
         self.torn_bytes = 0  # a torn tail that recovery cuts off at the next open
+        self.recovery_info = Recovered(0, None)  # what the last open cut off
         self.fsyncs = 0
         # The lowest offset whose record changed other than by an append (a truncation, a
         # loss, a recovery) since the invariant monitor last looked (simulation/invariants.py)
@@ -128,6 +137,16 @@ class SimLog(MemoryLog):
     def _recovered(self) -> None:
         super()._recovered()  # records may be back or gone anywhere: look again from 0
         self.changed_from = 0
+
+    def _prepare_sync(self, data: bool, epochs: list[tuple[int, int]] | None) -> Callable[[], None]:
+        """The job fails, as an fsync of a descriptor open across a page-cache loss does, if
+        the loss happens before it runs."""
+        def run() -> None:
+            if self.eio:
+                raise _eio()
+            if data:
+                self._sync()
+        return run
 
     @property
     def records(self) -> list[Record]:
@@ -237,8 +256,9 @@ class NodeDisk:
 
     # ---- used by the node process ---------------------------------------------------------------
 
-    def open_log(self, topic: str, partition: int) -> tuple[SimLog, int]:
-        """The partition's log for the running process, recovered; and torn bytes cut off."""
+    def open_log(self, topic: str, partition: int) -> SimLog:
+        """The partition's log for the running process, recovered; its `recovery_info` says
+        what recovery cut off (a torn tail), as SegmentLog's does."""
         key = (topic, partition)
         log = self.logs.get(key)
         torn = 0
@@ -249,7 +269,8 @@ class NodeDisk:
         elif key not in self._open:
             torn = log.reopen()
         self._open.add(key)
-        return log, torn
+        log.recovery_info = Recovered(torn, "torn-tail" if torn else None)
+        return log
 
     def process_died(self) -> None:
         """The process is gone: its descriptors are closed, the page cache stays."""
@@ -258,10 +279,11 @@ class NodeDisk:
         self._open.clear()
         self.metadata_eio = False
 
-    def close_logs_clean(self) -> None:
-        """A controlled shutdown closes every open log cleanly: each is flushed first."""
+    def close(self, clean: bool) -> None:
+        """BrokerStore.close: a controlled shutdown closes every open log cleanly (each is
+        flushed first)."""
         for key in sorted(self._open):
-            self.logs[key].close(clean=True)
+            self.logs[key].close(clean=clean)
         self._open.clear()
 
     def read_and_delete_clean_marker(self) -> int | None:
@@ -271,8 +293,14 @@ class NodeDisk:
     def write_clean_marker(self, epoch: int) -> None:
         self.clean_marker = epoch
 
-    def write_hwm_checkpoint(self, hwms: dict[str, int]) -> None:
+    def read_hwm_checkpoint(self) -> dict[str, int]:
+        return dict(self.hwm_checkpoint)
+
+    def write_hwm_checkpoint(self, hwms: Mapping[str, int]) -> None:
         self.hwm_checkpoint = dict(sorted(hwms.items()))
+
+    def read_metadata(self) -> list[dict]:
+        return list(self.metadata)
 
     def append_metadata(self, record: dict) -> None:
         if self.metadata_eio:
