@@ -33,6 +33,7 @@ from nemesis.kinds.links import LINK_DEFAULTS
 from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
 from replication.config import ConfigError as NodeConfigError
 from replication.config import NodeConfig
+from workloads.kafka import WorkloadParams
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
@@ -771,6 +772,15 @@ class TestConfig:
     def brokers(self) -> int:
         """Every node but n1, which runs the controller."""
         return self.nodes - 1
+
+    @property
+    def workload_params(self) -> WorkloadParams:
+        """What the workload runs with (workloads/kafka.py), from [topic] and [workload]."""
+        w = self.workload
+        return WorkloadParams(topic=self.topic.name, partitions=self.topic.partitions,
+                              acks=w.acks, rate=w.rate, producers=w.producers,
+                              consumers=w.consumers, request_timeout_s=w.request_timeout_ms / 1000,
+                              seed=self.seed)
 
 
 def uses_toxiproxy(config: Mapping[str, Any]) -> bool:

@@ -14,9 +14,10 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -29,15 +30,17 @@ from control.provider import make_provider
 from harness import store
 from harness.config import node_settings
 from harness.report import report_path
-from harness.system import System, Workload, system_of
+from harness.system import System, system_of
 from harness.test import RunClock, Test
 from nemesis.faults import Nemesis
 from nemesis.hosts_world import HostsWorld, heal_network
 from nemesis.kinds import needs_lazyfs
 from nemesis.lazyfs.mount import prune_registry
 from nemesis.schedule import ScheduleRecord
+from workloads import sequence
 from workloads.history import HistoryWriter
 from workloads.kafka import WorkloadParams
+from workloads.sequence import Workload
 
 
 def say(msg: str) -> None:
@@ -122,67 +125,59 @@ def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
         stop_nodes(cluster)
 
 
+class HostsEnvironment:
+    """The run sequence's environment on real hosts: the system under test's cluster."""
+
+    def __init__(self, cluster: Cluster, system: System, schedule: ScheduleRecord,
+                 topic: str) -> None:
+        self.cluster = cluster
+        self.system = system
+        self.schedule = schedule
+        self.topic = topic
+
+    async def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+        await self.system.create_topic(self.cluster.bootstrap(), len(self.cluster.broker_hosts),
+                                       topic, partitions, replication_factor)
+
+    async def wait_healthy(self, topic: str, partitions: int, timeout_s: float) -> bool:
+        return await self.system.wait_healthy(self.cluster.bootstrap(), topic, partitions,
+                                              timeout_s)
+
+    def workload(self, params: WorkloadParams, history: HistoryWriter) -> Workload:
+        return self.system.workload(params, self.cluster.bootstrap(), history)
+
+    def alongside(self, workload: Workload, time_limit: float) -> list[Coroutine[Any, Any, Any]]:
+        return [self.system.observe(self.cluster.bootstrap(), self.topic),
+                show_progress(workload, self.schedule, time_limit)]
+
+    def say(self, msg: str) -> None:
+        say(msg)
+
+
 async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir: Path,
                    clock: RunClock, system: System | None = None) -> None:
-    """Topic, then workload and nemesis together for the time limit, then heal everything and
-    read every partition to the end."""
+    """workloads.sequence on the hosts, with the nemesis playing the test's schedule."""
     s = test.settings
     system = system or system_of(test)
-    await system.create_topic(cluster.bootstrap(), len(cluster.broker_hosts), s.topic.name,
-                              s.topic.partitions, s.topic.replication_factor)
-    await system.wait_healthy(cluster.bootstrap(), s.topic.name, s.topic.partitions, 60)
-    params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
-                            acks=s.workload.acks, rate=s.workload.rate,
-                            producers=s.workload.producers, consumers=s.workload.consumers,
-                            request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
-    workload = system.workload(params, cluster.bootstrap(), history)
-    watch = asyncio.get_running_loop().create_task(
-        system.observe(cluster.bootstrap(), s.topic.name))
-    try:
-        await _exercise(test, cluster, history, run_dir, clock, system, workload)
-    finally:
-        watch.cancel()
-        await asyncio.gather(watch, return_exceptions=True)
-
-
-async def _exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir: Path,
-                    clock: RunClock, system: System, workload: Workload) -> None:
-    """The workload and nemesis together for the time limit, heal, the final read."""
-    s = test.settings
     schedule = ScheduleRecord(run_dir / "schedule.json", test.schedule_params,
                               test.plan.entries_for(test.schedule_params))
-    world = HostsWorld(cluster)
+    env = HostsEnvironment(cluster, system, schedule, s.topic.name)
     topology = system.topology([h.name for h in cluster.hosts], cluster.bootstrap(),
                                s.topic.name)
-    await workload.connect()
-    clock.mark_workload_start()
-    nemesis = Nemesis(world, topology, history, schedule, clock.workload_seconds,
+    nemesis = Nemesis(HostsWorld(cluster), topology, history, schedule, clock.workload_seconds,
                       s.nemesis.settings)
-    faults = ", ".join(s.nemesis.faults) or "none"
-    say(f"workload for {s.time_limit:g} s with faults {faults} ({test.plan.source} plan)")
-    loop = asyncio.get_running_loop()
-    nemesis_task = loop.create_task(nemesis.run())
-    progress = loop.create_task(show_progress(workload, schedule, s.time_limit))
-    try:
-        await workload.run(s.time_limit)
-    finally:
-        nemesis_task.cancel()
-        progress.cancel()
-        await asyncio.gather(nemesis_task, progress, return_exceptions=True)
-        schedule.finish("time limit reached")
-    say("healing every fault and restarting stopped nodes")
-    await nemesis.heal_all()
-    history.nemesis("stop-all", {"healed": True})
-    healthy = await system.wait_healthy(cluster.bootstrap(), s.topic.name, s.topic.partitions,
-                                        s.workload.final_read_timeout)
-    if not healthy:
-        say("cluster did not fully recover (some partition has no full ISR); reading anyway")
-    say("final read")
-    done = await workload.final_read(s.workload.final_read_timeout)
-    missing = [p for p, ok in done.items() if not ok]
-    if missing:
-        say(f"final read incomplete for partitions {missing}: {workload.final_errors}")
-    say(f"workload stats: {workload.stats}")
+
+    def start() -> Any:
+        clock.mark_workload_start()
+        faults = ", ".join(s.nemesis.faults) or "none"
+        say(f"workload for {s.time_limit:g} s with faults {faults} ({test.plan.source} plan)")
+        return nemesis.run()
+
+    await sequence.exercise(
+        env, s.workload_params, history, replication_factor=s.topic.replication_factor,
+        time_limit=s.time_limit, final_read_timeout=s.workload.final_read_timeout,
+        faults=sequence.Faults(start=start, heal=nemesis.heal_all,
+                               stopped=lambda: schedule.finish("time limit reached")))
 
 
 def verdict_phase(test: Test, run_dir: Path) -> None:

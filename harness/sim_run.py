@@ -21,7 +21,6 @@ from nemesis.kinds import lookup
 from nemesis.schedule import ScheduleRecord
 from simulation.run import SimResult, run_simulation
 from simulation.world import Verbs, World
-from workloads.kafka import WorkloadParams
 
 SIM = "sim"
 
@@ -68,10 +67,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
     `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
     cost)."""
     s = test.settings
-    params = WorkloadParams(topic=s.topic.name, partitions=s.topic.partitions,
-                            acks=s.workload.acks, rate=s.workload.rate,
-                            producers=s.workload.producers, consumers=s.workload.consumers,
-                            request_timeout_s=s.workload.request_timeout_ms / 1000, seed=s.seed)
+    params = s.workload_params
     schedule_params = test.schedule_params
     schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,
                               test.plan.entries_for(schedule_params))

@@ -23,18 +23,7 @@ from workloads import kafka_admin, topics
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 from workloads.rdkafka import RdKafkaWorkload
-
-
-class Workload(Protocol):
-    stats: dict[str, int]
-    final_errors: dict[int, str]
-
-    async def connect(self) -> None:
-        """Get ready to send, before the workload's clock starts."""
-        ...
-
-    async def run(self, duration_s: float) -> None: ...
-    async def final_read(self, timeout_s: float) -> dict[int, bool]: ...
+from workloads.sequence import Workload
 
 
 class System(Protocol):

@@ -3,11 +3,12 @@
     result = run_simulation(out_dir, seed=7, params=WorkloadParams("chaos", 1, producers=16,
                             rate=300), time_limit=30, system={"min.insync.replicas": 2})
 
-builds the world, starts every node, creates the topic through the real Client over the
-simulated network, waits until every partition has a leader and a full ISR, runs the real
-KafkaWorkload for `time_limit` virtual seconds (with `faults(world, loop)` alongside, if
-given: a coroutine it returns runs until the workload ends, then is cancelled), heals
-everything, waits for health again, and does the final read. `out_dir` gets history.jsonl
+builds the world, starts every node, and runs the run sequence of real hosts
+(workloads/sequence.py) in it: creates the topic through the real Client over the simulated
+network, waits until every partition has a leader and a full ISR, runs the real KafkaWorkload
+for `time_limit` virtual seconds (with `faults(world, loop)` alongside, if given: a coroutine
+it returns runs until the workload ends, then is cancelled), heals everything, waits for
+health again, and does the final read. `out_dir` gets history.jsonl
 (timestamps from the virtual clock) and events.jsonl (the run folder's merged form). Same
 seed, same arguments, same code: the same bytes in both files.
 
@@ -20,7 +21,6 @@ violation once and runs on.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,8 +33,10 @@ from simulation.invariants import InvariantMonitor, InvariantViolation
 from simulation.loop import SimLoop
 from simulation.network import NetConfig
 from simulation.world import World
+from workloads import sequence
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
+from workloads.sequence import exercise
 from workloads.topics import create_topic, wait_healthy
 
 Faults = Callable[[World, SimLoop], Awaitable[Any] | None]
@@ -116,37 +118,43 @@ def run_simulation(out_dir: str | Path, *, seed: int, params: WorkloadParams, ti
                      stopped_by=stopped_by)
 
 
+class SimEnvironment:
+    """The run sequence's environment in a simulated world: the real client over the
+    simulated network."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    async def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+        await create_topic(self.world.bootstrap(), len(self.world.brokers), topic, partitions,
+                           replication_factor, pool_factory=self.world.pool)
+
+    async def wait_healthy(self, topic: str, partitions: int, timeout_s: float) -> bool:
+        return await wait_healthy(self.world.bootstrap(), topic, partitions, timeout_s,
+                                  pool_factory=self.world.pool)
+
+    def workload(self, params: WorkloadParams, history: HistoryWriter) -> KafkaWorkload:
+        return KafkaWorkload(params, self.world.bootstrap(), history, pool_factory=self.world.pool)
+
+    def alongside(self, workload: Any, time_limit: float) -> list:
+        return []  # the nodes record their own events; nobody watches the virtual clock
+
+    def say(self, msg: str) -> None:
+        """Quiet: a search simulates thousands of runs."""
+
+
 async def _main(world: World, history: HistoryWriter, params: WorkloadParams, time_limit: float,
                 rf: int, final_read_timeout: float, faults: Faults | None,
                 box: dict[str, Any] | None = None):
-    loop = world.loop
     world.start_all()
-    await create_topic(world.bootstrap(), len(world.brokers), params.topic, params.partitions, rf,
-                       pool_factory=world.pool)
-    await wait_healthy(world.bootstrap(), params.topic, params.partitions, 60, pool_factory=world.pool)
-    workload = KafkaWorkload(params, world.bootstrap(), history, pool_factory=world.pool)
-    if box is not None:
-        box["workload"] = workload
-    fault_task = None
-    if faults is not None:
-        started = faults(world, loop)
-        if started is not None:
-            fault_task = loop.create_task(_awaited(started))
-    try:
-        await workload.run(time_limit)
-    finally:
-        if fault_task is not None:
-            fault_task.cancel()
-            (outcome,) = await asyncio.gather(fault_task, return_exceptions=True)
-            if isinstance(outcome, Exception):  # a broken fault schedule must not pass unseen
-                raise RuntimeError(f"the faults callback failed: {outcome!r}") from outcome
-    world.heal_all()
-    history.nemesis("stop-all", {"healed": True})
-    healthy = await wait_healthy(world.bootstrap(), params.topic, params.partitions, final_read_timeout,
-                                 pool_factory=world.pool)
-    done = await workload.final_read(final_read_timeout)
-    return workload, done, healthy
 
+    async def heal() -> None:
+        world.heal_all()
 
-async def _awaited(aw: Awaitable[Any]) -> Any:
-    return await aw
+    outcome = await exercise(
+        SimEnvironment(world), params, history, replication_factor=rf, time_limit=time_limit,
+        final_read_timeout=final_read_timeout,
+        faults=sequence.Faults(start=(lambda: faults(world, world.loop)) if faults else lambda: None,
+                               heal=heal),
+        on_workload=(lambda w: box.__setitem__("workload", w)) if box is not None else None)
+    return outcome.workload, outcome.final_read, outcome.healthy
