@@ -169,7 +169,7 @@ class SimLog(MemoryLog):
 
     # ---- faults ---------------------------------------------------------------------------------
 
-    def _dirty(self) -> tuple[int, list[Record], list[Record]]:
+    def dirty(self) -> tuple[int, list[Record], list[Record]]:
         """(common prefix length, records written since the last sync, durable records past
         the common prefix -- a pending truncation brings those back on a loss)."""
         cur, dur = self._records, self._durable
@@ -183,7 +183,7 @@ class SimLog(MemoryLog):
 
     def lose(self, rng: random.Random | None = None) -> dict[str, Any]:
         """Power loss (rng None) or torn power loss: what reaches the disk, and a report."""
-        c, dirty, restored = self._dirty()
+        c, dirty, restored = self.dirty()
         sizes = [encoded_size(r) for r in dirty]
         unsynced = sum(sizes)
         report: dict[str, Any] = {"unsynced_records": len(dirty), "unsynced_bytes": unsynced}
@@ -336,7 +336,7 @@ class NodeDisk:
     def _lose_under_process(self, log: SimLog) -> dict[str, Any]:
         """The durable state is what the next start will see; the running process keeps its
         view but every further use fails (EIO), so its state can no longer change."""
-        c, dirty, restored = log._dirty()
+        c, dirty, restored = log.dirty()
         unsynced = sum(encoded_size(r) for r in dirty)
         log.eio = True
         log.lost_under_process = True
@@ -348,7 +348,7 @@ class NodeDisk:
         """Unsynced records per log with any (for tests and reports)."""
         out = {}
         for (topic, partition), log in sorted(self.logs.items()):
-            _c, dirty, _restored = log._dirty()
+            _c, dirty, _restored = log.dirty()
             if dirty:
                 out[f"{topic}-{partition}"] = len(dirty)
         return out

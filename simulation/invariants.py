@@ -134,7 +134,7 @@ class _AckToken:
     def __call__(self, msg: Any) -> None:
         self.inner(msg)
         if msg.__class__ is ProduceReply and msg.offset is not None:
-            self.monitor._acknowledged(self, msg.offset)
+            self.monitor.acknowledged(self, msg.offset)
 
 
 class InvariantMonitor:
@@ -167,7 +167,7 @@ class InvariantMonitor:
     def stepped(self, proc: Any, what: str, detail: Any = None) -> None:
         """After a node process did something with its state machine."""
         self.steps += 1
-        self.recent.append((self.world.loop._now, proc.name, what, detail))
+        self.recent.append((self.world.loop.now, proc.name, what, detail))
         if self.stopped:
             return
         machine = proc.machine
@@ -184,7 +184,7 @@ class InvariantMonitor:
     def fault(self, verb: str, node: str | None = None, detail: Any = None) -> None:
         """After a world verb (kill, power loss, ...): records its place in the recent steps;
         a loss of unsynced writes changes logs."""
-        self.recent.append((self.world.loop._now, node or "-", f"fault {verb}", detail))
+        self.recent.append((self.world.loop.now, node or "-", f"fault {verb}", detail))
         if self.stopped:
             return
         for node_name, disk in self.world.disks.items():
@@ -299,7 +299,7 @@ class InvariantMonitor:
             part.agree[b] = a
         return a
 
-    def _acknowledged(self, token: _AckToken, first: int) -> None:
+    def acknowledged(self, token: _AckToken, first: int) -> None:
         machine = token.proc.machine
         replica = machine.replicas.get(token.key) if machine is not None else None
         if replica is None:
@@ -412,7 +412,7 @@ class InvariantMonitor:
         key = part.key
         node = world.brokers[b]
         log = world.disks[node].logs.get(key)
-        proc = world._procs.get(node)
+        proc = world.process(node)
         machine = proc.machine if proc is not None and proc.alive else None
         running = False
         if machine is not None and machine.broker_epoch is not None and self._controller is not None:
@@ -460,11 +460,11 @@ class InvariantMonitor:
         loop = self.world.loop
         record = {"time": loop.time_ns(), **v.to_dict(),
                   "recent_steps": [_describe_step(s) for s in self.recent],
-                  "recent_events": [_describe_event(e) for e in self.world._events[-len(self.recent):]]}
+                  "recent_events": [_describe_event(e) for e in self.world.events()[-len(self.recent):]]}
         self.violations.append(record)
         if not self.keep_going:
             self.stopped = True
-            loop.at(loop._now, _raise, InvariantViolation(record))
+            loop.at(loop.now, _raise, InvariantViolation(record))
 
     def write(self, path: str | Path) -> None:
         """invariants.jsonl: one violation a line (an empty file: checked, none found)."""

@@ -58,7 +58,7 @@ class SimLoop(asyncio.BaseEventLoop):
         if executor not in ("inline", "refuse"):
             raise ValueError(f"executor must be 'inline' or 'refuse', got {executor!r}")
         super().__init__()
-        self._now = 0.0
+        self.now = 0.0
         self._spins = 0
         self.max_spins = max_spins
         self.executor = executor
@@ -72,17 +72,17 @@ class SimLoop(asyncio.BaseEventLoop):
     # ---- the virtual clock ---------------------------------------------------------------------
 
     def time(self) -> float:
-        return self._now
+        return self.now
 
     def time_ns(self) -> int:
         """Virtual nanoseconds since the loop was made (the history's clock)."""
-        return round(self._now * 1e9)
+        return round(self.now * 1e9)
 
     def deadlock_report(self) -> str:
         tasks = sorted(asyncio.all_tasks(self), key=_creation_order)
         waiting = "; ".join(_describe(t) for t in tasks[:8])
         more = f" (+{len(tasks) - 8} more)" if len(tasks) > 8 else ""
-        return (f"deadlock at virtual time {self._now:.6f} s: nothing is ready and no timer is "
+        return (f"deadlock at virtual time {self.now:.6f} s: nothing is ready and no timer is "
                 f"scheduled, so nothing can ever happen again. {len(tasks)} task(s) wait: "
                 f"{waiting or '-'}{more}")
 
@@ -119,15 +119,15 @@ class SimLoop(asyncio.BaseEventLoop):
             if not heap:
                 raise SimulationDeadlock(self.deadlock_report())
             when = heap[0][0]
-            if when > self._now:
-                self._now = when
+            if when > self.now:
+                self.now = when
                 self._spins = 0
         self._spins += 1
         if self._spins > self.max_spins:
             raise SimulationLivelock(
-                f"{self._spins} loop iterations at virtual time {self._now:.6f} s without the "
+                f"{self._spins} loop iterations at virtual time {self.now:.6f} s without the "
                 "clock moving (a callback that always reschedules itself at once?)")
-        end = self._now + 1e-9
+        end = self.now + 1e-9
         pop = heapq.heappop
         while heap and heap[0][0] < end:
             entry = pop(heap)

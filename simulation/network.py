@@ -48,7 +48,6 @@ bandwidth and TCP windows do not exist; buffers are unbounded), keepalives.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import json
 import math
@@ -397,7 +396,7 @@ class Network:
             d.stuck.append(seg)
             return
         loop = self.loop
-        now = loop._now
+        now = loop.now
         host = d.host
         link = host.link
         if (host.drops and d.src in host.drops) or (link is not None and link.loss >= 1.0):
@@ -418,7 +417,7 @@ class Network:
         if t < d.last:
             t = d.last
         d.last = t
-        heapq.heappush(loop._heap, (t, next(loop._seq), self._arrive, (d, seg)))
+        loop.at(t, self._arrive, d, seg)
 
     def _degrade(self, link: LinkFault, host: _Host, t: float, syn: bool = False) -> float | None:
         """When a segment sent to `host` arrives under its link fault; None if it is answered
@@ -477,7 +476,7 @@ class Network:
     def _reset(self, stream: Stream, client_side: bool) -> None:
         proc = stream.client if client_side else stream.server
         if (stream.client_open if client_side else stream.server_open) and proc.alive:
-            proc.deliver(self._close_side, stream, client_side, "connection reset")
+            proc.deliver(self.close_side, stream, client_side, "connection reset")
 
     def _receive(self, d: _Dir, seg: tuple) -> None:
         stream = d.stream
@@ -495,14 +494,14 @@ class Network:
                     else:
                         call.on_done(seg[2])
             elif kind == _FIN:
-                self._close_side(stream, True, "closed by peer")
+                self.close_side(stream, True, "closed by peer")
         else:
             if not stream.server_open:
                 return
             if kind == _REQ:
                 stream.server.on_request(stream, seg[1], seg[2])
             elif kind == _FIN:
-                self._close_side(stream, False, "closed by peer")
+                self.close_side(stream, False, "closed by peer")
 
     def request(self, stream: Stream, rid: int | None, msg: Any) -> None:
         if self.config.copy_messages:
@@ -519,7 +518,7 @@ class Network:
 
     # ---- closing -------------------------------------------------------------------------------
 
-    def _close_side(self, stream: Stream, client_side: bool, why: str, notify: bool = True) -> None:
+    def close_side(self, stream: Stream, client_side: bool, why: str, notify: bool = True) -> None:
         """One side closes its socket: FIN to the peer; a client side fails its requests."""
         if client_side:
             if not stream.client_open:
@@ -527,8 +526,8 @@ class Network:
             stream.client_open = False
             stream.client.streams.pop(stream, None)
             conn = stream.conn
-            if conn._stream is stream:
-                conn._stream = None
+            if conn.stream is stream:
+                conn.stream = None
             waiting, stream.waiting = stream.waiting, {}
             self._transmit(stream.up, (_FIN, None, None))
             stream.up.dead = True
@@ -548,15 +547,15 @@ class Network:
 
     def close_server_side(self, stream: Stream) -> None:
         """The server's handler for this connection ended (net.serve's writer.close())."""
-        self._close_side(stream, False, "closed")
+        self.close_side(stream, False, "closed")
 
     def process_died(self, proc: Process) -> None:
         """Its kernel closes every socket it had: FINs go out, nothing is called back."""
         for stream in list(proc.streams):
             if stream.client is proc:
-                self._close_side(stream, True, "closed", notify=False)
+                self.close_side(stream, True, "closed", notify=False)
             if stream.server is proc:
-                self._close_side(stream, False, "closed")
+                self.close_side(stream, False, "closed")
         host = self.hosts[proc.host]
         if host.listener is proc:
             host.listener = None
@@ -572,7 +571,7 @@ class Network:
     # ---- connecting ----------------------------------------------------------------------------
 
     def connect(self, conn: Connection, timeout: float) -> _Attempt:
-        """Start connecting conn; conn._connect_done(stream or exception) is called back in
+        """Start connecting conn; conn.connect_done(stream or exception) is called back in
         the owner's context. The owner's timeout applies, as asyncio.wait_for does."""
         self._stats["connects"] += 1
         a = _Attempt(conn, conn.host, self.loop.time())
@@ -657,14 +656,14 @@ class Network:
     def _finish_connect(self, a: _Attempt, result: Stream | Exception) -> None:
         if a.done:
             if isinstance(result, Stream):  # the caller gave up meanwhile: hang up
-                self._close_side(result, True, "abandoned", notify=False)
+                self.close_side(result, True, "abandoned", notify=False)
             return
         a.done = True
         if a.timer is not None:
             a.timer.cancel()
         if isinstance(result, Stream) and not result.client_open:
             result = ConnectionLost(f"connection to {a.conn.address} closed")
-        a.conn._connect_done(result)
+        a.conn.connect_done(result)
 
     def cancel_attempt(self, a: _Attempt) -> None:
         if not a.done:
@@ -700,13 +699,13 @@ class Connection:
         except ValueError:
             self.host, self.port = address, -1
         self._ids = itertools.count(1)
-        self._stream: Stream | None = None
+        self.stream: Stream | None = None
         self._queue: deque[_Waiter] = deque()
         self._attempt: _Attempt | None = None
 
     @property
     def connected(self) -> bool:
-        s = self._stream
+        s = self.stream
         return s is not None and s.client_open
 
     # ---- the callback form -------------------------------------------------------------------
@@ -720,7 +719,7 @@ class Connection:
         self._send(msg, timeout, on_done)
 
     def _send(self, msg: Any, timeout: float, on_done: Callable[[Any], None]) -> None:
-        stream = self._stream
+        stream = self.stream
         assert stream is not None
         rid = next(self._ids)
         call = _Call(on_done, msg if self.net.config.copy_messages else None)
@@ -737,7 +736,7 @@ class Connection:
         if self._queue:
             self._attempt = self.net.connect(self, self._queue[0].timeout)
 
-    def _connect_done(self, result: Stream | Exception) -> None:
+    def connect_done(self, result: Stream | Exception) -> None:
         self._attempt = None
         if isinstance(result, Exception):
             w = self._queue.popleft()
@@ -748,7 +747,7 @@ class Connection:
                                         f"{result or type(result).__name__}"))
             self._connect_next()
             return
-        self._stream = result
+        self.stream = result
         while self._queue and self.connected:
             w = self._queue.popleft()
             if w.connect_only:
@@ -764,16 +763,16 @@ class Connection:
         if self._attempt is not None:
             self.net.cancel_attempt(self._attempt)
             self._attempt = None
-        if self._stream is not None:
-            self.net._close_side(self._stream, True, "closed", notify=False)
+        if self.stream is not None:
+            self.net.close_side(self.stream, True, "closed", notify=False)
 
     def close_now(self) -> None:
         queue, self._queue = self._queue, deque()
         if self._attempt is not None:
             self.net.cancel_attempt(self._attempt)
             self._attempt = None
-        if self._stream is not None:
-            self.net._close_side(self._stream, True, "closed")
+        if self.stream is not None:
+            self.net.close_side(self.stream, True, "closed")
         exc = ConnectionLost("closed")
         for w in queue:
             w.on_done(exc)
@@ -800,8 +799,8 @@ class Connection:
     def send_nowait(self, msg: Any) -> None:
         """Fire and forget (acks=0): sent if connected, no answer expected."""
         if self.connected:
-            assert self._stream is not None
-            self.net.request(self._stream, None, msg)
+            assert self.stream is not None
+            self.net.request(self.stream, None, msg)
 
     async def close(self) -> None:
         self.close_now()

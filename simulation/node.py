@@ -125,16 +125,16 @@ class NodeProcess(Process):
     # ---- clock and timers ------------------------------------------------------------------------
 
     def clock_now(self) -> float:
-        return self.clock.at(self.loop._now)
+        return self.clock.at(self.loop.now)
 
     def now_ms(self) -> int:
         """What runtime.now_ms() returns on this host: its monotonic clock in ms."""
         c = self.clock
-        return int((c.anchor + (self.loop._now - c.anchor_vt) * c.rate) * 1_000_000 + 0.5) // 1000
+        return int((c.anchor + (self.loop.now - c.anchor_vt) * c.rate) * 1_000_000 + 0.5) // 1000
 
     def call_later(self, delay: float, fn: Callable[..., None], *args: Any) -> Timer:
         timer = Timer(fn, args)
-        when = self.clock.at(self.loop._now) + delay
+        when = self.clock.at(self.loop.now) + delay
         heapq.heappush(self._heap, (when, next(self._seq), timer))
         if when < self._armed_for and not self.paused and self.alive:
             self._arm()
@@ -150,7 +150,7 @@ class NodeProcess(Process):
             return
         when = heap[0][0]
         vt = self.clock.vt_of(when)
-        now = self.loop._now
+        now = self.loop.now
         self.loop.at(vt if vt > now else now, self._fire, self._gen)
         self._armed_for = when
 
@@ -159,7 +159,7 @@ class NodeProcess(Process):
             return
         self._armed_for = float("inf")
         heap = self._heap
-        now = self.clock.at(self.loop._now) + 1e-9
+        now = self.clock.at(self.loop.now) + 1e-9
         while heap and heap[0][0] <= now:
             timer = heapq.heappop(heap)[2]
             if timer.cancelled:
@@ -186,7 +186,7 @@ class NodeProcess(Process):
 
     def soon(self, fn: Callable[..., None], *args: Any) -> None:
         """Run in a later loop iteration, like work a runtime task does after it is spawned."""
-        self.loop.at(self.loop._now, self.deliver, fn, *args)
+        self.loop.at(self.loop.now, self.deliver, fn, *args)
 
     def _set_paused(self) -> None:
         was = self.paused
@@ -222,7 +222,7 @@ class NodeProcess(Process):
         """The event loop is blocked (an fsync) for `seconds` of virtual time; then `then`."""
         self.busy = True
         self._set_paused()
-        self.loop.at(self.loop._now + seconds, self._unblock, then, args)
+        self.loop.at(self.loop.now + seconds, self._unblock, then, args)
 
     def _unblock(self, then: Callable[..., None], args: tuple) -> None:
         if not self.alive:
@@ -250,7 +250,7 @@ class NodeProcess(Process):
         self.pool.drop()
         self.net.process_died(self)
         self.disk.process_died()
-        self.world._process_ended(self)
+        self.world.process_ended(self)
         self.stepped("exit")
 
     # ---- start-up ------------------------------------------------------------------------------------
@@ -282,7 +282,7 @@ class NodeProcess(Process):
         self.pool.get(address).call(msg, timeout_s, answered)
 
     def record(self, event: Event) -> None:
-        self.world._record_event(self, event.kind, event.fields)
+        self.world.record_event(self, event.kind, event.fields)
 
     def fsync_blocks(self, resume: Callable[..., None], *args: Any) -> bool:
         if self.fsync_latency is None or not self.alive:
@@ -307,7 +307,7 @@ class NodeProcess(Process):
 
     def halt(self, what: str, exc: BaseException) -> None:
         """Runtime.halt: log and os._exit(1)."""
-        self.world._node_error(self, "storage", OSError(5, f"{what} failed: Input/output error"), "")
+        self.world.node_error(self, "storage", OSError(5, f"{what} failed: Input/output error"), "")
         self.die()
 
     def exit(self) -> None:
@@ -320,7 +320,7 @@ class NodeProcess(Process):
             monitor.stepped(self, what, detail)
 
     def _error(self, where: str, e: BaseException) -> None:
-        self.world._node_error(self, where, e, traceback.format_exc())
+        self.world.node_error(self, where, e, traceback.format_exc())
 
     def on_request(self, stream: Stream, rid: int | None, msg: Any) -> None:
         token = _Responder(self.net, stream, rid)
@@ -347,7 +347,7 @@ class NodeProcess(Process):
         self._storage_running = True
         job, done = self._storage.popleft()
         latency = self.fsync_latency() if self.fsync_latency is not None else 0.0
-        self.loop.at(self.loop._now + latency, self._storage_job_ran, job, done)
+        self.loop.at(self.loop.now + latency, self._storage_job_ran, job, done)
 
     def _storage_job_ran(self, job: Callable[[], None],
                          done: Callable[[BaseException | None], None]) -> None:

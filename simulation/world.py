@@ -203,7 +203,7 @@ class World:
             except TimeoutError:
                 pass
 
-    def _process_ended(self, proc: NodeProcess) -> None:
+    def process_ended(self, proc: NodeProcess) -> None:
         for fut in self._exits.pop(proc.name, []):
             if not fut.done():
                 fut.set_result(None)
@@ -332,12 +332,12 @@ class World:
             for e in self._events:
                 f.write(json.dumps(e) + "\n")
 
-    def _record_event(self, proc: NodeProcess, kind: str, fields: Mapping[str, Any]) -> None:
+    def record_event(self, proc: NodeProcess, kind: str, fields: Mapping[str, Any]) -> None:
         now = self.loop.time()
         self._events.append({"ts": round(self.epoch + now, 6), "node": proc.label, "kind": kind,
                              **fields, "host": proc.name, "time": round(now * 1e9)})
 
-    def _node_error(self, proc: NodeProcess, where: str, e: BaseException, tb: str) -> None:
+    def node_error(self, proc: NodeProcess, where: str, e: BaseException, tb: str) -> None:
         """An exception a runtime task would have died of (kept in order; the traceback only
         for the first 50, since a broken node may fail every tick)."""
         keep = len(self.node_errors) < 50
