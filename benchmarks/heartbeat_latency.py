@@ -1,6 +1,6 @@
 """Broker heartbeat intervals under slow fsyncs: does a slow disk stall a broker's event loop?
 
-A controller and 3 brokers run as processes on 127.0.0.x (replication/local_cluster.py), each
+A controller and 3 brokers run as processes on 127.0.0.x (tests/support/local_cluster.py), each
 broker's data directory on its own lossy FUSE mount (nemesis/lazyfs) with `slow-fsync MS`
 (every fsync and directory fsync sleeps MS first, as a slow disk would). The brokers run with
 `flush.messages=1` (every append is fsynced before anything depends on it); one topic, RF 3,
@@ -38,7 +38,9 @@ import time
 from pathlib import Path
 
 from replication.client import Client, ProduceError
-from replication.local_cluster import LocalCluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
+from support.local_cluster import LocalCluster  # noqa: E402
 
 _HEADER = struct.Struct(">I")
 HEARTBEAT_INTERVAL_MS = 200

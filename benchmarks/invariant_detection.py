@@ -4,7 +4,7 @@
 For every weakness, simulate the same seeds with the invariants checked after every step
 (keep going after a violation, so the run reaches its final read) and count, over those
 seeds, the runs with an invariant violation, the runs that lost an acknowledged record (the
-final read lacks an acknowledged value: simulation.scenarios.acknowledged_loss), and both.
+final read lacks an acknowledged value: support.scenarios.acknowledged_loss), and both.
 
     .venv/bin/python benchmarks/invariant_detection.py [--seeds 1-20] [--mode episodes|campaign]
         [--only NAME,...] [--trace]
@@ -29,9 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
+
+from support.scenarios import acknowledged_loss  # noqa: E402
 
 from checkers.trace import check_run  # noqa: E402
-from simulation.scenarios import acknowledged_loss  # noqa: E402
 
 
 def seeds_of(text: str) -> list[int]:
@@ -40,7 +42,6 @@ def seeds_of(text: str) -> list[int]:
 
 
 def episodes() -> list[tuple[str, dict, str, object]]:
-    sys.path.insert(0, str(ROOT / "tests"))
     from test_invariants_sim import TWINS
 
     return [(name, system, acks, episode) for name, system, acks, episode, _ in TWINS] + [

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/linearizability_bench.py [--sizes 1000,10000,100000]
         [--processes 5,50] [--budget-s 120] [--max-states 10000000] [--seed 1]
 
-Histories come from checkers.linear.simulate: a real register accessed by concurrent
+Histories come from support.linear_simulate: a real register accessed by concurrent
 clients, so every one is linearizable and any verdict but "valid" is the search giving up
 within its budget (reported as "unknown", never hidden). ``ops`` counts operations invoked
 in the history; ``checked`` those left once failed cas ops (which did not happen) are dropped.
@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from pathlib import Path
 
 from checkers.linear import Budget, CASRegister, check, pair_events
-from checkers.linear.simulate import simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
+from support.linear_simulate import simulate  # noqa: E402
 
 
 def _ints(text: str) -> list[int]:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from replication.client import Client
-from replication.local_cluster import LocalCluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
+from support.local_cluster import LocalCluster  # noqa: E402
 
 
 async def _bench(cluster: LocalCluster, acks: str, records: int, concurrency: int) -> dict:

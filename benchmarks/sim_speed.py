@@ -12,7 +12,7 @@ folder, through harness.simulate.simulate_into as a search runs it.
 
 `--faults none` (the default) runs without a nemesis: full throughput all the time, the most
 work per simulated second. `--faults campaign` runs the cell's own nemesis mix, as searches and
-the soak do. `--faults tour` runs one fault of each kind in turn (simulation.scenarios.tour).
+the soak do. `--faults tour` runs one fault of each kind in turn (support.scenarios.tour).
 
 Prints per run and as medians: simulated seconds per wall second (also over all the runs
 together) and per CPU second of this process, and runs per hour. `--check` also checks each
@@ -51,6 +51,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
+
+from support.scenarios import tour  # noqa: E402
 
 from checkers.check import check_path  # noqa: E402
 from harness import store  # noqa: E402
@@ -63,7 +66,6 @@ from harness.test import Test  # noqa: E402
 from simulation.loop import SimLoop  # noqa: E402
 from simulation.network import ClientProcess, Network, Pool, Process  # noqa: E402
 from simulation.run import run_simulation  # noqa: E402
-from simulation.scenarios import tour  # noqa: E402
 from workloads.kafka import WorkloadParams  # noqa: E402
 
 VALIDATION = ROOT / "campaigns" / "validation.toml"

@@ -8,11 +8,11 @@ import subprocess
 import sys
 
 import pytest
+from support.linear_simulate import simulate
 
 from checkers.linear import KV, Budget, check, pair_events
 from checkers.linear.check import run_local, run_local_all
 from checkers.linear.parallel import spark_runner
-from checkers.linear.simulate import simulate
 
 
 def write_jsonl(path, events):

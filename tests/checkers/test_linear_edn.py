@@ -7,10 +7,10 @@ import random
 from fractions import Fraction
 
 import pytest
+from support.linear_simulate import simulate
 
 from checkers.linear import KV, CASRegister, HistoryError, check, edn, pair
 from checkers.linear.importers import read_edn, read_events, read_text
-from checkers.linear.simulate import simulate
 
 
 @pytest.mark.parametrize("text, value", [

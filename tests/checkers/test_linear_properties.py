@@ -7,9 +7,9 @@ import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.linear_simulate import simulate
 
 from checkers.linear import KV, UNKNOWN, CASRegister, Register, check, pair_events, search
-from checkers.linear.simulate import simulate
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from support.protocol_sim import Sim
+
 from replication.config import NodeConfig
 from replication.outputs import Reply, Send
-from replication.sim import Sim
 
 BASE = NodeConfig(min_insync_replicas=2)
 

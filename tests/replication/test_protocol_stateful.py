@@ -39,6 +39,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support.protocol_sim import Sim
 
 from replication import errors as E
 from replication import metadata as md
@@ -47,7 +48,6 @@ from replication.log import MemoryLog
 from replication.metadata import PartitionState, Rules
 from replication.outputs import Reply
 from replication.partition import Replica
-from replication.sim import Sim
 
 
 def pick(data, ids, label: str):

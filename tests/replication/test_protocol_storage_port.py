@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.protocol_sim import ClientCall, Sim
 
 from replication import errors as E
 from replication.config import NodeConfig
@@ -19,7 +20,6 @@ from replication.messages import ErrorReply, FetchReply, FetchRequest, ProduceRe
 from replication.metadata import PartitionState
 from replication.outputs import Reply, Send, Sync
 from replication.partition import Replica
-from replication.sim import ClientCall, Sim
 
 CONFIG = NodeConfig(min_insync_replicas=2, flush_messages=1)
 STATE = PartitionState("A", 0, replicas=(1, 2, 3), leader=1, leader_epoch=0, isr=(1, 2, 3))

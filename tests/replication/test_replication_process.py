@@ -9,9 +9,9 @@ import signal
 import time
 
 import pytest
+from support.local_cluster import LocalCluster
 
 from replication.client import Client, ProduceError
-from replication.local_cluster import LocalCluster
 
 TOPIC = "t"
 

@@ -2,7 +2,7 @@
 
 Must-fail twins: each weakness of docs/replication.md's "Alternative behaviours" -- the six
 switches -- violates its invariant in a simulated run under a scripted episode aimed at it
-(simulation/scenarios.py `weakness`, `shrink_then`), searching a few seeds; the safe
+(tests/support/scenarios.py `weakness`, `shrink_then`), searching a few seeds; the safe
 configuration under the same episodes violates none and loses nothing. The trace checker
 (checkers/trace.py), given the same run's events.jsonl and history.jsonl, finds the same
 invariant. The longer search over more seeds is marked `slow`."""
@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support.scenarios import acknowledged_loss, shrink_then, weakness
 
 from checkers.trace import check_run
 from simulation.run import run_simulation
-from simulation.scenarios import acknowledged_loss, shrink_then, weakness
 from workloads.kafka import WorkloadParams
 
 # harness/profiles/fast.toml's timeouts with MinISR 2 (campaigns/validation.toml's base)

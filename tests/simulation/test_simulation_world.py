@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.scenarios import acknowledged_loss, partition_state, shrink_then, tour
 
 import replication
 from checkers import native_checks
@@ -20,7 +21,6 @@ from replication import errors as E
 from replication.client import Client, ClientError
 from replication.config import NodeConfig
 from simulation.run import run_simulation
-from simulation.scenarios import acknowledged_loss, partition_state, shrink_then, tour
 from simulation.world import World
 from workloads.history import read_history
 from workloads.kafka import WorkloadParams
@@ -68,12 +68,13 @@ def test_same_seed_same_bytes_in_another_process_with_another_hash_seed(tmp_path
     script = (
         "import sys; from pathlib import Path\n"
         "from tests.simulation.test_simulation_world import run\n"
-        "from simulation.scenarios import tour\n"
+        "from support.scenarios import tour\n"
         "run(Path(sys.argv[1]), 9, time_limit=5.0, faults=tour('chaos', step=1.0))\n")
     for hash_seed in ("0", "4242"):
         there = tmp_path / f"there-{hash_seed}"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed,
-               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+               "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
+                                               os.environ.get("PYTHONPATH", "")])}
         subprocess.run([sys.executable, "-c", script, str(there)], cwd=ROOT, env=env, check=True,
                        timeout=120)
         assert (there / "history.jsonl").read_bytes() == here.history.read_bytes()
