@@ -33,6 +33,7 @@ MODULES = (
     "replication/broker.py",
     "replication/broker_store.py",
     "replication/client.py",
+    "replication/driver.py",
 )
 
 
