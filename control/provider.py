@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from control.host import Host
 from control.inventory import HostEntry, InventoryError
@@ -65,14 +65,13 @@ def shared_python(inventory: Path, entries: Sequence[HostEntry]) -> str:
     return found.pop()
 
 
-def make_provider(config: Mapping[str, Any], cluster_dir: Path | None = None, *,
-                  name: str = "cluster") -> Provider:
-    """The provider of a validated config. `cluster_dir` is the netns cluster's local folder;
-    None gives a fresh private one in the temp dir, named kch-<name>-<random>, that the
-    provider removes when it goes down."""
-    hosts = config["hosts"]
-    if hosts["provider"] == "netns":
-        return LocalNetnsProvider(cluster_dir, config["nodes"], prefix=f"kch-{name}-")
-    if hosts["provider"] == "ssh":
-        return InventoryProvider(Path(hosts["inventory"]), config["nodes"])
-    raise ValueError(f"hosts.provider: unknown provider {hosts['provider']!r}")
+def make_provider(provider: str, nodes: int, inventory: str | None = None,
+                  cluster_dir: Path | None = None, *, name: str = "cluster") -> Provider:
+    """The provider of a run's [hosts] (`provider`, its `inventory`) for `nodes` hosts.
+    `cluster_dir` is the netns cluster's local folder; None gives a fresh private one in the
+    temp dir, named kch-<name>-<random>, that the provider removes when it goes down."""
+    if provider == "netns":
+        return LocalNetnsProvider(cluster_dir, nodes, prefix=f"kch-{name}-")
+    if provider == "ssh" and inventory is not None:
+        return InventoryProvider(Path(inventory), nodes)
+    raise ValueError(f"hosts.provider: unknown provider {provider!r} (or ssh without an inventory)")

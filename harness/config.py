@@ -31,6 +31,7 @@ from control.kafka import KafkaSettings, refusals
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup, needs_toxiproxy
 from nemesis.kinds.links import LINK_DEFAULTS
 from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
+from nemesis.schedule import ScheduleParams
 from replication.config import ConfigError as NodeConfigError
 from replication.config import NodeConfig
 from workloads.kafka import WorkloadParams
@@ -772,6 +773,17 @@ class TestConfig:
     def brokers(self) -> int:
         """Every node but n1, which runs the controller."""
         return self.nodes - 1
+
+    @property
+    def schedule_params(self) -> ScheduleParams:
+        """The nemesis schedule's parameters (nemesis/schedule.py)."""
+        n = self.nemesis
+        return ScheduleParams(
+            seed=self.seed, faults=n.faults, time_limit=self.time_limit, interval=n.interval,
+            duration=n.duration, partitions=self.topic.partitions, brokers=self.brokers,
+            targets=n.targets, weights=dict(n.weights), shrink_first=n.shrink_first,
+            # Followers leave the ISR after the lag time; allow for the leader's check period.
+            shrink_wait=round(self.system.replica_lag_time_max_ms * 1.5 / 1000 + 1, 3))
 
     @property
     def workload_params(self) -> WorkloadParams:

@@ -87,7 +87,8 @@ def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], str, st
     """The hosts, their python, and their toxiproxy-server when the run uses Toxiproxy."""
     # A fresh private cluster directory (mkdtemp, named after the run): unique even for runs
     # started in the same second with the same seed, removed when the provider goes down.
-    provider = make_provider(test.config, name=run_dir.name)
+    s = test.settings
+    provider = make_provider(s.hosts.provider, s.nodes, s.hosts.inventory, name=run_dir.name)
     # before any host is touched: a missing toxiproxy-server is one clear error
     toxiproxy = provider.toxiproxy_server() if test.settings.hosts.toxiproxy else None
     try:

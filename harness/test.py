@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import TestConfig, typed
-from nemesis.schedule import ScheduleParams, load_schedule, params_from_config, replay_plan
+from nemesis.schedule import ScheduleParams, load_schedule, replay_plan
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Test:
 
     @property
     def schedule_params(self) -> ScheduleParams:
-        return params_from_config(self.config)
+        return self.settings.schedule_params
 
     @classmethod
     def of(cls, config: Mapping[str, Any], results_root: Path, *, argv: Sequence[str] = (),

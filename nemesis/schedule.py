@@ -56,7 +56,6 @@ from nemesis.kinds.base import PICK_RANGE, PlanParams
 
 FORMAT = 1
 OUTCOMES = ("pending", "ok", "failed", "skipped", "interrupted")
-_DEFAULT_LAG_MS = 10_000  # the node's default replica.lag.time.max.ms
 # Families whose leader-aimed faults may come as a shrink-first episode (see plan()).
 _SHRINKABLE = ("process", "host")
 
@@ -73,7 +72,7 @@ class ScheduleParams:
     targets: str = "auto"
     weights: Mapping[str, float] = field(default_factory=dict)  # kind -> weight, default 1
     shrink_first: float = 0.0
-    shrink_wait: float = 16.0  # s for the ISR to shrink; see params_from_config
+    shrink_wait: float = 16.0  # s for the ISR to shrink; see TestConfig.schedule_params
 
     def __post_init__(self) -> None:
         bad = [f for f in self.faults if f not in KNOWN_FAULTS]
@@ -99,21 +98,6 @@ class ScheduleParams:
             raise ValueError(f"unknown schedule parameters: {sorted(unknown)}")
         return cls(**{**d, "faults": tuple(d.get("faults", ())),
                       "weights": dict(d.get("weights", {}))})
-
-
-def params_from_config(config: Mapping[str, Any]) -> ScheduleParams:
-    """Schedule parameters from a resolved harness config (harness.config)."""
-    nemesis = config["nemesis"]
-    lag_ms = config["system"].get("replica.lag.time.max.ms", _DEFAULT_LAG_MS)
-    return ScheduleParams(
-        seed=config["seed"], faults=tuple(nemesis["faults"]), time_limit=config["time_limit"],
-        interval=nemesis["interval"], duration=nemesis["duration"],
-        partitions=config["topic"]["partitions"], brokers=config["nodes"] - 1,
-        targets=nemesis["targets"], weights=dict(nemesis["weights"]),
-        shrink_first=nemesis["shrink_first"],
-        # Followers leave the ISR after the lag time; allow for the leader's check period.
-        shrink_wait=round(lag_ms * 1.5 / 1000 + 1, 3),
-    )
 
 
 def plan(params: ScheduleParams) -> list[dict[str, Any]]:
@@ -147,10 +131,6 @@ def plan(params: ScheduleParams) -> list[dict[str, Any]]:
             entries.append(entry)
         t = end + _jitter(rng, params.interval)
     return entries
-
-
-def plan_from_config(config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return plan(params_from_config(config))
 
 
 def _jitter(rng: random.Random, mean: float) -> float:

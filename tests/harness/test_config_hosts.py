@@ -10,7 +10,7 @@ import pytest
 
 from control.inventory import InventoryError
 from control.provider import InventoryProvider, LocalNetnsProvider, make_provider
-from harness.config import ConfigError, load_config, validate
+from harness.config import ConfigError, load_config, typed, validate
 
 
 def _inventory(path: Path, hosts: int, defaults: str = 'python = "/opt/kch/.venv/bin/python"',
@@ -92,14 +92,19 @@ def test_relative_inventory_is_relative_to_the_config_file(tmp_path, monkeypatch
     assert validate(json.loads(json.dumps(c))) == c
 
 
+def _provider(config, cluster_dir):
+    s = typed(config)
+    return make_provider(s.hosts.provider, s.nodes, s.hosts.inventory, cluster_dir)
+
+
 def test_factory_picks_the_provider_and_its_python(tmp_path):
     c = load_config()
-    netns = make_provider(c, tmp_path / "cluster")
+    netns = _provider(c, tmp_path / "cluster")
     assert isinstance(netns, LocalNetnsProvider)
     assert (netns.n, netns.python) == (5, sys.executable)
     inv = _inventory(tmp_path / "inv.toml", 6)
     c = load_config(sets=["hosts.provider=ssh", f"hosts.inventory={str(inv)!r}"])
-    ssh = make_provider(c, tmp_path / "cluster")
+    ssh = _provider(c, tmp_path / "cluster")
     assert isinstance(ssh, InventoryProvider)
     assert [e.name for e in ssh.entries] == ["n1", "n2", "n3", "n4", "n5"]
     assert ssh.python == "/opt/kch/.venv/bin/python"
@@ -123,4 +128,4 @@ def test_factory_refuses_an_inventory_that_shrank(tmp_path):
     c = load_config(sets=["hosts.provider=ssh", f"hosts.inventory={str(inv)!r}"])
     _inventory(inv, 2)  # edited after the config was validated
     with pytest.raises(InventoryError, match="lists 2 host"):
-        make_provider(c, tmp_path / "cluster")
+        _provider(c, tmp_path / "cluster")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.config import load_config
+from harness.config import load_config, typed
 from harness.runner import run_test
 from harness.test import Test
-from nemesis.schedule import params_from_config, plan
+from nemesis.schedule import plan
 from workloads.history import read_history
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse]
@@ -62,7 +62,7 @@ def test_run_with_kills_and_partitions(tmp_path):
     assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
 
     schedule = json.loads((run_dir / "schedule.json").read_text())
-    planned = plan(params_from_config(config))
+    planned = plan(typed(config).schedule_params)
     strip = [{k: f[k] for k in ("id", "kind", "start_s", "duration_s", "target")} for f in schedule["faults"]]
     assert strip == [{k: f[k] for k in ("id", "kind", "start_s", "duration_s", "target")} for f in planned], \
         "the realised schedule is the seed's plan"

@@ -204,9 +204,9 @@ def test_a_real_runs_schedule_maps_into_the_simulator(tmp_path):
               dict(SCHEDULE[1], target={"select": "last-isr-member", "partition": 0, "pick": 2},
                    resolved={"nodes": ["n2"]}, started_s=3.52, ended_s=4.1, outcome="ok",
                    error=None)]
-    from nemesis.schedule import params_from_config
+    from harness.config import typed
     (run / "schedule.json").write_text(json.dumps(
-        {"format": 1, "params": params_from_config(config).to_dict(), "faults": faults}))
+        {"format": 1, "params": typed(config).schedule_params.to_dict(), "faults": faults}))
     from harness.shrink import start_candidate
     cand, real, notes = start_candidate(run)
     assert real and not notes

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from harness.campaign_spec import CampaignError, load_spec
+from harness.config import typed
 from harness.report.campaign_index import render_campaign
 from harness.report.detection import EVIDENCE, WITH_INVARIANTS, detection_times, format_table
 from nemesis.kinds import lookup
-from nemesis.schedule import plan_from_config
+from nemesis.schedule import plan
 
 ROOT = Path(__file__).resolve().parents[2]
 TWO_MIXES = """
@@ -138,7 +139,7 @@ def test_safe_mix_never_takes_down_more_than_one_broker_lossily_at_once() -> Non
     assert "outage" not in safe[0].resolved["nemesis"]["faults"]
     multi = {"elr-members", "majority", "followers"}
     for cell in safe:
-        for entry in plan_from_config(cell.resolved):
+        for entry in plan(typed(cell.resolved).schedule_params):
             if lookup(entry["kind"]).family == "host":
                 assert entry["target"].get("select") not in multi, entry
 

@@ -8,15 +8,13 @@ import sys
 
 import pytest
 
-from harness.config import KNOWN_FAULTS, load_config
+from harness.config import KNOWN_FAULTS, load_config, typed
 from nemesis.schedule import (
     LoadedSchedule,
     ScheduleParams,
     ScheduleRecord,
     load_schedule,
-    params_from_config,
     plan,
-    plan_from_config,
     replay_plan,
 )
 
@@ -124,12 +122,12 @@ def test_no_faults_no_schedule_and_short_runs_fit():
         assert e["start_s"] + e["duration_s"] <= 12
 
 
-def test_params_from_config_uses_lag_time_for_shrink_wait():
+def test_schedule_params_use_lag_time_for_shrink_wait():
     c = load_config("fast", sets=["nemesis.shrink_first=0.5"])
-    p = params_from_config(c)
+    p = typed(c).schedule_params
     assert p.brokers == 4 and p.partitions == 3 and p.faults == ("kill", "partition")
     assert p.shrink_wait == pytest.approx(2000 * 1.5 / 1000 + 1)
-    assert plan_from_config(c) == plan(p)
+    assert p.weights == c["nemesis"]["weights"] and p.interval == c["nemesis"]["interval"]
 
 
 @pytest.mark.parametrize("bad", [{"faults": ("nuke",)}, {"targets": "all"}, {"interval": 0},
