@@ -76,6 +76,17 @@ def test_a_run_with_a_toxic_fault_is_refused_before_it_starts(tmp_path):
     assert not (tmp_path / "results").exists()  # refused before a run folder or a host
 
 
+def test_a_campaign_with_a_toxic_cell_is_refused_before_its_folder(tmp_path):
+    (tmp_path / "toxic.toml").write_text(
+        'name = "toxic"\nbase = "fast"\nseeds = [1]\ntime_limit = 5\n'
+        '[[config]]\nname = "safe"\nexpect = "no-loss"\n[[nemesis]]\nname = "slow"\nfaults = ["kill", "latency"]\n')
+    done = harness(tmp_path, "campaign", "toxic.toml")
+    assert done.returncode == 3, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("harness: error: Toxiproxy is not installed")
+    assert not (tmp_path / "results").exists()  # no campaign folder, no run folder
+
+
 def test_only_a_run_that_needs_toxiproxy_is_refused(tmp_path, monkeypatch):
     """The same check in process, on validated configs: without toxics (or on an inventory's
     hosts, which name their own server) nothing is asked of this machine."""
