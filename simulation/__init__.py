@@ -1,8 +1,9 @@
 """The simulated world: the real protocol, client, workload and history in simulated time.
 
 One process, one thread, one seed. The unmodified sans-IO `Controller`/`Broker` (over
-`MemoryLog`s), the asyncio `Client` and `KafkaWorkload`, and `HistoryWriter` run on a
-deterministic virtual-time event loop; timers fire at their own times and nothing waits for
+`MemoryLog`s) driven by the node driver of real hosts (`replication/driver.py`), the asyncio
+`Client` and `KafkaWorkload`, the run sequence (`workloads/sequence.py`) and `HistoryWriter`
+run on a deterministic virtual-time event loop; timers fire at their own times and nothing waits for
 the wall clock. Same seed + configuration + code: byte-identical history.jsonl and
 events.jsonl (in any process, whatever PYTHONHASHSEED). In the spirit of FoundationDB's
 simulation, TigerBeetle's VOPR and madsim.
@@ -17,16 +18,18 @@ Modules (bottom up):
   interface, passing message objects.
 - `disk`: per-node disks with the lossy filesystem's durability model (power loss, torn
   writes, page-cache loss with EIO, clean-shutdown marker, HWM checkpoint, metadata log).
-- `node`: node processes driving the state machines as replication/runtime.py does (ticks,
-  outputs, request timeouts, the storage port's fsync queue), on each host's own clock.
+- `node`: node processes, the port of the node driver (replication/driver.py) that drives the
+  state machines on real hosts too: each host's own clock and timers, requests over the
+  simulated network, fsyncs that block the loop, the storage port's job queue.
 - `world`: `World`, the cluster and its operations by node name (start, kill, stop_clean,
   pause, resume, power_loss, page_cache_loss, partition, heal_partition, degrade_link,
   restore_link, clock_jump, clock_drift, clock_reset, is_running, events), and `Verbs`, the
   same as coroutines for nemesis.kinds' fault kinds.
-- `run`: `run_simulation`, one whole test (start, topic, workload with a faults callback,
-  heal, final read) writing history.jsonl and events.jsonl.
-- `scenarios`: scripted fault callbacks (`shrink_then`, `tour`) and `acknowledged_loss`.
+- `invariants`: the protocol invariants (checkers/invariants.py) checked after every step.
+- `run`: `run_simulation`, one whole test through the run sequence of real hosts (start,
+  topic, workload with a faults callback, heal, final read) writing history.jsonl and
+  events.jsonl.
 
-The package imports replication and workloads only (never nemesis, control, harness or
-checkers).
+The package imports replication, workloads and checkers.invariants only (never nemesis,
+control or harness). Scripted fault callbacks for tests are in tests/support/scenarios.py.
 """

@@ -4,7 +4,7 @@
     world.start_all()
     world.loop.run(main(world))          # the real Client/KafkaWorkload with pool=world.pool()
 
-Names are harness/cluster.py's: n1 runs the controller, n2..nN the brokers 1..N-1, each
+Names are control/cluster.py's: n1 runs the controller, n2..nN the brokers 1..N-1, each
 listening on "<name>:9092"; `bootstrap()` is the controller's address then the brokers'.
 
 The cluster operations (what the nemesis's fault kinds call) are plain methods named by node
