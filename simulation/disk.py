@@ -30,7 +30,7 @@ What the faults do, as on the lossy filesystem:
   read at the log end, the HWM checkpoint, written to a new file) still works. The process
   sees the loss only when it restarts.
 
-Storage port: like BrokerRuntime, a broker's logs defer their fsyncs (`defer_sync=True`, see
+Storage port: as on real hosts (replication/driver.py), a broker's logs defer their fsyncs (`defer_sync=True`, see
 replication/log.py): the flush policy, a segment roll and the recovery on open ask for a sync,
 the broker hands it out as a `Sync` output, and the node runs it on its storage queue after a
 seeded fsync latency (`DiskConfig.fsync`; simulation/node.py). Until a job has run, what it

@@ -87,7 +87,7 @@ class World:
         self.clocks = {n: HostClock(round(clock_rng.uniform(1_000.0, 100_000.0), 3)) for n in self.nodes}
         cfg = self.node_config
         self.disk_config = disk or DiskConfig()
-        # Brokers use the storage port (deferred fsyncs) as BrokerRuntime does, if it exists
+        # Brokers use the storage port (deferred fsyncs) as on real hosts, if it exists
         # and fsyncs take time; with instant fsyncs the logs sync inline.
         defer = HAS_STORAGE_PORT and self.disk_config.fsync is not None
         self.disks = {n: NodeDisk(n, flush_messages=cfg.flush_messages, flush_ms=cfg.flush_ms,

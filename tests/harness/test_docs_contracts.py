@@ -227,15 +227,15 @@ def _recovery_reasons(segment_log: ast.Module) -> set[str]:
 
 def _code_reasons() -> dict[str, set[str]]:
     """Event kind -> regexes of the reasons replication/ can give it."""
-    controller, metadata, partition, runtime, segment_log = (
-        _tree(n) for n in ("controller.py", "metadata.py", "partition.py", "runtime.py",
+    controller, metadata, partition, driver, segment_log = (
+        _tree(n) for n in ("controller.py", "metadata.py", "partition.py", "driver.py",
                            "segment_log.py"))
     # How each reason reaches its event; if one of these fails, the code moved: follow it.
     assert _emits(_function(controller, "_fence"), "broker-fenced", "reason", "reason")
     assert _emits(_function(controller, "_set_partition"), "partition-change", "reason",
                   "change.reason")
     assert _emits(_function(partition, "_truncate"), "truncate", "reason", "reason")
-    assert _emits(_function(runtime, "_open_log"), "log-recovery", "reason", "info.reason")
+    assert _emits(_function(driver, "_open_log"), "log-recovery", "reason", "info.reason")
     reasons: dict[str, set[str]] = {"broker-fenced": set(), "partition-change": set(),
                                     "truncate": set(), "log-recovery": set()}
     reasons["log-recovery"] = {re.escape(r) for r in _recovery_reasons(segment_log)}
