@@ -39,7 +39,8 @@ from workloads.kafka import KafkaWorkload, WorkloadParams
 from workloads.sequence import exercise
 from workloads.topics import create_topic, wait_healthy
 
-Faults = Callable[[World, SimLoop], Awaitable[Any] | None]
+# A test's own fault script: called when the workload starts, it returns what runs alongside.
+FaultScript = Callable[[World, SimLoop], Awaitable[Any] | None]
 
 
 @dataclass
@@ -75,7 +76,7 @@ class SimResult:
 def run_simulation(out_dir: str | Path, *, seed: int, params: WorkloadParams, time_limit: float,
                    system: Mapping[str, Any] | None = None, n_nodes: int = 4,
                    replication_factor: int = 3, final_read_timeout: float = 60.0,
-                   faults: Faults | None = None, net: NetConfig | None = None,
+                   faults: FaultScript | None = None, net: NetConfig | None = None,
                    disk: DiskConfig | None = None,
                    world_hook: Callable[[World], None] | None = None,
                    invariants: bool = True, keep_going: bool = False) -> SimResult:
@@ -144,7 +145,7 @@ class SimEnvironment:
 
 
 async def _main(world: World, history: HistoryWriter, params: WorkloadParams, time_limit: float,
-                rf: int, final_read_timeout: float, faults: Faults | None,
+                rf: int, final_read_timeout: float, faults: FaultScript | None,
                 box: dict[str, Any] | None = None):
     world.start_all()
 
