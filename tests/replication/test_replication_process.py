@@ -39,7 +39,7 @@ async def _produce(client: Client, values: range, acks: str, outcome: dict) -> N
     async def one(v: int) -> None:
         try:
             ack = await client.produce(TOPIC, 0, str(v), acks)
-            outcome["ok"][v] = ack["offset"]
+            outcome["ok"][v] = ack.offset
         except ProduceError as e:
             outcome["fail" if e.definite else "info"].add(v)
     await asyncio.gather(*(one(v) for v in values))
@@ -49,9 +49,9 @@ async def _read_all(client: Client) -> list[tuple[int, int]]:
     records: list[tuple[int, int]] = []
     while True:
         reply = await client.fetch(TOPIC, 0, len(records), refresh=True)
-        if not reply["records"]:
+        if not reply.records:
             return records
-        records += [(o, int(v)) for o, v in reply["records"]]
+        records += [(o, int(v)) for o, v in reply.records]
 
 
 def _check(outcome: dict, records: list[tuple[int, int]]) -> None:
