@@ -2,10 +2,10 @@
 
 Every request a node or client sends and every answer it gets is one of these classes. The
 state machines dispatch on them with `match`; `net.py` turns them into JSON frames and back
-(`to_wire`, `decode_request`, a request's `reply_from_wire`). The JSON is the protocol's (docs/formats.md
-does not fix it; this module does): a request is an object with a `"type"` and its fields,
-an answer has no type (the requester knows what it asked) and is either an error
-(`{"error": NAME, ...}`, names from `replication.errors`) or the request's success shape.
+(`to_wire`, `decode_request`, a request's `reply_from_wire`). The JSON is the protocol's
+(docs/formats.md does not fix it; this module does): a request is an object with a `"type"`
+and its fields, an answer has no type (the requester knows what it asked) and is either an
+error (`{"error": NAME, ...}`, names from `replication.errors`) or the request's success shape.
 
     request (type)      sent by -> to           success answer
     metadata            client -> any node      MetadataReply
@@ -22,8 +22,9 @@ Decoding is strict about what it needs and says what is wrong (`MalformedMessage
 node answers with `INVALID_REQUEST`); integers may also arrive as decimal strings, as the
 dict-based code accepted them.
 
-Only `net.py` (and a simulator copying messages as net.py would) turns wire dicts into
-messages; everything else handles the typed messages and reads their attributes.
+Only `net.py` (and the simulator, copying a message as it would cross the wire) turns JSON
+into messages; everything else handles the typed messages and reads their attributes. Two
+messages are equal when they are of one class with equal fields.
 """
 
 from __future__ import annotations
