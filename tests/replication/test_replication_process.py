@@ -146,6 +146,18 @@ def test_clean_shutdown_registers_clean_and_loses_nothing(cluster):
     assert any(e["kind"] == "broker-fenced" and e["reason"] == "controlled-shutdown" for e in events)
 
 
+def test_the_produce_and_consume_commands_print_offset_and_value(cluster):
+    leader = int(_describe(cluster)[0]["Leader:"])
+    produced = cluster.run_cli("produce", "--bootstrap", cluster.address(leader), "--topic", TOPIC,
+                               "--count", "3", "--start", "10").stdout.splitlines()
+    assert sorted(produced) == ["0 10", "1 11", "2 12"]  # one batch, in the order sent
+    consumed = cluster.run_cli("consume", "--bootstrap", cluster.address(leader), "--topic", TOPIC).stdout
+    assert sorted(consumed.splitlines()) == sorted(produced)
+    unacked = cluster.run_cli("produce", "--bootstrap", cluster.address(leader), "--topic", TOPIC,
+                              "--acks", "0", "--count", "1").stdout
+    assert unacked == "- 0\n"  # acks=0: nothing acknowledged, no offset
+
+
 def test_controller_restart_keeps_metadata_and_records(cluster):
     before = _describe(cluster)
 
