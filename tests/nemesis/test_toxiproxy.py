@@ -39,7 +39,7 @@ from nemesis.kinds import all_kinds, lookup, needs_toxiproxy
 from nemesis.schedule import ScheduleParams, plan
 from replication.__main__ import _routes
 from replication.client import Client, ProduceError
-from replication.messages import MetadataRequest
+from replication.messages import MetadataRequest, ProduceReply
 from replication.metadata import PartitionState
 from replication.net import encode_frame
 from simulation.world import Verbs
@@ -379,7 +379,7 @@ def test_limit_data_cuts_a_reply_mid_frame(healed):
     assert cut["end"] == "eof" and len(cut["data"]) == 100 < _frame_length(cut["data"]), cut
 
 
-async def _sends(c: Cluster, seconds: float, value: str, acks: str) -> list[tuple[str, float, dict | str]]:
+async def _sends(c: Cluster, seconds: float, value: str, acks: str) -> list[tuple[str, float, ProduceReply | str]]:
     """Sequential sends for `seconds`: (value, latency s, reply or error) each; a value is
     the text `value` with a unique prefix."""
     client = Client(c.bootstrap(), request_timeout_s=3, linger_ms=0)
@@ -411,17 +411,17 @@ def _median(xs: list[float]) -> float:
 def test_latency_shifts_acknowledged_sends_by_the_set_amount_per_direction(healed):
     leader = _leader(healed)
     base = _median([d for _, d, r in asyncio.run(_sends(healed, 1.0, "x", "1"))
-                    if isinstance(r, dict)])
+                    if isinstance(r, ProduceReply)])
     tp.add_toxic(leader, "latency", "latency", "inbound", {"latency": 150, "jitter": 0})
     inbound = _median([d for _, d, r in asyncio.run(_sends(healed, 2.0, "x", "1"))
-                       if isinstance(r, dict)])
+                       if isinstance(r, ProduceReply)])
     tp.remove_toxics(leader, "latency")
     tp.add_toxic(leader, "latency", "latency", "outbound", {"latency": 60, "jitter": 0})
     outbound = _median([d for _, d, r in asyncio.run(_sends(healed, 1.5, "x", "1"))
-                        if isinstance(r, dict)])
+                        if isinstance(r, ProduceReply)])
     tp.add_toxic(leader, "latency", "latency", "outbound", {"latency": 60, "jitter": 40})
     jittery = sorted(d for _, d, r in asyncio.run(_sends(healed, 2.0, "x", "1"))
-                     if isinstance(r, dict))
+                     if isinstance(r, ProduceReply))
     p10, p90 = jittery[len(jittery) // 10], jittery[len(jittery) * 9 // 10]
     print(f"acks=1 send median: {base * 1000:.1f} ms, +150 ms inbound: {inbound * 1000:.1f} ms, "
           f"+60 ms outbound: {outbound * 1000:.1f} ms, 60 +- 40 ms outbound: p10 "
@@ -441,7 +441,7 @@ def test_a_bandwidth_cap_bounds_the_targets_inbound_throughput(healed):
 
     def throughput(seconds: float) -> float:
         sends = asyncio.run(_sends(healed, seconds, payload, "1"))
-        acked = [d for _, d, r in sends if isinstance(r, dict)]
+        acked = [d for _, d, r in sends if isinstance(r, ProduceReply)]
         return len(acked) * len(payload) / max(sum(acked), 1e-9)
 
     free = throughput(1.0)
