@@ -143,14 +143,14 @@ async def _create_topic(cluster: LocalCluster) -> None:
     client = Client(cluster.controller_address, request_timeout_s=10)
     try:
         for _ in range(200):  # until the three brokers have registered and are unfenced
-            brokers = (await client.metadata(refresh=True))["brokers"]
-            if len(brokers) == 3 and not any(b["fenced"] for b in brokers.values()):
+            brokers = (await client.metadata(refresh=True)).brokers
+            if len(brokers) == 3 and not any(b.fenced for b in brokers.values()):
                 break
             await asyncio.sleep(0.1)
         await client.create_topic("hb", 1, 3, {"min.insync.replicas": "2"})
         for _ in range(100):  # until every replica is in the ISR with a leader
             state = await client.partition_state("hb", 0, refresh=True)
-            if state["leader"] is not None and len(state["isr"]) == 3:
+            if state.leader is not None and len(state.isr) == 3:
                 return
             await asyncio.sleep(0.1)
     finally:

@@ -35,9 +35,9 @@ def metadata_topology(nodes: list[str], bootstrap: list[str], topic: str,
             return None
         finally:
             await client.close()
-        for p in md["partitions"]:
-            if p["topic"] == topic and p["partition"] == partition:
-                return p
+        for p in md.partitions:
+            if p.topic == topic and p.partition == partition:
+                return p.to_dict()
         return None
 
     brokers = {i: name for i, name in enumerate(nodes[1:], start=1)}

@@ -92,13 +92,13 @@ async def _topics(args) -> int:
             print(f"Created topic {args.topic}.")
             return 0
         md = await client.metadata(refresh=True)
-        for p in md["partitions"]:
-            if args.topic and p["topic"] != args.topic:
+        for p in md.partitions:
+            if args.topic and p.topic != args.topic:
                 continue
-            leader = "none" if p["leader"] is None else p["leader"]
-            print(f"Topic: {p['topic']}\tPartition: {p['partition']}\tLeader: {leader}\t"
-                  f"Replicas: {_list(p['replicas'])}\tIsr: {_list(p['isr'])}\t"
-                  f"Elr: {_list(p['elr'])}\tLastKnownElr: {_list(p['last_known_elr'])}")
+            leader = "none" if p.leader is None else p.leader
+            print(f"Topic: {p.topic}\tPartition: {p.partition}\tLeader: {leader}\t"
+                  f"Replicas: {_list(p.replicas)}\tIsr: {_list(p.isr)}\t"
+                  f"Elr: {_list(p.elr)}\tLastKnownElr: {_list(p.last_known_elr)}")
         return 0
     finally:
         await client.close()
@@ -117,7 +117,7 @@ async def _produce(args) -> int:
             failures += 1
             print(f"error {value} {e.error}", file=sys.stderr)
             return
-        print(f"{ack['offset'] if ack['offset'] is not None else '-'} {value}")
+        print(f"{'-' if ack.offset is None else ack.offset} {value}")
 
     try:
         await asyncio.gather(*(one(v) for v in range(args.start, args.start + args.count)))
@@ -133,11 +133,11 @@ async def _consume(args) -> int:
     try:
         while True:
             reply = await client.fetch(args.topic, args.partition, offset)
-            for o, v in reply["records"]:
+            for o, v in reply.records:
                 print(f"{o} {v}")
-            if not reply["records"]:
+            if not reply.records:
                 return 0
-            offset = reply["records"][-1][0] + 1
+            offset = reply.records[-1][0] + 1
     finally:
         await client.close()
 

@@ -3,9 +3,8 @@
 The runtime feeds it requests (`handle`), answers to its own requests (`on_response`,
 `on_send_failed`), clock ticks (`tick`) and, when its logs defer their fsyncs, the completion
 of each durability job (`on_synced`), and carries out the outputs (`Reply`, `Send`, `Event`,
-`Sync`; outputs.py). Messages are the typed ones of `replication.messages`; the inputs also
-accept their plain-dict wire form. Logs come from an injected factory so the same code runs
-over segment files or in memory.
+`Sync`; outputs.py). Messages are the typed ones of `replication.messages`. Logs come from an
+injected factory so the same code runs over segment files or in memory.
 
 Inputs and outputs a runtime must handle:
 
@@ -34,7 +33,6 @@ from replication.messages import (
     HeartbeatReply,
     HeartbeatRequest,
     LogInfo,
-    MalformedMessage,
     Message,
     MetadataReply,
     MetadataRequest,
@@ -42,8 +40,6 @@ from replication.messages import (
     RegisterReply,
     RegisterRequest,
     Request,
-    as_reply,
-    as_request,
     invalid_request,
 )
 from replication.messages import AlterPartitionRequest as AlterPartition
@@ -94,13 +90,8 @@ class Broker:
         self.pending_log_info = []
         return [Send("controller", msg)]
 
-    def on_response(self, dest: str | int, request: Request | dict, response: Message | dict,
+    def on_response(self, dest: str | int, request: Request, response: Message,
                     now: int) -> list[Output]:
-        request = as_request(request)
-        try:
-            response = as_reply(request, response)
-        except MalformedMessage:
-            return self.on_send_failed(dest, request, now)
         out: list[Output] = []
         match request, response:
             case RegisterRequest(), RegisterReply(broker_epoch=epoch):
@@ -120,8 +111,8 @@ class Broker:
                     out += replica.on_fetch_response(request, response, now) + replica.next_fetch(now)
         return self._observed(out + self._sync_outputs())
 
-    def on_send_failed(self, dest: str | int, request: Request | dict, now: int) -> list[Output]:
-        match as_request(request):
+    def on_send_failed(self, dest: str | int, request: Request, now: int) -> list[Output]:
+        match request:
             case RegisterRequest():
                 self.registering = False
             case HeartbeatRequest(log_info=log_info):
@@ -169,9 +160,7 @@ class Broker:
     def topic_config(self, topic: str) -> NodeConfig:
         return self.config.with_overrides(dict(self.metadata.topics.get(topic, {})))
 
-    def apply_metadata(self, metadata: ClusterMetadata | dict, now: int) -> list[Output]:
-        if not isinstance(metadata, ClusterMetadata):
-            metadata = ClusterMetadata.from_wire(metadata)
+    def apply_metadata(self, metadata: ClusterMetadata, now: int) -> list[Output]:
         self.metadata = metadata
         out: list[Output] = []
         for state in metadata.partitions:
@@ -198,11 +187,7 @@ class Broker:
 
     # ---- requests ----------------------------------------------------------------------------------
 
-    def handle(self, token: object, msg: Request | dict, now: int) -> list[Output]:
-        try:
-            request = as_request(msg)
-        except MalformedMessage as e:
-            return [Reply(token, invalid_request(str(e)))]
+    def handle(self, token: object, request: Request, now: int) -> list[Output]:
         match request:
             case MetadataRequest():
                 return [Reply(token, MetadataReply(self.metadata, self.broker_id, self.controller_address))]

@@ -4,9 +4,9 @@ Produce outcomes are three-valued, as a history needs them: an acknowledgement w
 a definite failure (`ProduceError.definite`: the records were certainly not written), or an
 unknown outcome (timeouts, lost connections, errors after the leader appended).
 
-It speaks the typed messages of `replication.messages` (answers that arrive as plain dicts,
-e.g. from a simulated pool, are decoded); what it returns stays plain JSON-shaped dicts, the
-form histories record."""
+It speaks the typed messages of `replication.messages` and answers with them too: the cluster
+metadata (`ClusterMetadata`, `PartitionState`), one `ProduceReply` per acknowledged value, the
+`ConsumerFetchReply` of a fetch."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from replication import errors as E
 from replication.messages import (
+    ClusterMetadata,
     ConsumerFetchReply,
     ConsumerFetchRequest,
     CreateTopicRequest,
@@ -26,8 +27,8 @@ from replication.messages import (
     ProduceReply,
     ProduceRequest,
     Request,
-    as_reply,
 )
+from replication.metadata import PartitionState
 from replication.net import ConnectFailed, ConnectionLost, Pool
 
 
@@ -61,7 +62,7 @@ class Client:
         self.retry_backoff_s = retry_backoff_s
         # Connections to the nodes; a simulator passes a pool over its simulated network.
         self.pool = Pool() if pool is None else pool
-        self._metadata: dict | None = None
+        self._metadata: ClusterMetadata | None = None
         self._controller: str | None = None
         self._batches: dict[tuple[str, int, str], _Batch] = {}
 
@@ -70,35 +71,35 @@ class Client:
 
     # ---- metadata ------------------------------------------------------------------------------
 
-    async def metadata(self, refresh: bool = False) -> dict:
+    async def metadata(self, refresh: bool = False) -> ClusterMetadata:
         if self._metadata is not None and not refresh:
             return self._metadata
         last: Exception | None = None
         candidates = list(self.bootstrap)
         if self._metadata:
-            candidates += [b["address"] for b in self._metadata["brokers"].values()]
+            candidates += [b.address for b in self._metadata.brokers.values()]
         for address in dict.fromkeys(candidates):
             try:
                 request = MetadataRequest()
-                reply = as_reply(request, await self.pool.get(address).request(request, self.request_timeout_s))
+                reply = await self.pool.get(address).request(request, self.request_timeout_s)
             except (ConnectionLost, MalformedMessage) as e:
                 last = e
                 continue
             if isinstance(reply, MetadataReply):
                 # A broker names the controller it was given; the controller answers itself.
                 self._controller = reply.controller if reply.broker is not None else address
-                if self._metadata is None or reply.metadata.version >= self._metadata["version"]:
-                    self._metadata = reply.metadata.to_wire()
+                if self._metadata is None or reply.metadata.version >= self._metadata.version:
+                    self._metadata = reply.metadata
                 return self._metadata
         raise ClientError(E.NETWORK_ERROR, f"no bootstrap server answered: {last}")
 
-    async def partition_state(self, topic: str, partition: int, refresh: bool = False) -> dict:
+    async def partition_state(self, topic: str, partition: int, refresh: bool = False) -> PartitionState:
         state = self._known_state(topic, partition, refresh)
         if state is None:
             state = _find_partition(await self.metadata(refresh), topic, partition)
         return state
 
-    def _known_state(self, topic: str, partition: int, refresh: bool) -> dict | None:
+    def _known_state(self, topic: str, partition: int, refresh: bool) -> PartitionState | None:
         """`partition_state` from the metadata already held, without a coroutine; None when it
         must be fetched (none held, or refresh). Each produce and fetch asks for it, and a
         coroutine call that never suspends still costs a frame (most of all under PyPy)."""
@@ -109,18 +110,19 @@ class Client:
     async def leader_address(self, topic: str, partition: int, refresh: bool = False) -> tuple[int, str]:
         return self._leader_of(await self.partition_state(topic, partition, refresh))
 
-    def _leader_of(self, state: dict) -> tuple[int, str]:
-        leader = state["leader"]
+    def _leader_of(self, state: PartitionState) -> tuple[int, str]:
+        leader = state.leader
         if leader is None:
-            raise ClientError(E.NOT_LEADER, f"{state['topic']}-{state['partition']} has no leader")
-        return leader, self._metadata["brokers"][str(leader)]["address"]
+            raise ClientError(E.NOT_LEADER, f"{state.topic}-{state.partition} has no leader")
+        assert self._metadata is not None  # the state came from it
+        return leader, self._metadata.brokers[leader].address
 
     async def controller_request(self, msg: Request) -> Message:
         await self.metadata(refresh=True)
         if self._controller is None:
             raise ClientError(E.INVALID_REQUEST, "the bootstrap server did not name the controller")
         try:
-            return as_reply(msg, await self.pool.get(self._controller).request(msg, self.request_timeout_s))
+            return await self.pool.get(self._controller).request(msg, self.request_timeout_s)
         except (ConnectionLost, MalformedMessage) as e:
             raise ClientError(E.NETWORK_ERROR, str(e)) from e
 
@@ -133,8 +135,9 @@ class Client:
 
     # ---- produce ---------------------------------------------------------------------------------
 
-    async def produce(self, topic: str, partition: int, value: str, acks: str = "all") -> dict:
-        """Acknowledged: {"offset", "node", "leader_epoch"}; raises ProduceError otherwise."""
+    async def produce(self, topic: str, partition: int, value: str, acks: str = "all") -> ProduceReply:
+        """Acknowledged: the value's offset (None with acks=0), the leader's epoch and id;
+        raises ProduceError otherwise."""
         key = (topic, partition, str(acks))
         batch = self._batches.get(key)
         if batch is None:
@@ -178,11 +181,11 @@ class Client:
             return
         error = answer.exception()
         try:
-            outcome = _produce_outcome(msg, answer.result() if error is None else error)
+            outcome = _produce_outcome(answer.result() if error is None else error)
         except ProduceError as e:
             _fail(batch, e)
             return
-        if isinstance(outcome, dict):
+        if isinstance(outcome, ProduceReply):
             _acknowledge(batch, outcome)
         else:
             asyncio.get_running_loop().create_task(self._send_batch(batch, msg, deadline, outcome))
@@ -197,7 +200,7 @@ class Client:
         _acknowledge(batch, reply)
 
     async def _produce_with_retries(self, msg: ProduceRequest, deadline: float,
-                                    failed: str | None = None) -> dict:
+                                    failed: str | None = None) -> ProduceReply:
         """The acknowledgement of `msg`, retrying definite failures until `deadline`; `failed`
         is the error of an attempt already made, which definitely failed."""
         loop = asyncio.get_running_loop()
@@ -226,29 +229,23 @@ class Client:
                 except (TimeoutError, OSError) as e:
                     raise ProduceError(E.NETWORK_ERROR, True, str(e)) from e
                 conn.send_nowait(msg)
-                return {"offset": None, "node": leader}
+                return ProduceReply(None, None, leader)
             try:
                 result = await conn.request(msg, max(0.05, deadline - loop.time()))
             except (ConnectFailed, ConnectionLost, MalformedMessage) as e:
                 result = e
-            outcome = _produce_outcome(msg, result)
-            if isinstance(outcome, dict):
+            outcome = _produce_outcome(result)
+            if isinstance(outcome, ProduceReply):
                 return outcome
             error = outcome
 
     # ---- fetch -----------------------------------------------------------------------------------
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 1000,
-                    refresh: bool = False) -> dict:
-        """Records below the HWM from `offset`: {"records": [[offset, value]], "hwm",
-        "log_end_offset", "node", "leader_epoch"}. Retries errors that a metadata refresh can
-        cure (moved leader, fenced epoch, lagging new leader) until the request timeout."""
-        return (await self.fetch_reply(topic, partition, offset, max_records, refresh)).to_wire()
-
-    async def fetch_reply(self, topic: str, partition: int, offset: int, max_records: int = 1000,
-                          refresh: bool = False) -> ConsumerFetchReply:
-        """`fetch`, answering the typed reply (its records are (offset, value) tuples): no
-        dict to build for callers that read the attributes."""
+                    refresh: bool = False) -> ConsumerFetchReply:
+        """Records below the HWM from `offset`, as (offset, value) pairs, with the HWM, the log
+        end, the leader and its epoch. Retries errors that a metadata refresh can cure (moved
+        leader, fenced epoch, lagging new leader) until the request timeout."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
         while True:
@@ -257,8 +254,8 @@ class Client:
                 state = await self.partition_state(topic, partition, refresh)
             try:
                 _, address = self._leader_of(state)
-                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state["leader_epoch"])
-                reply = as_reply(msg, await self.pool.get(address).request(msg, max(0.05, deadline - loop.time())))
+                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state.leader_epoch)
+                reply = await self.pool.get(address).request(msg, max(0.05, deadline - loop.time()))
             except ConnectFailed:
                 reply = ErrorReply(E.NOT_LEADER)
             except (ConnectionLost, MalformedMessage) as e:
@@ -272,9 +269,9 @@ class Client:
             refresh = True
 
 
-def _produce_outcome(msg: ProduceRequest, result: object) -> dict | str:
+def _produce_outcome(result: object) -> ProduceReply | str:
     """What one produce attempt's answer, or the connection error it raised, says: the
-    acknowledgement (a dict), or the error of a definite failure, which may be retried.
+    acknowledgement, or the error of a definite failure, which may be retried.
     ProduceError(definite=False) when the records may or may not have been written."""
     if isinstance(result, ConnectFailed):
         return E.NOT_LEADER  # never sent: the leader moved or died
@@ -282,24 +279,21 @@ def _produce_outcome(msg: ProduceRequest, result: object) -> dict | str:
         raise ProduceError(E.NETWORK_ERROR, definite=False, message=str(result)) from result
     if isinstance(result, BaseException):
         raise result  # not the connection's: a bug, to be seen as one
-    try:
-        reply = as_reply(msg, result)
-    except MalformedMessage as e:
-        raise ProduceError(E.NETWORK_ERROR, definite=False, message=str(e)) from e
-    if isinstance(reply, ProduceReply):
-        return reply.to_wire()
-    assert isinstance(reply, ErrorReply), reply
-    if not reply.definite:
-        raise ProduceError(reply.error, definite=False)
-    return reply.error
+    if isinstance(result, ProduceReply):
+        return result
+    assert isinstance(result, ErrorReply), result
+    if not result.definite:
+        raise ProduceError(result.error, definite=False)
+    return result.error
 
 
-def _acknowledge(batch: _Batch, reply: dict) -> None:
+def _acknowledge(batch: _Batch, reply: ProduceReply) -> None:
+    """Each value of the batch gets its own acknowledgement: its offset is the first's plus
+    its place in the batch."""
+    first = reply.offset
     for i, f in enumerate(batch.futures):
         if not f.done():
-            offset = None if reply.get("offset") is None else reply["offset"] + i
-            f.set_result({"offset": offset, "node": reply.get("node"),
-                          "leader_epoch": reply.get("leader_epoch")})
+            f.set_result(ProduceReply(None if first is None else first + i, reply.leader_epoch, reply.node))
 
 
 def _fail(batch: _Batch, e: ProduceError) -> None:
@@ -308,8 +302,8 @@ def _fail(batch: _Batch, e: ProduceError) -> None:
             f.set_exception(ProduceError(e.error, e.definite, str(e)))
 
 
-def _find_partition(metadata: dict, topic: str, partition: int) -> dict:
-    for p in metadata["partitions"]:
-        if p["topic"] == topic and p["partition"] == partition:
+def _find_partition(metadata: ClusterMetadata, topic: str, partition: int) -> PartitionState:
+    for p in metadata.partitions:
+        if p.topic == topic and p.partition == partition:
             return p
     raise ClientError(E.UNKNOWN_TOPIC, f"{topic}-{partition}")

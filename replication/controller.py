@@ -4,9 +4,9 @@ It owns the cluster metadata (brokers, topics, partition states) and changes it 
 `replication.metadata`'s rules. Every change is a `Persist` record that the runtime fsyncs
 before replying; replaying those records rebuilds the state after a restart.
 
-Inputs: `handle(token, request, now)` for the typed requests of `replication.messages` (or
-their plain-dict wire form), `tick(now)`, and on restart `replay(record, now)` for each
-metadata-log record, then `restarted(now)`. Outputs: `Reply`, `Event`, `Persist` (outputs.py).
+Inputs: `handle(token, request, now)` for the typed requests of `replication.messages`,
+`tick(now)`, and on restart `replay(record, now)` for each metadata-log record, then
+`restarted(now)`. Outputs: `Reply`, `Event`, `Persist` (outputs.py).
 Metadata-log records are plain dicts with a "type" (register, fence, unfence, topic,
 partition): they are this node's file format, not wire messages."""
 
@@ -37,7 +37,6 @@ from replication.messages import (
     ErrorReply,
     HeartbeatReply,
     HeartbeatRequest,
-    MalformedMessage,
     Message,
     MetadataReply,
     MetadataRequest,
@@ -45,7 +44,6 @@ from replication.messages import (
     RegisterReply,
     RegisterRequest,
     Request,
-    as_request,
     invalid_request,
 )
 from replication.outputs import Event, Output, Persist, Reply
@@ -180,11 +178,7 @@ class Controller:
 
     # ---- requests ----------------------------------------------------------------------
 
-    def handle(self, token: object, msg: Request | dict, now: int) -> list[Output]:
-        try:
-            request = as_request(msg)
-        except MalformedMessage as e:
-            return [Reply(token, invalid_request(str(e)))]
+    def handle(self, token: object, request: Request, now: int) -> list[Output]:
         out: list[Output] = []
         match request:
             case MetadataRequest():

@@ -2,10 +2,10 @@
 
 Every request a node or client sends and every answer it gets is one of these classes. The
 state machines dispatch on them with `match`; `net.py` turns them into JSON frames and back
-(`to_wire`, `decode_request`, `decode_reply`). The JSON is the protocol's (docs/formats.md
-does not fix it; this module does): a request is an object with a `"type"` and its fields,
-an answer has no type (the requester knows what it asked) and is either an error
-(`{"error": NAME, ...}`, names from `replication.errors`) or the request's success shape.
+(`to_wire`, `decode_request`, a request's `reply_from_wire`). The JSON is the protocol's
+(docs/formats.md does not fix it; this module does): a request is an object with a `"type"`
+and its fields, an answer has no type (the requester knows what it asked) and is either an
+error (`{"error": NAME, ...}`, names from `replication.errors`) or the request's success shape.
 
     request (type)      sent by -> to           success answer
     metadata            client -> any node      MetadataReply
@@ -22,17 +22,15 @@ Decoding is strict about what it needs and says what is wrong (`MalformedMessage
 node answers with `INVALID_REQUEST`); integers may also arrive as decimal strings, as the
 dict-based code accepted them.
 
-Compatibility: every message is also a read-only `Mapping` over its wire form, so code
-written against the former plain dicts (`reply["error"]`, `"error" in reply`, `dict(msg)`,
-`msg == {...}`) keeps working, and the state machines' inputs accept such dicts
-(`as_request`, `as_reply` decode them). New code should use the attributes.
+Only `net.py` (and the simulator, copying a message as it would cross the wire) turns JSON
+into messages; everything else handles the typed messages and reads their attributes. Two
+messages are equal when they are of one class with equal fields.
 """
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, ClassVar
 
 from replication import errors as E
@@ -48,56 +46,12 @@ class MalformedMessage(ValueError):
 
 
 class Message:
-    """A wire message; a read-only Mapping over `to_wire()` for dict-era callers.
-
-    Registered as a virtual subclass of `Mapping` (isinstance(msg, Mapping) holds) and given
-    Mapping's mixin methods, but not derived from it: the state machines match on these
+    """A wire message. A plain base class, not an ABC: the state machines match on these
     classes for every message, and isinstance against an ABCMeta class goes through
     `ABCMeta.__instancecheck__`, which costs several times a plain class's check."""
 
-    __hash__ = None  # as Mapping's: equality is the wire form's  # type: ignore[assignment]
-    __reversed__ = None  # type: ignore[assignment]
-
     def to_wire(self) -> dict:
         raise NotImplementedError
-
-    @cached_property
-    def _wire(self) -> dict:
-        return self.to_wire()
-
-    def __getitem__(self, key: str) -> Any:
-        return self._wire[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._wire)
-
-    def __len__(self) -> int:
-        return len(self._wire)
-
-    # Mapping's mixin methods (collections.abc.Mapping), over the cached wire form.
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._wire.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._wire
-
-    def keys(self) -> KeysView:
-        return KeysView(self)
-
-    def items(self) -> ItemsView:
-        return ItemsView(self)
-
-    def values(self) -> ValuesView:
-        return ValuesView(self)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Mapping):
-            return NotImplemented
-        return dict(self.items()) == dict(other.items())
-
-
-Mapping.register(Message)
 
 
 class Request(Message):
@@ -114,8 +68,8 @@ class Request(Message):
 
 
 def _msg(**kw):
-    """Frozen dataclass whose equality is the Mapping's (the wire form)."""
-    return dataclass(frozen=True, eq=False, **kw)
+    """A message class: a frozen dataclass, equal to another of its class with equal fields."""
+    return dataclass(frozen=True, **kw)
 
 
 # ---- field decoding ----------------------------------------------------------------------------
@@ -727,18 +681,3 @@ def decode_request(d: Any) -> Request:
     if cls is None:
         raise MalformedMessage(f"unknown request {kind!r}")
     return cls.from_wire(d)
-
-
-def as_request(msg: Request | Mapping) -> Request:
-    """Typed messages pass through; dicts (dict-era callers) are decoded."""
-    return msg if isinstance(msg, Request) else decode_request(msg)
-
-
-def as_reply(request: Request | type[Request] | Mapping, reply: Message | Mapping) -> Message:
-    """The answer to `request` (or to a request of that type), decoded if it is a dict;
-    MalformedMessage if it is not a valid one."""
-    if isinstance(reply, Message):
-        return reply
-    if isinstance(request, type):
-        return request.reply_from_wire(reply)
-    return as_request(request).reply_from_wire(reply)

@@ -16,7 +16,7 @@ import contextlib
 import itertools
 import json
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from replication.messages import (
@@ -39,9 +39,9 @@ class ConnectFailed(ConnectionLost):
     """No connection could be made: the request was certainly not sent."""
 
 
-def encode_frame(msg: Message | Mapping, rid: int | None = None) -> bytes:
-    """A frame for a message (typed, or a plain dict), with the request `id` when given."""
-    wire = msg.to_wire() if isinstance(msg, Message) else dict(msg)
+def encode_frame(msg: Message, rid: int | None = None) -> bytes:
+    """A frame for a message, with the request `id` when given."""
+    wire = msg.to_wire()
     if rid is not None:
         wire["id"] = rid
     body = json.dumps(wire, separators=(",", ":")).encode()
@@ -127,10 +127,9 @@ class Connection:
             if not fut.done():
                 fut.set_exception(exc)
 
-    async def request(self, msg: Request | Mapping, timeout: float) -> Message | dict:
-        """Send and await the answer: decoded into the reply type of a typed request (an
-        answer that does not decode counts as a lost connection: its outcome is unknown), the
-        plain dict (without `id`) for a dict."""
+    async def request(self, msg: Request, timeout: float) -> Message:
+        """Send and await the answer, decoded into the request's reply type (an answer that
+        does not decode counts as a lost connection: its outcome is unknown)."""
         try:
             writer = await self._ensure(timeout)
         except (TimeoutError, OSError) as e:
@@ -148,14 +147,12 @@ class Connection:
         finally:
             self._waiting.pop(rid, None)
         answer = {k: v for k, v in fut.result().items() if k != "id"}
-        if not isinstance(msg, Request):
-            return answer
         try:
             return msg.reply_from_wire(answer)
         except MalformedMessage as e:
             raise ConnectionLost(f"malformed answer from {self.address}: {e}") from e
 
-    def send_nowait(self, msg: Request | Mapping) -> None:
+    def send_nowait(self, msg: Request) -> None:
         """Fire and forget (acks=0): written if connected, no answer expected."""
         if self.connected:
             assert self._writer is not None

@@ -36,8 +36,6 @@ from replication.messages import (
     LogInfo,
     Message,
     ProduceReply,
-    as_reply,
-    as_request,
 )
 from replication.messages import AlterPartitionRequest as AlterPartition
 from replication.metadata import PartitionState
@@ -286,9 +284,8 @@ class Replica:
 
     # ---- leader: fetch -----------------------------------------------------------------------
 
-    def fetch(self, token: object, msg: FetchRequest | ConsumerFetchRequest | dict, now: int) -> list[Output]:
-        """A follower's (FetchRequest) or a consumer's fetch; dicts are decoded."""
-        msg = as_request(msg)
+    def fetch(self, token: object, msg: FetchRequest | ConsumerFetchRequest, now: int) -> list[Output]:
+        """A follower's (FetchRequest) or a consumer's fetch."""
         if self.role != Role.LEADER:
             return [Reply(token, self._not_leader())]
         if isinstance(msg, ConsumerFetchRequest):
@@ -426,13 +423,13 @@ class Replica:
             self.isr = tuple(sorted(isr))
         return out
 
-    def on_alter_response(self, response: AlterPartitionReply | ErrorReply | dict, now: int) -> list[Output]:
-        """The controller's answer to our AlterPartition (dicts are decoded): it carries the
-        partition state it holds, committed or not changed, unless the request was rejected
-        before it looked at the partition."""
+    def on_alter_response(self, response: AlterPartitionReply | ErrorReply, now: int) -> list[Output]:
+        """The controller's answer to our AlterPartition: it carries the partition state it
+        holds, committed or not changed, unless the request was rejected before it looked at
+        the partition."""
         self.alter_in_flight = False
         self.adding = ()
-        match as_reply(AlterPartition, response):
+        match response:
             case AlterPartitionReply(state=new) | ErrorReply(state=PartitionState() as new):
                 pass
             case _:
@@ -472,13 +469,9 @@ class Replica:
             self.topic, self.partition, replica=self.broker_id, offset=self.log.end_offset,
             last_fetched_epoch=self.log.latest_epoch(), leader_epoch=self.leader_epoch))]
 
-    def on_fetch_response(self, request: FetchRequest | dict, response: Message | dict,
-                          now: int) -> list[Output]:
-        """The leader's answer to our fetch (dicts are decoded)."""
+    def on_fetch_response(self, request: FetchRequest, response: Message, now: int) -> list[Output]:
+        """The leader's answer to our fetch."""
         self.fetch_in_flight = False
-        request = as_request(request)
-        assert isinstance(request, FetchRequest), request
-        response = as_reply(request, response)
         if self.role != Role.FOLLOWER or request.leader_epoch != self.leader_epoch:
             return []
         out: list[Output] = []

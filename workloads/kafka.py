@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from replication.client import Client, ClientError, ProduceError
+from replication.messages import ConsumerFetchReply
 from replication.net import Pool
 from workloads.history import EncodedList, HistoryWriter, ProcessPool
 
@@ -119,9 +120,9 @@ class KafkaWorkload:
                     self.stats["send-info"] += 1
                     process = self.pool.retire(process)
                 continue
-            fields = {"node": ack["node"], "epoch": ack["leader_epoch"]}
-            if ack["offset"] is not None:
-                fields["offset"] = ack["offset"]
+            fields = {"node": ack.node, "epoch": ack.leader_epoch}
+            if ack.offset is not None:
+                fields["offset"] = ack.offset
             op.ok(**fields)
             self.stats["send-ok"] += 1
 
@@ -138,7 +139,7 @@ class KafkaWorkload:
             offset = offsets[partition]
             op = self.history.invoke(process, "poll", partition=partition, offset=offset)
             try:
-                reply = await client.fetch_reply(self.p.topic, partition, offset, max_records=500)
+                reply = await client.fetch(self.p.topic, partition, offset, max_records=500)
             except ClientError as e:
                 if e.error in INDETERMINATE_READ:
                     op.info(e.error)
@@ -212,16 +213,16 @@ class KafkaWorkload:
             await client.close()
         return done
 
-    async def _read_partition(self, client: Client, partition: int) -> tuple[list[list[int]], dict]:
+    async def _read_partition(self, client: Client, partition: int) -> tuple[list[list[int]], ConsumerFetchReply]:
         records: list[list[int]] = []
         while True:
             reply = await client.fetch(self.p.topic, partition, len(records), max_records=5000,
                                        refresh=not records)
-            if not reply["records"]:
+            if not reply.records:
                 return records, reply
-            if reply["records"][0][0] != len(records):
+            if reply.records[0][0] != len(records):
                 raise ClientError("INCONSISTENT_READ", "leader changed during the final read")
-            records += [[o, int(v)] for o, v in reply["records"]]
+            records += [[o, int(v)] for o, v in reply.records]
 
     async def _final_partition(self, client: Client, partition: int, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -238,8 +239,8 @@ class KafkaWorkload:
                 last_error = e.error
                 await asyncio.sleep(0.5)
                 continue
-            stable = previous == records and reply["hwm"] == reply["log_end_offset"]
-            op.ok(records=records, hwm=reply["hwm"], node=reply["node"], epoch=reply["leader_epoch"],
+            stable = previous == records and reply.hwm == reply.log_end_offset
+            op.ok(records=records, hwm=reply.hwm, node=reply.node, epoch=reply.leader_epoch,
                   complete=stable)
             if stable:
                 return True

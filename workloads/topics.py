@@ -21,8 +21,7 @@ async def create_topic(bootstrap: list[str], brokers: int, topic: str, partition
         while True:
             try:
                 md = await client.metadata(refresh=True)
-                if len(md["brokers"]) >= brokers and not any(
-                        b["fenced"] for b in md["brokers"].values()):
+                if len(md.brokers) >= brokers and not any(b.fenced for b in md.brokers.values()):
                     break
             except ClientError:
                 pass
@@ -51,7 +50,7 @@ async def wait_healthy(bootstrap: list[str], topic: str, partitions: int, timeou
         while loop.time() < deadline:
             try:
                 md = await client.metadata(refresh=True)
-                if full_isr([p for p in md["partitions"] if p["topic"] == topic], partitions):
+                if full_isr([p.to_dict() for p in md.partitions if p.topic == topic], partitions):
                     return True
             except ClientError:
                 pass

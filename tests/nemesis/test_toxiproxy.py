@@ -39,7 +39,8 @@ from nemesis.kinds import all_kinds, lookup, needs_toxiproxy
 from nemesis.schedule import ScheduleParams, plan
 from replication.__main__ import _routes
 from replication.client import Client, ProduceError
-from replication.messages import MetadataRequest
+from replication.messages import MetadataRequest, ProduceReply
+from replication.metadata import PartitionState
 from replication.net import encode_frame
 from simulation.world import Verbs
 from workloads.topics import create_topic, wait_healthy
@@ -264,7 +265,7 @@ def test_no_other_user_reaches_the_toxiproxy_api(cluster):
     assert refused.value.code == paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
 
-async def _state(c: Cluster) -> dict:
+async def _state(c: Cluster) -> PartitionState:
     client = Client(c.bootstrap(), request_timeout_s=2)
     try:
         return await client.partition_state(TOPIC, 0, refresh=True)
@@ -273,7 +274,7 @@ async def _state(c: Cluster) -> dict:
 
 
 def _leader(c: Cluster) -> Host:
-    return c.broker_hosts[asyncio.run(_state(c))["leader"]]
+    return c.broker_hosts[asyncio.run(_state(c)).leader]
 
 
 def _metadata_frame() -> bytes:
@@ -332,7 +333,7 @@ def test_slicer_dribbles_replies_in_slices_and_they_still_frame(healed):
     assert json.loads(sliced["data"][4:]).keys() == json.loads(plain["data"][4:]).keys()
     assert sliced["reads"] >= len(sliced["data"]) / 12 / 2, (sliced["reads"], len(sliced["data"]))
     # and the client reads whole replies through it
-    assert asyncio.run(_state(healed))["leader"] is not None
+    assert asyncio.run(_state(healed)).leader is not None
 
 
 @pytest.mark.netns
@@ -378,7 +379,7 @@ def test_limit_data_cuts_a_reply_mid_frame(healed):
     assert cut["end"] == "eof" and len(cut["data"]) == 100 < _frame_length(cut["data"]), cut
 
 
-async def _sends(c: Cluster, seconds: float, value: str, acks: str) -> list[tuple[str, float, dict | str]]:
+async def _sends(c: Cluster, seconds: float, value: str, acks: str) -> list[tuple[str, float, ProduceReply | str]]:
     """Sequential sends for `seconds`: (value, latency s, reply or error) each; a value is
     the text `value` with a unique prefix."""
     client = Client(c.bootstrap(), request_timeout_s=3, linger_ms=0)
@@ -410,17 +411,17 @@ def _median(xs: list[float]) -> float:
 def test_latency_shifts_acknowledged_sends_by_the_set_amount_per_direction(healed):
     leader = _leader(healed)
     base = _median([d for _, d, r in asyncio.run(_sends(healed, 1.0, "x", "1"))
-                    if isinstance(r, dict)])
+                    if isinstance(r, ProduceReply)])
     tp.add_toxic(leader, "latency", "latency", "inbound", {"latency": 150, "jitter": 0})
     inbound = _median([d for _, d, r in asyncio.run(_sends(healed, 2.0, "x", "1"))
-                       if isinstance(r, dict)])
+                       if isinstance(r, ProduceReply)])
     tp.remove_toxics(leader, "latency")
     tp.add_toxic(leader, "latency", "latency", "outbound", {"latency": 60, "jitter": 0})
     outbound = _median([d for _, d, r in asyncio.run(_sends(healed, 1.5, "x", "1"))
-                        if isinstance(r, dict)])
+                        if isinstance(r, ProduceReply)])
     tp.add_toxic(leader, "latency", "latency", "outbound", {"latency": 60, "jitter": 40})
     jittery = sorted(d for _, d, r in asyncio.run(_sends(healed, 2.0, "x", "1"))
-                     if isinstance(r, dict))
+                     if isinstance(r, ProduceReply))
     p10, p90 = jittery[len(jittery) // 10], jittery[len(jittery) * 9 // 10]
     print(f"acks=1 send median: {base * 1000:.1f} ms, +150 ms inbound: {inbound * 1000:.1f} ms, "
           f"+60 ms outbound: {outbound * 1000:.1f} ms, 60 +- 40 ms outbound: p10 "
@@ -440,7 +441,7 @@ def test_a_bandwidth_cap_bounds_the_targets_inbound_throughput(healed):
 
     def throughput(seconds: float) -> float:
         sends = asyncio.run(_sends(healed, seconds, payload, "1"))
-        acked = [d for _, d, r in sends if isinstance(r, dict)]
+        acked = [d for _, d, r in sends if isinstance(r, ProduceReply)]
         return len(acked) * len(payload) / max(sum(acked), 1e-9)
 
     free = throughput(1.0)
@@ -467,7 +468,7 @@ def test_limit_data_gives_unknown_outcomes_never_wrong_ones(healed):
     assert outcomes["ok"], "nothing got through between the cuts"
     log = dict(asyncio.run(_read_all(healed)))
     for value, _, reply in outcomes["ok"]:
-        assert log.get(reply["offset"]) == value  # acknowledged: there, at its offset
+        assert log.get(reply.offset) == value  # acknowledged: there, at its offset
     assert not {v for v, _, _ in outcomes["fail"]} & set(log.values())  # failed: never there
 
 
@@ -477,9 +478,9 @@ async def _read_all(c: Cluster) -> list[tuple[int, str]]:
     try:
         while True:
             reply = await client.fetch(TOPIC, 0, len(records), max_records=1000)
-            if not reply["records"]:
+            if not reply.records:
                 return records
-            records += [(o, v) for o, v in reply["records"]]
+            records += list(reply.records)
     finally:
         await client.close()
 
@@ -495,7 +496,7 @@ def _isr_changes(c: Cluster) -> list[list[int]]:
 @needs_hosts
 def test_a_bandwidth_capped_follower_leaves_the_isr_and_rejoins_when_healed(healed):
     state = asyncio.run(_state(healed))
-    follower_id = next(r for r in state["replicas"] if r != state["leader"])
+    follower_id = next(r for r in state.replicas if r != state.leader)
     follower = healed.broker_hosts[follower_id]
     before = len(_isr_changes(healed))
     tp.add_toxic(follower, "bandwidth", "bandwidth", "inbound", {"rate": 2})
@@ -506,7 +507,7 @@ def test_a_bandwidth_capped_follower_leaves_the_isr_and_rejoins_when_healed(heal
         t0 = loop.time()
         while loop.time() - t0 < timeout:
             await _sends(healed, 0.5, "z" * 8000, "1")
-            if pred((await _state(healed))["isr"]):
+            if pred((await _state(healed)).isr):
                 return loop.time() - t0
         raise AssertionError(f"ISR never changed as expected within {timeout} s")
 

@@ -5,8 +5,25 @@ the request checks around AlterPartition."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from replication import errors as E
 from replication.config import NodeConfig
 from replication.controller import Controller
+from replication.messages import (
+    AlterPartitionRequest,
+    CreateTopicReply,
+    CreateTopicRequest,
+    ErrorReply,
+    HeartbeatReply,
+    HeartbeatRequest,
+    LogInfo,
+    Message,
+    PartitionRef,
+    RegisterReply,
+    RegisterRequest,
+    Request,
+)
 from replication.outputs import Event, Persist, Reply
 
 SESSION_MS = NodeConfig().broker_session_timeout_ms
@@ -23,7 +40,7 @@ class Driver:
         self.events: list[tuple[str, dict]] = []
         self.persisted: list[dict] = []
 
-    def _take(self, out: list) -> dict | None:
+    def _take(self, out: list) -> Message | None:
         reply = None
         for o in out:
             if isinstance(o, Event):
@@ -34,20 +51,19 @@ class Driver:
                 reply = o.msg
         return reply
 
-    def send(self, msg: dict, now: int) -> dict:
+    def send(self, msg: Request, now: int) -> Message | None:
         return self._take(self.c.handle("tok", msg, now))
 
-    def register(self, b: int, now: int, clean_epoch: int | None = None) -> dict:
-        reply = self.send({"type": "register", "broker": b, "address": f"h{b}:9092",
-                           "clean_epoch": clean_epoch}, now)
-        self.epochs[b] = reply["broker_epoch"]
+    def register(self, b: int, now: int, clean_epoch: int | None = None) -> RegisterReply:
+        reply = self.send(RegisterRequest(b, f"h{b}:9092", clean_epoch), now)
+        assert isinstance(reply, RegisterReply), reply
+        self.epochs[b] = reply.broker_epoch
         return reply
 
-    def heartbeat(self, b: int, now: int, log_info: list | None = None) -> dict:
-        msg = {"type": "heartbeat", "broker": b, "broker_epoch": self.epochs[b]}
-        if log_info is not None:
-            msg["log_info"] = log_info
-        return self.send(msg, now)
+    def heartbeat(self, b: int, now: int, log_info: tuple[LogInfo, ...] = ()) -> HeartbeatReply:
+        reply = self.send(HeartbeatRequest(b, self.epochs[b], log_info=log_info), now)
+        assert isinstance(reply, HeartbeatReply), reply
+        return reply
 
     def tick(self, now: int) -> None:
         self._take(self.c.tick(now))
@@ -70,17 +86,19 @@ def _running_cluster(strategy: str = "balanced") -> Driver:
     d = Driver()
     for b in (1, 2, 3):
         d.register(b, now=0)
-        assert d.heartbeat(b, now=0)["fenced"] is False
-    reply = d.send({"type": "create-topic", "topic": "t", "partitions": 1, "replication_factor": 3,
-                    "config": {**TOPIC_CONFIG, "unclean.recovery.strategy": strategy}}, now=0)
-    assert reply == {"partitions": 1}
+        assert d.heartbeat(b, now=0).fenced is False
+    reply = d.send(CreateTopicRequest("t", 1, 3, {**TOPIC_CONFIG, "unclean.recovery.strategy": strategy}), now=0)
+    assert reply == CreateTopicReply(1)
     assert d.view() == (1, (1, 2, 3), (), ())
     d.events.clear()
     return d
 
 
-def _log_info(epoch: int, end_offset: int) -> list[dict]:
-    return [{"topic": "t", "partition": 0, "epoch": epoch, "end_offset": end_offset}]
+def _log_info(epoch: int, end_offset: int) -> tuple[LogInfo, ...]:
+    return (LogInfo("t", 0, epoch, end_offset),)
+
+
+ASKED = (PartitionRef("t", 0),)  # a heartbeat reply asking for partition t-0's log end
 
 
 def test_seed_000_balanced_recovery_example() -> None:
@@ -109,12 +127,12 @@ def test_seed_000_balanced_recovery_example() -> None:
     # 9. No clean election is possible: broker 1 is unfenced but no candidate; the controller
     #    asks the LastKnownELR members (only them) for their log ends.
     reply = d.heartbeat(1, now=SESSION_MS + 200)
-    assert reply["fenced"] is False and "log_info_requests" not in reply
+    assert reply.fenced is False and reply.log_info_requests == ()
     assert d.view() == (None, (), (), (2, 3))
     reply = d.heartbeat(2, now=SESSION_MS + 210)
-    assert reply["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    assert reply.log_info_requests == ASKED
     reply = d.heartbeat(3, now=SESSION_MS + 220)
-    assert reply["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    assert reply.log_info_requests == ASKED
     # Balanced waits for every member: with broker 2's answer alone, still no leader.
     d.heartbeat(2, now=SESSION_MS + 300, log_info=_log_info(0, 12))
     d.tick(now=SESSION_MS + 5000)
@@ -136,10 +154,9 @@ def test_seed_000_balanced_recovery_example() -> None:
     assert d.changes()[-1] == (2, (2,), (), (3,))
     # Afterwards replica 3 catches up from 2 and rejoins: MinISR reached, LastKnownELR cleared.
     s = d.c.partitions[("t", 0)]
-    reply = d.send({"type": "alter-partition", "broker": 2, "broker_epoch": d.epochs[2],
-                    "topic": "t", "partition": 0, "leader_epoch": s.leader_epoch,
-                    "partition_epoch": s.partition_epoch, "isr": [2, 3]}, now=SESSION_MS + 5100)
-    assert "error" not in reply
+    reply = d.send(AlterPartitionRequest(2, d.epochs[2], "t", 0, s.leader_epoch, s.partition_epoch, (2, 3)),
+                   now=SESSION_MS + 5100)
+    assert not isinstance(reply, ErrorReply), reply
     assert d.view() == (2, (2, 3), (), ())
 
 
@@ -165,27 +182,25 @@ def test_replayed_metadata_log_rebuilds_the_same_state() -> None:
     assert {b: i.fenced for b, i in fresh.brokers.items()} == {b: i.fenced for b, i in d.c.brokers.items()}
 
 
-def _alter(d: Driver, isr: list[int], now: int, **override) -> dict:
+def _alter(d: Driver, isr: tuple[int, ...], now: int, **override) -> Message | None:
     s = d.c.partitions[("t", 0)]
-    msg = {"type": "alter-partition", "broker": s.leader, "broker_epoch": d.epochs[s.leader],
-           "topic": "t", "partition": 0, "leader_epoch": s.leader_epoch,
-           "partition_epoch": s.partition_epoch, "isr": isr, **override}
-    return d.send(msg, now)
+    msg = AlterPartitionRequest(s.leader, d.epochs[s.leader], "t", 0, s.leader_epoch, s.partition_epoch, isr)
+    return d.send(replace(msg, **override), now)
 
 
 def test_alter_partition_checks_epochs_and_fencing() -> None:
     d = _running_cluster()
-    assert _alter(d, [1, 2], now=1, partition_epoch=7)["error"] == "INVALID_UPDATE_VERSION"
-    assert _alter(d, [1, 2], now=1, leader_epoch=7)["error"] == "FENCED_LEADER_EPOCH"
-    assert _alter(d, [1, 2], now=1, broker=2, broker_epoch=d.epochs[2])["error"] == "NOT_LEADER_OR_FOLLOWER"
-    assert _alter(d, [1, 2], now=1, broker_epoch=999)["error"] == "STALE_BROKER_EPOCH"
-    assert _alter(d, [2, 3], now=1)["error"] == "INVALID_REQUEST"
-    assert list(_alter(d, [1, 2], now=1)["state"]["isr"]) == [1, 2]
+    assert _alter(d, (1, 2), now=1, partition_epoch=7).error == E.INVALID_UPDATE_VERSION
+    assert _alter(d, (1, 2), now=1, leader_epoch=7).error == E.FENCED_LEADER_EPOCH
+    assert _alter(d, (1, 2), now=1, broker=2, broker_epoch=d.epochs[2]).error == E.NOT_LEADER
+    assert _alter(d, (1, 2), now=1, broker_epoch=999).error == E.STALE_BROKER_EPOCH
+    assert _alter(d, (2, 3), now=1).error == E.INVALID_REQUEST
+    assert _alter(d, (1, 2), now=1).state.isr == (1, 2)
     # Unclean Exclusion: a fenced replica is not let back into the ISR.
     d.tick(now=SESSION_MS + 1)  # everyone fenced; heartbeat 1 back alone
     d.heartbeat(1, now=SESSION_MS + 2)
     assert d.view()[0] == 1
-    assert _alter(d, [1, 3], now=SESSION_MS + 3)["error"] == "INELIGIBLE_REPLICA"
+    assert _alter(d, (1, 3), now=SESSION_MS + 3).error == E.INELIGIBLE_REPLICA
 
 
 def _lkelr_2_3() -> Driver:
@@ -195,7 +210,7 @@ def _lkelr_2_3() -> Driver:
     for b in (2, 3):
         d.register(b, now=SESSION_MS + 10)
     for b in (2, 3):
-        assert d.heartbeat(b, now=SESSION_MS + 20)["log_info_requests"]
+        assert d.heartbeat(b, now=SESSION_MS + 20).log_info_requests
     assert d.view() == (None, (), (), (2, 3))
     return d
 
@@ -221,7 +236,7 @@ def test_balanced_recovery_asks_a_re_registered_broker_again() -> None:
     d = _lkelr_2_3()
     d.heartbeat(2, now=SESSION_MS + 30, log_info=_log_info(0, 12))
     d.register(2, now=SESSION_MS + 40)
-    assert d.heartbeat(2, now=SESSION_MS + 50)["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    assert d.heartbeat(2, now=SESSION_MS + 50).log_info_requests == ASKED
     d.heartbeat(3, now=SESSION_MS + 60, log_info=_log_info(0, 6))
     assert d.view() == (None, (), (), (2, 3))
     d.heartbeat(2, now=SESSION_MS + 70, log_info=_log_info(-1, 0))
@@ -235,12 +250,12 @@ def test_proactive_recovery_does_not_wait_for_fenced_elr_members() -> None:
     for b in (1, 2, 3):
         d.register(b, now=0)
         d.heartbeat(b, now=0)
-    d.send({"type": "create-topic", "topic": "t", "partitions": 1, "replication_factor": 3,
-            "config": {"min.insync.replicas": "2", "unclean.recovery.strategy": "proactive"}}, now=0)
+    d.send(CreateTopicRequest("t", 1, 3, {"min.insync.replicas": "2", "unclean.recovery.strategy": "proactive"}),
+           now=0)
     d.tick(now=SESSION_MS + 1)
     assert d.view() == (None, (), (2, 3), ())
     d.register(1, now=SESSION_MS + 10)
-    assert d.heartbeat(1, now=SESSION_MS + 20)["log_info_requests"] == [{"topic": "t", "partition": 0}]
+    assert d.heartbeat(1, now=SESSION_MS + 20).log_info_requests == ASKED
     d.heartbeat(1, now=SESSION_MS + 30, log_info=_log_info(0, 4))
     assert d.view() == (1, (1,), (), ())
     (rec,) = d.kinds("unclean-recovery")
@@ -257,7 +272,7 @@ def test_manual_recovery_reports_and_never_elects() -> None:
         d.register(b, now=SESSION_MS + 10)
     assert d.view() == (None, (), (), (2, 3)) and d.kinds("unclean-recovery") == []
     for b in (2, 3):
-        assert "log_info_requests" not in d.heartbeat(b, now=SESSION_MS + 20)
+        assert d.heartbeat(b, now=SESSION_MS + 20).log_info_requests == ()
     assert d.kinds("unclean-recovery") == [{
         "topic": "t", "partition": 0, "strategy": "manual", "leader": None, "leader_epoch": 3,
         "candidates": [], "complete": False, "potential_data_loss": False,
@@ -280,7 +295,7 @@ def test_proactive_recovery_elects_a_partial_answer_only_after_the_timeout() -> 
     for b in (1, 2):
         d.register(b, now=SESSION_MS + 10)
     for b in (1, 2):
-        assert d.heartbeat(b, now=t0)["log_info_requests"] == [{"topic": "t", "partition": 0}]
+        assert d.heartbeat(b, now=t0).log_info_requests == ASKED
     assert d.view() == (None, (), (3,), (2,))
     d.heartbeat(2, now=t0 + 10, log_info=_log_info(0, 12))
     d.heartbeat(1, now=t0 + 20)

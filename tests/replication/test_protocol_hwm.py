@@ -13,6 +13,16 @@ from __future__ import annotations
 from replication import errors as E
 from replication.config import NodeConfig
 from replication.log import MemoryLog
+from replication.messages import (
+    AlterPartitionReply,
+    AlterPartitionRequest,
+    ConsumerFetchReply,
+    ConsumerFetchRequest,
+    ErrorReply,
+    FetchRequest,
+    Message,
+    ProduceReply,
+)
 from replication.metadata import PartitionState
 from replication.outputs import Reply
 from replication.partition import Replica
@@ -29,9 +39,9 @@ def _replica(broker: int) -> Replica:
 
 def _fetch(leader: Replica, follower: Replica, offset: int, now: int) -> list:
     """A follower FetchRequest(offset) as the timeline states it; returns the leader's outputs."""
-    request = {"type": "fetch", "topic": "A", "partition": 0, "replica": follower.broker_id,
-               "offset": offset, "last_fetched_epoch": follower.log.latest_epoch(),
-               "leader_epoch": leader.leader_epoch, "wait": False}
+    request = FetchRequest("A", 0, replica=follower.broker_id, offset=offset,
+                           last_fetched_epoch=follower.log.latest_epoch(),
+                           leader_epoch=leader.leader_epoch, wait=False)
     out = leader.fetch(("fetch", follower.broker_id), request, now)
     for o in out:
         if isinstance(o, Reply) and o.token == ("fetch", follower.broker_id):
@@ -47,18 +57,17 @@ def _leos(leader: Replica) -> tuple[int, int, int]:
     return (leader.log.end_offset, leader.follower_leo[2], leader.follower_leo[3])
 
 
-def _consumer_fetch(leader: Replica, now: int, **fields) -> dict:
-    """A consumer FetchRequest from offset 0 (no `replica`); returns the leader's reply."""
-    msg = {"type": "fetch", "topic": "A", "partition": 0, "offset": 0, **fields}
-    (reply,) = leader.fetch("consumer", msg, now)
+def _consumer_fetch(leader: Replica, now: int, leader_epoch: int | None = None) -> Message:
+    """A consumer's fetch from offset 0; returns the leader's reply."""
+    (reply,) = leader.fetch("consumer", ConsumerFetchRequest("A", 0, 0, leader_epoch=leader_epoch), now)
     return reply.msg
 
 
 def _consume(leader: Replica, now: int) -> list[int]:
-    return [int(v) for _o, v in _consumer_fetch(leader, now)["records"]]
+    return [int(v) for _o, v in _consumer_fetch(leader, now).records]
 
 
-def _acks(out: list, token: str) -> list[dict]:
+def _acks(out: list, token: object) -> list[Message]:
     return [o.msg for o in out if isinstance(o, Reply) and o.token == token]
 
 
@@ -87,13 +96,13 @@ def test_seed_002_hwm_timeline_t1_to_t10() -> None:
 
     # T5: R2 fetches from 3: nothing to return, but now R2's LEO is 3. R3 still holds the HWM.
     out = _fetch(r1, r2, 3, now=5)
-    assert _acks(out, ("fetch", 2))[0]["records"] == []
+    assert _acks(out, ("fetch", 2))[0].records == ()
     assert r1.hwm == 0 and _leos(r1) == (3, 3, 0)
 
     # T6: R3 fetches from 3: every ISR member has LEO 3, the HWM moves to 3, the ack goes out.
     out = _fetch(r1, r3, 3, now=6)
     assert r1.hwm == 3 and _leos(r1) == (3, 3, 3)
-    assert _acks(out, "p1") == [{"offset": 0, "leader_epoch": 0, "node": 1}]
+    assert _acks(out, "p1") == [ProduceReply(0, 0, 1)]
 
     # T7: two more records, 3 and 4.
     r1.produce("p2", [b"3", b"4"], "all", now=7)
@@ -102,7 +111,7 @@ def test_seed_002_hwm_timeline_t1_to_t10() -> None:
 
     # T8: R2 fetches from 3 and gets [3,4]; its LEO on the leader is still 3.
     out = _fetch(r1, r2, 3, now=8)
-    assert [row[0] for row in _acks(out, ("fetch", 2))[0]["records"]] == [3, 4]
+    assert [r.offset for r in _acks(out, ("fetch", 2))[0].records] == [3, 4]
     assert _values(r2) == [0, 1, 2, 3, 4]
     assert r1.hwm == 3 and _leos(r1) == (5, 3, 3)
 
@@ -128,17 +137,17 @@ def test_hwm_frozen_below_min_isr_until_the_expansion_is_committed() -> None:
     r1, r2 = _replica(1), _replica(2)
     shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
     r1.on_metadata(shrunk, CONFIG, now=1)
-    assert r1.produce("p", [b"0"], "all", now=2)[0].msg["error"] == "NOT_ENOUGH_REPLICAS"
-    assert r1.produce("p1", [b"0"], "1", now=2)[0].msg["offset"] == 0
+    assert r1.produce("p", [b"0"], "all", now=2)[0].msg == ErrorReply(E.NOT_ENOUGH_REPLICAS)
+    assert r1.produce("p1", [b"0"], "1", now=2)[0].msg.offset == 0
     assert r1.hwm == 0 and r1.log.end_offset == 1
     _fetch(r1, r2, 0, now=3)
     assert r1.hwm == 0
     out = _fetch(r1, r2, 1, now=4)
     (alter,) = [o.msg for o in out if getattr(o, "dest", None) == "controller"]
-    assert alter["type"] == "alter-partition" and alter["isr"] == [1, 2]
+    assert isinstance(alter, AlterPartitionRequest) and alter.isr == (1, 2)
     assert r1.isr == (1, 2) and r1.hwm == 0, "a proposed member must not release the HWM"
     committed = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
-    r1.on_alter_response({"state": committed.to_dict()}, now=5)
+    r1.on_alter_response(AlterPartitionReply(committed), now=5)
     assert r1.hwm == 1
 
 
@@ -149,7 +158,7 @@ def test_refused_expansion_never_releases_the_hwm() -> None:
     r1.produce("p1", [b"0"], "1", now=2)
     _fetch(r1, r2, 0, now=3)
     _fetch(r1, r2, 1, now=4)
-    r1.on_alter_response({"error": "INELIGIBLE_REPLICA", "state": shrunk.to_dict()}, now=5)
+    r1.on_alter_response(ErrorReply(E.INELIGIBLE_REPLICA, state=shrunk), now=5)
     assert r1.isr == (1,) and r1.hwm == 0
 
 
@@ -173,16 +182,16 @@ def test_consumer_fetch_checks_the_leader_epoch_and_the_new_leaders_hwm() -> Non
     r2.on_metadata(epoch1, CONFIG, now=1)
     r3.on_metadata(epoch1, CONFIG, now=1)
     assert (r2.role, r2.epoch_start, r2.hwm) == ("leader", 3, 0)
-    assert _consumer_fetch(r2, now=2, leader_epoch=0) == {"error": E.FENCED_LEADER_EPOCH}
-    assert _consumer_fetch(r2, now=2, leader_epoch=2) == {"error": E.UNKNOWN_LEADER_EPOCH}
-    assert _consumer_fetch(r2, now=2, leader_epoch=1) == {"error": E.OFFSET_NOT_AVAILABLE, "hwm": 0}
+    assert _consumer_fetch(r2, now=2, leader_epoch=0) == ErrorReply(E.FENCED_LEADER_EPOCH)
+    assert _consumer_fetch(r2, now=2, leader_epoch=2) == ErrorReply(E.UNKNOWN_LEADER_EPOCH)
+    assert _consumer_fetch(r2, now=2, leader_epoch=1) == ErrorReply(E.OFFSET_NOT_AVAILABLE, hwm=0)
     _fetch(r2, r3, 0, now=3)
-    assert r2.hwm == 0 and _consumer_fetch(r2, now=3)["error"] == E.OFFSET_NOT_AVAILABLE
+    assert r2.hwm == 0 and _consumer_fetch(r2, now=3).error == E.OFFSET_NOT_AVAILABLE
     _fetch(r2, r3, 3, now=4)
     assert r2.hwm == 3
-    reply = _consumer_fetch(r2, now=5, leader_epoch=1)
-    assert reply["records"] == [[0, "0"], [1, "1"], [2, "2"]] and reply["leader_epoch"] == 1
-    assert _consumer_fetch(r2, now=5, leader_epoch=0) == {"error": E.FENCED_LEADER_EPOCH}
+    assert _consumer_fetch(r2, now=5, leader_epoch=1) == \
+        ConsumerFetchReply(((0, "0"), (1, "1"), (2, "2")), hwm=3, log_end_offset=3, leader_epoch=1, node=2)
+    assert _consumer_fetch(r2, now=5, leader_epoch=0) == ErrorReply(E.FENCED_LEADER_EPOCH)
 
 
 def test_acks_all_fails_as_appended_when_the_committed_isr_drops_below_min_isr() -> None:
@@ -193,11 +202,11 @@ def test_acks_all_fails_as_appended_when_the_committed_isr_drops_below_min_isr()
     assert r1.produce("p", [b"0"], "all", now=lag) == []  # its deadline is far beyond lag + 3
     out = r1.tick(now=lag + 2)
     (alter,) = [o.msg for o in out if getattr(o, "dest", None) == "controller"]
-    assert alter["isr"] == [1] and _acks(out, "p") == []
+    assert alter.isr == (1,) and _acks(out, "p") == []
     assert r1.isr == (1, 2, 3) and len(r1.pending) == 1, "a removal waits for the commit"
     shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
-    out = r1.on_alter_response({"state": shrunk.to_dict()}, now=lag + 3)
-    assert _acks(out, "p") == [{"error": E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "appended": True}]
+    out = r1.on_alter_response(AlterPartitionReply(shrunk), now=lag + 3)
+    assert _acks(out, "p") == [ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True)]
     assert r1.pending == [] and r1.hwm == 0
     assert E.NOT_ENOUGH_REPLICAS_AFTER_APPEND not in E.DEFINITE
 
@@ -219,5 +228,5 @@ def test_stale_metadata_keeps_a_proposed_follower_in_the_maximal_isr() -> None:
     assert r1.isr == (1, 2), "a stale heartbeat dropped the proposed follower"
     assert r1.hwm == 0  # still not counted towards MinISR
     committed = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
-    r1.on_alter_response({"state": committed.to_dict()}, now=6)
+    r1.on_alter_response(AlterPartitionReply(committed), now=6)
     assert r1.isr == (1, 2) and r1.hwm == 1 and not r1.adding

@@ -1,12 +1,13 @@
 """The typed wire messages: every message's JSON form is the protocol's, decoding gives the
-types back (or a clear INVALID_REQUEST, never a crash of a node), and the JSON-frame server
-answers malformed frames and keeps serving."""
+types back (or a clear INVALID_REQUEST, never a crash of a node), messages are values of their
+class and not dicts, and the JSON-frame server answers malformed frames and keeps serving."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import struct
+from collections.abc import Mapping
 
 import pytest
 
@@ -38,11 +39,10 @@ from replication.messages import (
     ProduceRequest,
     RegisterReply,
     RegisterRequest,
-    as_reply,
     decode_request,
 )
 from replication.metadata import PartitionState
-from replication.net import Connection, encode_frame, serve
+from replication.net import Connection, ConnectionLost, encode_frame, serve
 from replication.outputs import Reply
 
 STATE = PartitionState("t", 0, (1, 2, 3), leader=1, leader_epoch=2, partition_epoch=5, isr=(1, 2))
@@ -108,16 +108,19 @@ def test_requests_have_the_protocols_json_and_decode_back(msg, wire) -> None:
 @pytest.mark.parametrize(("request_", "reply", "wire"), REPLIES, ids=lambda x: type(x).__name__)
 def test_replies_have_the_protocols_json_and_decode_back(request_, reply, wire) -> None:
     assert reply.to_wire() == wire
-    decoded = as_reply(request_, json.loads(json.dumps(wire)))
+    decoded = request_.reply_from_wire(json.loads(json.dumps(wire)))
     assert type(decoded) is type(reply) and decoded == reply
 
 
-def test_messages_read_like_the_dicts_they_replace() -> None:
+def test_messages_are_values_of_their_class_not_dicts() -> None:
     reply = ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True)
-    assert reply["error"] == E.NOT_ENOUGH_REPLICAS_AFTER_APPEND and reply.get("hwm") is None
-    assert "appended" in reply and "state" not in reply
-    assert reply == {"error": E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "appended": True}
-    assert dict(AlterPartitionRequest(1, 4, "t", 0, 2, 5, (1, 2)))["isr"] == [1, 2]
+    assert reply == ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True)
+    assert reply != ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    assert reply != reply.to_wire() and not isinstance(reply, Mapping)
+    with pytest.raises(TypeError):
+        reply["error"]  # noqa: B018 -- the read is the test
+    # Equal fields of another class are another message: a follower's fetch is not a consumer's.
+    assert FetchRequest("t", 0, replica=1, offset=0) != ConsumerFetchRequest("t", 0, 0)
 
 
 @pytest.mark.parametrize(("frame", "complaint"), [
@@ -136,24 +139,44 @@ def test_malformed_requests_are_clear_errors(frame, complaint) -> None:
         decode_request(frame)
 
 
-def test_nodes_answer_malformed_requests_with_invalid_request() -> None:
+def test_nodes_answer_requests_for_the_other_role_with_invalid_request() -> None:
     controller = Controller(NodeConfig())
     broker = Broker(1, "h:1", NodeConfig(), lambda t, p: MemoryLog(), None)
-    for machine in (controller, broker):
-        (reply,) = machine.handle("tok", {"type": "produce", "topic": "t"}, 0)
-        assert isinstance(reply, Reply) and reply.msg.error == E.INVALID_REQUEST
-        assert "missing field" in reply.msg.message
     (reply,) = controller.handle("tok", ProduceRequest("t", 0, ("x",)), 0)
-    assert reply.msg == {"error": E.INVALID_REQUEST, "message": "unknown request 'produce'"}
+    assert reply == Reply("tok", ErrorReply(E.INVALID_REQUEST, message="unknown request 'produce'"))
     (reply,) = broker.handle("tok", RegisterRequest(1, "h", None), 0)
-    assert reply.msg == {"error": E.INVALID_REQUEST, "message": "unknown request 'register'"}
+    assert reply == Reply("tok", ErrorReply(E.INVALID_REQUEST, message="unknown request 'register'"))
 
 
-def test_a_malformed_answer_counts_as_a_failed_request() -> None:
+def _raw_frame(wire: object) -> bytes:
+    """A frame holding any JSON value, as a faulty or hostile peer could send."""
+    body = json.dumps(wire).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def test_a_malformed_answer_counts_as_a_lost_connection() -> None:
+    """The connection decodes an answer into its request's reply type; one that does not decode
+    is a ConnectionLost (outcome unknown), which a runtime hands to `on_send_failed`."""
+    async def scenario() -> None:
+        async def answer_badly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            (length,) = struct.unpack(">I", await reader.readexactly(4))
+            rid = json.loads(await reader.readexactly(length))["id"]
+            writer.write(_raw_frame({"broker_epoch": "soon", "id": rid}))
+
+        server = await asyncio.start_server(answer_badly, "127.0.0.1", 0)
+        conn = Connection(f"127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        try:
+            with pytest.raises(ConnectionLost, match="malformed answer.*broker_epoch"):
+                await conn.request(RegisterRequest(1, "h", None), 2.0)
+        finally:
+            await conn.close()
+            server.close()
+
+    asyncio.run(scenario())
     broker = Broker(1, "h:1", NodeConfig(), lambda t, p: MemoryLog(), None)
     (send,) = broker.start(0)
     assert broker.registering
-    assert broker.on_response("controller", send.msg, {"broker_epoch": "soon"}, 0) == []
+    assert broker.on_send_failed("controller", send.msg, 0) == []
     assert not broker.registering and broker.broker_epoch is None
 
 
@@ -170,8 +193,8 @@ def test_the_server_answers_malformed_frames_and_keeps_serving() -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         body = b"{not json"
         writer.write(struct.pack(">I", len(body)) + body)
-        writer.write(encode_frame({"type": "fly", "id": 7}))
-        writer.write(encode_frame({"type": "produce", "topic": "t", "partition": 0, "id": 8}))
+        writer.write(_raw_frame({"type": "fly", "id": 7}))
+        writer.write(_raw_frame({"type": "produce", "topic": "t", "partition": 0, "id": 8}))
         writer.write(encode_frame(MetadataRequest(), 9))
         answers = []
         for _ in range(4):

@@ -14,7 +14,9 @@ from dataclasses import replace
 
 from support.protocol_sim import Sim
 
+from replication import errors as E
 from replication.config import NodeConfig
+from replication.messages import AlterPartitionRequest, ErrorReply, ProduceReply, ProduceRequest
 from replication.outputs import Reply, Send
 
 BASE = NodeConfig(min_insync_replicas=2)
@@ -40,8 +42,8 @@ def _produce_acked(sim: Sim, values: list[str], acks: str = "all") -> list[tuple
     acked = []
     for v in values:
         reply = sim.produce([v], acks=acks)
-        assert "error" not in reply, reply
-        acked.append((reply["offset"], v))
+        assert isinstance(reply, ProduceReply), reply
+        acked.append((reply.offset, v))
     return acked
 
 
@@ -85,7 +87,7 @@ def _last_replica_standing(elr: bool) -> tuple[Sim, list[tuple[int, str]]]:
     sim.run(BASE.replica_lag_time_max_ms + 1000)
     assert _events(sim, "partition-change", reason="alter-partition")
     assert _view(sim) == ((1, (1,), (2, 3), ()) if elr else (1, (1,), (), ()))
-    assert sim.produce(["refused"])["error"] == "NOT_ENOUGH_REPLICAS"
+    assert sim.produce(["refused"]) == ErrorReply(E.NOT_ENOUGH_REPLICAS)
     # Power loss on the leader: its whole unflushed log is gone.
     assert sim.crash(1, lose_unflushed=True) == 5
     sim.heal()
@@ -351,14 +353,14 @@ def _local_first_race(isr_update: str) -> tuple[Sim, list, dict]:
     sim = _sim(isr_update=isr_update, min_insync_replicas=1, replica_lag_time_max_ms=1000)
     sim.partition(1, 3)
     sim.partition(1, "controller")
-    call = sim.call(1, {"type": "produce", "topic": "t", "partition": 0, "acks": "all", "values": ["x"]})
+    call = sim.call(1, ProduceRequest("t", 0, ("x",), "all"))
     sim.run(100)
     assert call.response is None and _log(sim, 2) == ["x"]
     sim.run(400)  # 2 keeps fetching (caught up): only 3 falls behind the lag limit first
     sim.crash(2)
     # Watch the tick that shrinks the ISR, before the AlterPartition goes anywhere.
     outputs: list = []
-    while not any(isinstance(o, Send) and o.msg["type"] == "alter-partition" for o in outputs):
+    while not any(isinstance(o, Send) and isinstance(o.msg, AlterPartitionRequest) for o in outputs):
         sim.now += sim.step_ms
         outputs = sim.brokers[1].tick(sim.now)
         sim._carry_out(("broker", 1), outputs)
@@ -369,11 +371,11 @@ def _local_first_race(isr_update: str) -> tuple[Sim, list, dict]:
 def test_isr_update_local_first_acks_on_uncommitted_isr_and_loses_it() -> None:
     sim, outputs, call = _local_first_race("local-first")
     (alter,) = [o.msg for o in outputs if isinstance(o, Send)]
-    assert alter["isr"] == [1, 2]
+    assert alter.isr == (1, 2)
     # The leader acts on [1, 2] in the same tick: HWM up, ack out, with the controller's
     # ISR still [1, 2, 3] (and the AlterPartition cannot reach it).
-    assert [o.msg for o in outputs if isinstance(o, Reply)] == [{"offset": 0, "leader_epoch": 0, "node": 1}]
-    assert call.response == {"offset": 0, "leader_epoch": 0, "node": 1}
+    assert [o.msg for o in outputs if isinstance(o, Reply)] == [ProduceReply(0, 0, 1)]
+    assert call.response == ProduceReply(0, 0, 1)
     assert _view(sim) == (1, (1, 2, 3), (), ())
     # The controller fences 1 and 2 and elects 3, which never had "x".
     sim.run(BASE.broker_session_timeout_ms + 1000)
@@ -385,7 +387,7 @@ def test_isr_update_controller_waits_for_the_commit() -> None:
     sim, outputs, call = _local_first_race("controller")
     assert [o for o in outputs if isinstance(o, Reply)] == []
     sim.run(BASE.request_timeout_ms)
-    assert call.response["error"] == "REQUEST_TIMED_OUT" and call.response["appended"] is True
+    assert call.response == ErrorReply(E.REQUEST_TIMED_OUT, appended=True)
 
 
 def test_leader_epoch_truncation_replaces_divergent_suffix() -> None:

@@ -45,6 +45,14 @@ from replication import errors as E
 from replication import metadata as md
 from replication.config import NodeConfig
 from replication.log import MemoryLog
+from replication.messages import (
+    AlterPartitionReply,
+    AlterPartitionRequest,
+    ErrorReply,
+    FetchRequest,
+    ProduceReply,
+    ProduceRequest,
+)
 from replication.metadata import PartitionState, Rules
 from replication.outputs import Reply
 from replication.partition import Replica
@@ -318,14 +326,14 @@ class ReplicaMachine(RuleBasedStateMachine):
         self._take(self.leader.on_metadata(self.meta, self.config, self.now))
         self.fetched = {2: 0, 3: 0}
         self.caught_up_at = {2: 0, 3: 0}  # when each follower last fetched from the log end
-        self.alter: dict | None = None
+        self.alter: AlterPartitionRequest | None = None
         self.acked_last: list[int] = []
         self.hwm_before = 0
 
     def _take(self, out: list) -> None:
         for o in out:
             if isinstance(o, Reply) and isinstance(o.token, tuple) and o.token[0] == "all":
-                if "error" not in o.msg:
+                if not isinstance(o.msg, ErrorReply):
                     self.acked_last.append(o.token[1])
                     assert o.token[1] < self.leader.hwm
             elif getattr(o, "dest", None) == "controller":
@@ -377,8 +385,7 @@ class ReplicaMachine(RuleBasedStateMachine):
         self.fetched[r] = offset
         if offset == end:
             self.caught_up_at[r] = self.now
-        msg = {"type": "fetch", "topic": "t", "partition": 0, "replica": r, "offset": offset,
-               "leader_epoch": self.leader.leader_epoch, "wait": False}
+        msg = FetchRequest("t", 0, replica=r, offset=offset, leader_epoch=self.leader.leader_epoch, wait=False)
         self._take(self.leader.fetch(("fetch", r), msg, self.now))
 
     @precondition(lambda self: self._lag_expiry() is not None)
@@ -395,9 +402,8 @@ class ReplicaMachine(RuleBasedStateMachine):
         if not commit:
             self.leader.on_alter_failed()
             return
-        self.meta = replace(self.meta, isr=tuple(alter["isr"]),
-                            partition_epoch=self.meta.partition_epoch + 1)
-        self._take(self.leader.on_alter_response({"state": self.meta.to_dict()}, self.now))
+        self.meta = replace(self.meta, isr=alter.isr, partition_epoch=self.meta.partition_epoch + 1)
+        self._take(self.leader.on_alter_response(AlterPartitionReply(self.meta), self.now))
 
     @precondition(lambda self: self._fenceable())
     @rule(data=st.data())
@@ -429,7 +435,7 @@ class ReplicaMachine(RuleBasedStateMachine):
     @invariant()
     def refuses_acks_all_below_min_isr(self) -> None:
         out = self.leader.produce(("probe",), [b"p"], "all", self.now)
-        assert [o.msg.get("error") for o in out] == [E.NOT_ENOUGH_REPLICAS], \
+        assert [o.msg for o in out] == [ErrorReply(E.NOT_ENOUGH_REPLICAS)], \
             ("acks=all accepted below MinISR", out)
 
 
@@ -489,8 +495,7 @@ class SimMachine(RuleBasedStateMachine):
             if leader in self.sim.brokers:
                 value = f"v{self.next_value}"
                 self.next_value += 1
-                call = self.sim.call(leader, {"type": "produce", "topic": "t", "partition": 0,
-                                              "acks": "all", "values": [value]})
+                call = self.sim.call(leader, ProduceRequest("t", 0, (value,), "all"))
                 self.calls.append((call, value))
             self.sim.run(50)
 
@@ -499,8 +504,8 @@ class SimMachine(RuleBasedStateMachine):
         for call, value in self.calls:
             if call.response is None:
                 waiting.append((call, value))
-            elif "error" not in call.response:
-                offset = call.response["offset"]
+            elif isinstance(call.response, ProduceReply):
+                offset = call.response.offset
                 assert offset not in self.acked, ("two acks for one offset", offset, value)
                 self.acked[offset] = value
         self.calls = waiting

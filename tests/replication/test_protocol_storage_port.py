@@ -16,7 +16,7 @@ from support.protocol_sim import ClientCall, Sim
 from replication import errors as E
 from replication.config import NodeConfig
 from replication.log import MemoryLog
-from replication.messages import ErrorReply, FetchReply, FetchRequest, ProduceReply
+from replication.messages import ErrorReply, FetchReply, FetchRequest, ProduceReply, ProduceRequest
 from replication.metadata import PartitionState
 from replication.outputs import Reply, Send, Sync
 from replication.partition import Replica
@@ -104,7 +104,7 @@ def test_slow_syncs_delay_acks_but_not_heartbeats() -> None:
 def test_power_loss_before_the_sync_loses_only_unacknowledged_records() -> None:
     sim = _sim(500)
     assert sim.produce(["a"]) == ProduceReply(0, 0, 1)
-    call = sim.call(1, {"type": "produce", "topic": "t", "partition": 0, "acks": "1", "values": ["b"]})
+    call = sim.call(1, ProduceRequest("t", 0, ("b",), "1"))
     sim.run(200)
     assert call.response is None, "not acknowledged before its sync"
     assert sim.crash(1, lose_unflushed=True) == 1
@@ -124,9 +124,9 @@ class CheckingSim(Sim):
         kind, src, target, msg = item
         if kind == "reply" and isinstance(target, ClientCall) and isinstance(msg, ProduceReply):
             request = target.msg
-            values = request["values"]
+            values = request.values
             replica = self.brokers[src].replicas[("t", 0)]
-            holders = {src} | (set(replica.isr) if request["acks"] == "all" else set())
+            holders = {src} | (set(replica.isr) if request.acks == "all" else set())
             for b in holders:
                 survivor = copy.deepcopy(self.logs[(b, "t", 0)])
                 survivor.lose_unflushed()
@@ -158,8 +158,7 @@ def test_every_ack_is_durable_when_it_is_sent(delay: int | None, ops: list) -> N
         if op[0] == "produce":
             leader = sim.state().leader
             if leader in sim.brokers:
-                sim.call(leader, {"type": "produce", "topic": "t", "partition": 0, "acks": op[1],
-                                  "values": [f"v{n + i}" for i in range(op[2])]})
+                sim.call(leader, ProduceRequest("t", 0, tuple(f"v{n + i}" for i in range(op[2])), op[1]))
                 n += op[2]
             sim.run(50)
         elif op[0] == "crash" and op[1] not in sim.down:
@@ -174,6 +173,6 @@ def test_every_ack_is_durable_when_it_is_sent(delay: int | None, ops: list) -> N
 def test_sim_produce_reports_its_own_failures_with_wire_errors() -> None:
     sim = _sim(None)
     sim.isolate(1)
-    assert sim.produce(["x"], wait_ms=100)["error"] == E.REQUEST_TIMED_OUT
+    assert sim.produce(["x"], wait_ms=100).error == E.REQUEST_TIMED_OUT
     sim.crash(1)
     assert sim.produce(["y"]) == ErrorReply(E.NOT_LEADER, message="no live leader")

@@ -39,7 +39,7 @@ async def _produce(client: Client, values: range, acks: str, outcome: dict) -> N
     async def one(v: int) -> None:
         try:
             ack = await client.produce(TOPIC, 0, str(v), acks)
-            outcome["ok"][v] = ack["offset"]
+            outcome["ok"][v] = ack.offset
         except ProduceError as e:
             outcome["fail" if e.definite else "info"].add(v)
     await asyncio.gather(*(one(v) for v in values))
@@ -49,9 +49,9 @@ async def _read_all(client: Client) -> list[tuple[int, int]]:
     records: list[tuple[int, int]] = []
     while True:
         reply = await client.fetch(TOPIC, 0, len(records), refresh=True)
-        if not reply["records"]:
+        if not reply.records:
             return records
-        records += [(o, int(v)) for o, v in reply["records"]]
+        records += [(o, int(v)) for o, v in reply.records]
 
 
 def _check(outcome: dict, records: list[tuple[int, int]]) -> None:
@@ -144,6 +144,18 @@ def test_clean_shutdown_registers_clean_and_loses_nothing(cluster):
     registrations = [e for e in events if e["kind"] == "broker-registered" and e["broker"] == leader]
     assert registrations[-1]["clean"] is True
     assert any(e["kind"] == "broker-fenced" and e["reason"] == "controlled-shutdown" for e in events)
+
+
+def test_the_produce_and_consume_commands_print_offset_and_value(cluster):
+    leader = int(_describe(cluster)[0]["Leader:"])
+    produced = cluster.run_cli("produce", "--bootstrap", cluster.address(leader), "--topic", TOPIC,
+                               "--count", "3", "--start", "10").stdout.splitlines()
+    assert sorted(produced) == ["0 10", "1 11", "2 12"]  # one batch, in the order sent
+    consumed = cluster.run_cli("consume", "--bootstrap", cluster.address(leader), "--topic", TOPIC).stdout
+    assert sorted(consumed.splitlines()) == sorted(produced)
+    unacked = cluster.run_cli("produce", "--bootstrap", cluster.address(leader), "--topic", TOPIC,
+                              "--acks", "0", "--count", "1").stdout
+    assert unacked == "- 0\n"  # acks=0: nothing acknowledged, no offset
 
 
 def test_controller_restart_keeps_metadata_and_records(cluster):

@@ -20,6 +20,7 @@ from checkers.check import check_path
 from replication import errors as E
 from replication.client import Client, ClientError
 from replication.config import NodeConfig
+from replication.messages import ClusterMetadata
 from simulation.run import run_simulation
 from simulation.world import World
 from workloads.history import read_history
@@ -158,7 +159,7 @@ async def _client_with_topic(world: World, topic: str) -> Client:
             md = await client.metadata(refresh=True)
         except ClientError:  # not listening yet
             continue
-        if len(md["brokers"]) == 3 and not any(b["fenced"] for b in md["brokers"].values()):
+        if len(md.brokers) == 3 and not any(b.fenced for b in md.brokers.values()):
             break
     await client.create_topic(topic, 1, 3)
     await asyncio.sleep(2)
@@ -170,7 +171,7 @@ def _metadata_asks(client: Client) -> list[bool]:
     asked: list[bool] = []
     fetch_metadata = client.metadata
 
-    async def spy(refresh: bool = False) -> dict:
+    async def spy(refresh: bool = False) -> ClusterMetadata:
         asked.append(refresh)
         return await fetch_metadata(refresh)
 
@@ -189,12 +190,12 @@ def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
     async def main():
         client = await _client_with_topic(world, "t")
         first = await client.produce("t", 0, "0")
-        old = first["node"]
+        old = first.node
         world.kill(world.brokers[old])
         await asyncio.sleep(5)  # the controller fences it and elects another leader
         asked = _metadata_asks(client)
         ack = await client.produce("t", 0, "1")
-        assert ack["node"] != old and ack["offset"] == 1, ack
+        assert ack.node != old and ack.offset == 1, ack
         assert asked and all(asked)  # only refreshes, after the refused first attempt
         await client.close()
 
@@ -260,14 +261,14 @@ def test_the_client_asks_for_metadata_only_when_it_holds_none_or_must_refresh():
         await client.metadata(refresh=True)
         asked = _metadata_asks(client)
         acks = [await client.produce("t", 0, str(i)) for i in range(20)]
-        reply = await client.fetch_reply("t", 0, 0)
+        reply = await client.fetch("t", 0, 0)
         assert asked == []
-        assert [a["offset"] for a in acks] == list(range(20))
+        assert [a.offset for a in acks] == list(range(20))
         assert [o for o, _ in reply.records] == list(range(20))
         with pytest.raises(ClientError) as e:
-            await client.fetch_reply("t", 7, 0)
+            await client.fetch("t", 7, 0)
         assert e.value.error == E.UNKNOWN_TOPIC and asked == []
-        assert (await client.partition_state("t", 0, refresh=True))["leader"] is not None
+        assert (await client.partition_state("t", 0, refresh=True)).leader is not None
         assert asked == [True]
         await client.close()
 

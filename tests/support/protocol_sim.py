@@ -36,11 +36,10 @@ from replication.outputs import Event, Output, Persist, Reply, Send, Sync
 
 @dataclass
 class ClientCall:
-    """A client request in flight (typed, or its dict form); `response` is set when the
-    broker answers."""
+    """A client request in flight; `response` is set when the broker answers."""
 
     dest: int
-    msg: Request | dict
+    msg: Request
     response: Message | None = None
 
 
@@ -228,7 +227,7 @@ class Sim:
 
     # ---- clients ------------------------------------------------------------------------------------
 
-    def call(self, dest: int, msg: Request | dict) -> ClientCall:
+    def call(self, dest: int, msg: Request) -> ClientCall:
         call = ClientCall(dest, msg)
         if self._reachable("client", dest):
             self._carry_out(("broker", dest), self.brokers[dest].handle(call, msg, self.now))
