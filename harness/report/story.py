@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.events import truncated
+from runformat import Event, Op, history, read_events
 
 MINIMAL = "minimal.json"
 SHRUNK = "shrunk.json"
@@ -49,18 +50,27 @@ def _json(path: Path) -> Any:
         return None
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        with path.open() as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        return []
-    return out
+@dataclass
+class RunLines:
+    """What a story needs of a run's JSONL files: its events, its fault operations and when
+    its first workload operation happened (the report's one pass collects the same)."""
+
+    events: list[Event]
+    nemesis: list[Op]
+    first_op_ns: int | None
+
+
+def read_lines(folder: Path) -> RunLines:
+    """A folder's RunLines, each file read once (a missing file reads as empty)."""
+    nemesis: list[Op] = []
+    first: int | None = None
+    path = folder / "history.jsonl"
+    for op in history(path) if path.is_file() else ():
+        if op.get("process") == "nemesis":
+            nemesis.append(op)
+        elif first is None:
+            first = op["time"]
+    return RunLines(read_events(folder / "events.jsonl"), nemesis, first)
 
 
 def find_minimal(run_dir: Path) -> tuple[Path, bool] | None:
@@ -219,33 +229,31 @@ def _event_text(e: dict[str, Any], multi: bool, prev: dict[Any, Any]) -> str | N
     return None
 
 
-def _workload_offset(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> float:
+def _workload_offset(lines: RunLines, faults: list[dict[str, Any]]) -> float:
     """Seconds from the run clock's zero (history and events) to the workload's start (the
     schedule's time axis): the first nemesis start matched with its fault."""
     started = [f for f in faults if f.get("started_s") is not None]
-    for op in history:
-        if op.get("process") == "nemesis" and str(op.get("f", "")).startswith("start-"):
+    for op in lines.nemesis:
+        if str(op.get("f", "")).startswith("start-"):
             kind = op["f"][len("start-"):]
             first = next((f for f in sorted(started, key=lambda f: f["started_s"])
                           if f["kind"] == kind), None)
             if first is not None:
                 return op["time"] / 1e9 - first["started_s"]
-    ops = [op for op in history if op.get("process") != "nemesis"]
-    return ops[0]["time"] / 1e9 if ops else 0.0
+    return (lines.first_op_ns or 0) / 1e9
 
 
-def build_steps(folder: Path) -> list[str]:
+def build_steps(folder: Path, lines: RunLines | None = None) -> list[str]:
     schedule = _json(folder / "schedule.json") or {}
     faults = [f for f in schedule.get("faults", []) if f.get("started_s") is not None]
-    events = _jsonl(folder / "events.jsonl")
-    history = _jsonl(folder / "history.jsonl")
+    lines = lines or read_lines(folder)
+    events = lines.events
     results = _json(folder / "results.json") or {}
-    offset = _workload_offset(history, faults)
+    offset = _workload_offset(lines, faults)
     multi = len({e.get("partition") for e in events if e.get("kind") == "partition-change"}) > 1
     lost_by_kind: dict[str, dict] = {}
-    for op in history:
-        if op.get("process") == "nemesis" and isinstance(op.get("value"), dict) \
-                and "lost" in op["value"]:
+    for op in lines.nemesis:
+        if isinstance(op.get("value"), dict) and "lost" in op["value"]:
             lost_by_kind.setdefault(op["f"], op["value"]["lost"])
     first_s = min((f["started_s"] for f in faults), default=0.0)
     last_fault = max((f.get("ended_s") or f["started_s"] for f in faults), default=0.0)
@@ -310,15 +318,16 @@ def _outcome(results: dict[str, Any]) -> str:
     return text + (f"; also {', '.join(others)}" if others else "")
 
 
-def build_story(run_dir: Path) -> Story | None:
-    """The story of `run_dir`'s minimal reproduction, or None if it has none."""
+def build_story(run_dir: Path, lines: RunLines | None = None) -> Story | None:
+    """The story of `run_dir`'s minimal reproduction, or None if it has none. `lines`: what
+    the report already read of `run_dir`'s own files, used when it is the minimal run."""
     found = find_minimal(run_dir)
     if found is None:
         return None
     folder, is_self = found
     doc = _json(folder / MINIMAL) or {}
     try:
-        steps = build_steps(folder)
+        steps = build_steps(folder, lines if is_self else None)
     except Exception as e:  # a report never fails over its story
         steps = [f"(the steps could not be built: {type(e).__name__}: {e})"]
     replay = f"harness simulate --replay {folder / MINIMAL}"
