@@ -4,6 +4,7 @@ The bottom layer of the project (it imports nothing of it), so the checkers, the
 the nemesis and the harness read a run's files through the same iterators and the same
 malformed-line policy (runformat.jsonl)."""
 
-from runformat.jsonl import Event, Op, Tally, events, history, last_time, read_events
+from runformat.jsonl import Event, Op, Tally, events, head, history, last_time, read_events, records
 
-__all__ = ["Event", "Op", "Tally", "events", "history", "last_time", "read_events"]
+__all__ = ["Event", "Op", "Tally", "events", "head", "history", "last_time", "read_events",
+           "records"]

@@ -20,6 +20,7 @@ naming `tally.named[0]`. The formats are docs/architecture.md ("History") and do
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,9 @@ MAX_NAMED = 5
 # The C scanner behind json.loads, called directly: one call per line instead of three
 # (json.loads -> decode -> raw_decode), a third of the cost on a 1M-line history.
 _scan_once = json.JSONDecoder().scan_once
+# The first keys of a line as HistoryWriter writes them (workloads/history.py), in this order.
+_HEAD = re.compile(r'\{"index": \d+, "time": (\d+), "process": (-?\d+|"[^"\\]*"), '
+                   r'"type": "(\w+)", "f": "([^"\\]+)"')
 
 
 class Op(TypedDict, total=False):
@@ -71,7 +75,7 @@ class Tally:
 
     name: str
     lines: int = 0  # lines read or skipped
-    end_ns: int = 0  # the greatest `time` seen (skipped lines' too)
+    end_ns: int = 0  # the greatest `time` of the objects read
     malformed: int = 0
     torn: int = 0
     named: list[str] = field(default_factory=list)
@@ -115,16 +119,24 @@ def _time_of(line: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+def head(line: str) -> tuple[int, int | str, str, str] | None:
+    """(time, process, type, f) of a history line laid out as HistoryWriter writes it, read
+    without parsing the rest of the line; None for any other layout (parse it then)."""
+    m = _HEAD.match(line)
+    if m is None:
+        return None
+    process = m.group(2)
+    return (int(m.group(1)), process[1:-1] if process[0] == '"' else int(process), m.group(3),
+            m.group(4))
+
+
 def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...],
-             keep: Callable[[str], bool] | None) -> Iterator[dict[str, Any]]:
+             take: Callable[[str], bool] | None) -> Iterator[dict[str, Any]]:
     # The hot loop of every reader: a line costs one C call to parse it and a few tests.
     scan, end_ns, lineno = _scan_once, tally.end_ns, 0
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
-            if keep is not None and not keep(line):
-                t = _time_of(line)
-                if t is not None and t > end_ns:
-                    end_ns = t
+            if take is not None and take(line):
                 continue
             try:
                 obj, end = scan(line, 0)
@@ -155,12 +167,13 @@ def _skip_bad(tally: Tally, lineno: int, line: str, why: str) -> None:
 
 
 def history(path: str | Path, tally: Tally | None = None,
-            keep: Callable[[str], bool] | None = None) -> Iterator[Op]:
-    """history.jsonl's operations in file order (which is time order). `keep`, a test on the
-    raw line, lets a reader skip lines it does not need before they are parsed (their `time`
-    still counts in `tally.end_ns`)."""
+            take: Callable[[str], bool] | None = None) -> Iterator[Op]:
+    """history.jsonl's operations in file order (which is time order). `take` sees each raw
+    line first and says whether the reader took it itself (a line it does not need, or one
+    whose `head` is all it needs): a line taken is not parsed, nor counted in
+    `tally.end_ns` (`last_time` is the history's end)."""
     path = Path(path)
-    return _objects(path, tally or Tally(path.name), (int,), keep)  # type: ignore[return-value]
+    return _objects(path, tally or Tally(path.name), (int,), take)  # type: ignore[return-value]
 
 
 def events(path: str | Path, tally: Tally | None = None) -> Iterator[Event]:
@@ -170,6 +183,12 @@ def events(path: str | Path, tally: Tally | None = None) -> Iterator[Event]:
         if type(event["time"]) is float:
             event["time"] = int(event["time"])
         yield event  # type: ignore[misc]
+
+
+def records(path: str | Path, tally: Tally | None = None) -> Iterator[dict[str, Any]]:
+    """The objects of a run's other JSONL files (invariants.jsonl), under the same policy."""
+    path = Path(path)
+    return _objects(path, tally or Tally(path.name), (int, float), None)
 
 
 def read_events(path: str | Path, tally: Tally | None = None) -> list[Event]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.report.faults import FaultTracker, FaultWindow
-from runformat import Op, Tally, history
+from runformat import Op, Tally, head, history, last_time
 
 OUTCOMES = ("ok", "fail", "info")
 LATENCY_SAMPLES = 20_000  # per outcome; enough for a dense scatter, cheap to plot
@@ -73,11 +73,8 @@ class Fold(Protocol):
     def feed(self, op: Op) -> None: ...
 
 
-def _wanted(line: str) -> bool:
-    # Polls dominate big histories and carry long record lists; the summary needs sends and
-    # nemesis operations, the timeline completed polls. Everything else (poll invokes, failed
-    # polls) is skipped before it is parsed; the tokens are JSON-encoded in every line needed.
-    return '"send"' in line or '"ok"' in line or '"nemesis"' in line
+# A send's invoke: its head (runformat.head) is all the summary needs of it.
+_SEND_INVOKE = '"type": "invoke", "f": "send"'
 
 
 def scan_history(path: Path, folds: Iterable[Fold] = (),
@@ -89,8 +86,9 @@ def scan_history(path: Path, folds: Iterable[Fold] = (),
     summary.latency = {o: LatencySample(sample_cap, rng) for o in OUTCOMES}
     tracker = FaultTracker()
     feeds = [fold.feed for fold in folds]
-    feed_send = _SendFeed(summary).feed
-    for op in history(path, summary.tally, _wanted):
+    sends = _SendFeed(summary)
+    feed_send = sends.feed
+    for op in history(path, summary.tally, sends.take):
         if op.get("f") == "send":
             feed_send(op)
         elif op.get("process") == "nemesis":
@@ -102,7 +100,7 @@ def scan_history(path: Path, folds: Iterable[Fold] = (),
             for feed in feeds:
                 feed(op)
     summary.operations = summary.tally.lines
-    summary.end_ns = summary.tally.end_ns
+    summary.end_ns = max(summary.tally.end_ns, last_time(path))  # lines taken count too
     summary.faults = tracker.windows(summary.end_ns)
     summary.unmatched_fault_stops = tracker.unmatched_stops
     return summary
@@ -115,6 +113,23 @@ class _SendFeed:
         self.summary = summary
         self.invoked: dict[Any, int] = {}
         self.outcome = {o: i for i, o in enumerate(OUTCOMES)}
+
+    def take(self, line: str) -> bool:
+        """Whether the pass needs not parse this line: a send's invoke read from its head, or
+        a line neither the summary nor the timeline needs. Polls dominate big histories and
+        carry long record lists: only completed ones (for the timeline) are parsed. The tokens
+        tested are JSON-encoded in every line they stand for."""
+        if '"send"' in line:
+            if _SEND_INVOKE not in line:
+                return False
+            h = head(line)
+            if h is None:  # another layout: parsed, and fed as any other operation
+                return False
+            if self.summary.first_op_ns is None:
+                self.summary.first_op_ns = h[0]
+            self.invoked[h[1]] = h[0]
+            return True
+        return '"ok"' not in line and '"nemesis"' not in line
 
     def feed(self, op: Op) -> None:
         kind, t = op.get("type"), op["time"]
