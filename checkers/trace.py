@@ -71,6 +71,7 @@ from checkers.invariants import (
     epoch_at,
     metadata_key,
 )
+from runformat.effects import CORRUPTS_DISK, KILLS_PROCESS, LOSES_UNSYNCED, effects_of
 
 # Undecided in a trace without view events (written by nodes older than isr-view,
 # partition-state and reconciled).
@@ -81,8 +82,6 @@ UNDECIDABLE = {
                            "a broker acts on is unknown beyond its leader and leader epoch",
 }
 VIEW_EVENTS = "partition-state"  # present when the trace carries the replicas' views
-DEATHS = ("kill", "power-loss", "torn-power-loss", "outage")
-LOSSY = ("power-loss", "torn-power-loss", "outage")
 WITH_LOG_END = ("log-open", "become-leader", "become-follower", "truncate", "log-progress")
 
 
@@ -261,11 +260,11 @@ class TraceChecker:
             self._evaluate_all(e)
 
     def nemesis(self, op: Mapping[str, Any]) -> None:
-        f = str(op.get("f", ""))
-        if not f.startswith("start-") or f[len("start-"):] not in DEATHS:
+        did = effects_of(op)  # what the fault did, as its operation records it
+        if KILLS_PROCESS not in did:
             return
         value = op.get("value") if isinstance(op.get("value"), dict) else {}
-        lossy = f[len("start-"):] in LOSSY
+        lossy = bool(did & {LOSES_UNSYNCED, CORRUPTS_DISK})
         for host in value.get("nodes", []):
             b = self.host_broker.get(host)
             if b is None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from control.parallel import on_hosts
 from control.toxiproxy import API_PORT
 from nemesis import iptables
-from nemesis.kinds.links import LINK_DEFAULTS
+from nemesis.kinds import all_settings
 
 if TYPE_CHECKING:
     from control.host import Host
@@ -34,8 +34,8 @@ DAEMON = "linkdelay"
 
 
 def settings(nemesis: Mapping[str, Any]) -> dict[str, float]:
-    """The link settings of a [nemesis] table, defaults filled in."""
-    return {k: float(nemesis.get(k, v)) for k, v in LINK_DEFAULTS.items()}
+    """The fault kinds' settings of a [nemesis] table, defaults filled in."""
+    return {k: float(nemesis.get(k, s.default)) for k, s in all_settings().items()}
 
 
 def rule(kind: str, s: Mapping[str, float], ssh_port: int) -> str:

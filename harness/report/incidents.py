@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from harness.report.events import truncated
+from runformat.effects import LOSES_UNSYNCED
 
 NS = 1_000_000_000
 ROWS_PER_INCIDENT = 200  # per-record rows shown in an incident's collapsed table
 STORY_STEPS = 14
 FOCUS_MARGIN_NS = NS // 2
-DISK_FAULTS = ("page-cache-loss", "power-loss", "torn-power-loss")
 ROW_COLUMNS = ("value", "partition", "offset", "ack_time", "node", "epoch", "kind", "storage",
                "explanation")
 
@@ -89,10 +89,10 @@ def _cause(rec: dict[str, Any], faults: list[Any]) -> tuple[str, dict[str, Any] 
     if unclean:
         return str(unclean[0].get("kind", "unclean-election")), unclean[0]
     ack = _int(rec.get("ack_time")) or 0
-    for w in faults:  # a disk fault around or after the ack, on the broker that acked
-        if w.kind in DISK_FAULTS and w.end_ns is not None and w.end_ns >= ack - 5 * NS:
+    for w in faults:  # a fault losing unsynced writes around or after the ack
+        if LOSES_UNSYNCED in w.effects and w.end_ns is not None and w.end_ns >= ack - 5 * NS:
             return w.kind, {"kind": w.kind, "time": w.start_ns, "end": w.end_ns,
-                            "values": w.values}
+                            "values": w.values, "fault": True}
     return "unexplained", None
 
 
@@ -210,7 +210,7 @@ def _headline(inc: Incident, recs: list[dict[str, Any]], events: list[dict[str, 
     elif inc.cause in ("unclean-election", "unclean-recovery") and ev:
         how = (f"lost in the {inc.cause.replace('-', ' ')} of broker {ev.get('leader')} in "
                f"epoch {ev.get('leader_epoch')} at {_secs(cause_time)}")
-    elif inc.cause in DISK_FAULTS and ev:
+    elif ev and ev.get("fault"):
         hosts = _brokers_by_host(events)
         nodes = [hosts.get(str(n), str(n)) for v in ev.get("values", []) if isinstance(v, dict)
                  for n in (v.get("nodes") or [])]

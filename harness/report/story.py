@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.events import truncated
+from nemesis.kinds import lookup
 from runformat import Event, Op, history, read_events
 
 MINIMAL = "minimal.json"
@@ -110,19 +111,14 @@ def _set(values: Any) -> str:
     return "{" + ",".join(str(v) for v in (values or [])) + "}"
 
 
-_VERBS = {"kill": "{} {} killed", "pause": "{} {} paused", "restart": "{} {} restarted",
-          "power-loss": "{} {} power", "torn-power-loss": "{} {} power mid-write (torn)",
-          "page-cache-loss": "{} {} its page cache", "outage": "{} {} power together",
-          "slow-link": "links to {} {} slowed", "lossy-link": "links to {} {} made lossy",
-          "reset-link": "links to {} {} reset",
-          # toxic faults (Toxiproxy) act on every connection into and out of the target
-          "bandwidth": "connections of {} {} bandwidth-capped",
-          "latency": "connections of {} {} delayed", "stall": "connections of {} {} stalled",
-          "slicer": "connections of {} {} sliced", "limit-data": "connections of {} {} cut "
-          "after a byte limit", "slow-close": "connections of {} {} closed slowly",
-          "reset-peer": "connections of {} {} reset"}
-_LINKLIKE = ("slow-link", "lossy-link", "reset-link", "bandwidth", "latency", "stall", "slicer",
-             "limit-data", "slow-close", "reset-peer")
+def _tell(kind: str, nodes: list[str], healed: bool = False) -> str | None:
+    """The kind's own phrase (FaultKind.phrase, .heal_phrase) for the hosts it hit; a kind no
+    longer registered (an old run's) is told plainly, its heal not at all."""
+    who = _hosts(nodes) if nodes else "nobody"
+    try:
+        return lookup(kind).tell(nodes, who, healed)
+    except ValueError:
+        return None if healed else f"{who} {'is' if len(nodes) == 1 else 'are'} hit by {kind}"
 
 
 def _sides(grudge: dict[str, Any], pairs: list[tuple[str, str]]) -> list[list[str]]:
@@ -165,18 +161,7 @@ def _fault_text(fault: dict[str, Any], lost: dict[str, Any] | None) -> str:
             cut = ", ".join(f"{a}<->{b}" for a, b in pairs)
             text = f"the network is cut: link{'s' if len(pairs) > 1 else ''} {cut}"
     else:
-        nodes = list(resolved.get("nodes") or [])
-        who = _hosts(nodes) if nodes else "nobody"
-        many = len(nodes) > 1
-        if kind in ("power-loss", "torn-power-loss", "outage"):
-            verb = "lose" if many else "loses"
-        elif kind == "page-cache-loss":
-            verb = "lose" if many else "loses"
-        elif kind in _LINKLIKE:
-            verb = "are"
-        else:
-            verb = "are" if many else "is"
-        text = _VERBS.get(kind, "{} {} hit by " + kind).format(who, verb)
+        text = _tell(kind, list(resolved.get("nodes") or [])) or kind
     text += f" for {dur:.2f} s"
     if lost:
         records = sum(int((v or {}).get("lost_records", 0) or 0) for v in lost.values()
@@ -261,16 +246,10 @@ def build_steps(folder: Path, lines: RunLines | None = None) -> list[str]:
     for f in faults:
         lost = lost_by_kind.pop(f"start-{f['kind']}", None)
         timeline.append((f["started_s"], 0, _fault_text(f, lost)))
-        if f.get("ended_s") is not None and f["kind"] in ("pause", "partition", "kill",
-                                                          *_LINKLIKE):
-            heal = {"pause": "resume", "partition": "the network heals",
-                    "kill": "restarts"}.get(f["kind"], "the link heals")
-            nodes = (f.get("resolved") or {}).get("nodes") or []
-            text = f"{_hosts(nodes)} {heal}" if nodes and heal != "the network heals" \
-                else heal
-            if f["kind"] == "kill":
-                text = f"{_hosts(nodes)} {'restart' if len(nodes) > 1 else 'restarts'}"
-            timeline.append((f["ended_s"], 0, text))
+        healed = f.get("ended_s") is not None and _tell(
+            f["kind"], list((f.get("resolved") or {}).get("nodes") or []), healed=True)
+        if healed:
+            timeline.append((f["ended_s"], 0, healed))
     # The partition's state when the first fault hits.
     prev: dict[Any, Any] = {}
     initial: list[str] = []

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemesis.kinds.base import FaultKind, Resolved, World, each
+from nemesis.kinds.base import FaultKind, Resolved, Setting, World, each
 from nemesis.kinds.registry import register
-
-# [nemesis] settings of link faults, and what they mean when a config leaves them out
-# (configs stored before link faults existed do).
-LINK_DEFAULTS = {"link_delay_ms": 200.0, "link_jitter_ms": 50.0, "link_loss_percent": 20.0,
-                 "reset_probability": 0.05}  # fmt: skip
-
+from runformat import effects as fx
 
 # Whose links degrade: one node's, or several (Toxiproxy's toxics target the same way).
 LINK_AUTO = {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1, "majority": 1}
@@ -22,6 +17,8 @@ LINK_MODES = {"leader": "leader", "controller": "controller", "random": "random-
 
 class LinkFault(FaultKind):
     family = "link"
+    effects = frozenset({fx.DEGRADES_LINK})
+    heal_phrase = "the link heals"
     auto_targets = LINK_AUTO
     mode_targets = LINK_MODES
 
@@ -37,7 +34,8 @@ class SlowLink(LinkFault):
     """Each received segment is held `link_delay_ms` plus normal `link_jitter_ms`, in order."""
 
     name = "slow-link"
-    settings_keys = ("link_delay_ms", "link_jitter_ms")
+    settings = {"link_delay_ms": Setting(200.0, 0, 60_000), "link_jitter_ms": Setting(50.0, 0, 60_000)}
+    phrase = "links to {who} are slowed"
 
 
 @register
@@ -45,7 +43,8 @@ class LossyLink(LinkFault):
     """`link_loss_percent` of received segments are dropped."""
 
     name = "lossy-link"
-    settings_keys = ("link_loss_percent",)
+    settings = {"link_loss_percent": Setting(20.0, 0, 100, lo_ok=False)}
+    phrase = "links to {who} are made lossy"
 
 
 @register
@@ -53,4 +52,5 @@ class ResetLink(LinkFault):
     """`reset_probability` of received segments are answered with a TCP reset."""
 
     name = "reset-link"
-    settings_keys = ("reset_probability",)
+    settings = {"reset_probability": Setting(0.05, 0, 1)}
+    phrase = "links to {who} are reset"
