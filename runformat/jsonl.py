@@ -125,9 +125,8 @@ def head(line: str) -> tuple[int, int | str, str, str] | None:
     m = _HEAD.match(line)
     if m is None:
         return None
-    process = m.group(2)
-    return (int(m.group(1)), process[1:-1] if process[0] == '"' else int(process), m.group(3),
-            m.group(4))
+    time, process, type_, f = m.groups()
+    return int(time), process[1:-1] if process[0] == '"' else int(process), type_, f
 
 
 def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...],
