@@ -3,7 +3,8 @@ hosts by netfilter, nemesis.link); the rest of the cluster is unharmed."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from nemesis.kinds.base import FaultKind, Resolved, Setting, World, each
 from nemesis.kinds.registry import register
@@ -19,6 +20,11 @@ class LinkFault(FaultKind):
     family = "link"
     effects = frozenset({fx.DEGRADES_LINK})
     heal_phrase = "the link heals"
+    delays: ClassVar[bool] = False  # its rule queues segments to nemesis.linkdelay's daemon
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        """What its KCH-LINK rule does to a received segment (nemesis.link adds the match)."""
+        raise NotImplementedError
     auto_targets = LINK_AUTO
     mode_targets = LINK_MODES
 
@@ -36,6 +42,10 @@ class SlowLink(LinkFault):
     name = "slow-link"
     settings = {"link_delay_ms": Setting(200.0, 0, 60_000), "link_jitter_ms": Setting(50.0, 0, 60_000)}
     phrase = "links to {who} are slowed"
+    delays = True
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        return f"-j NFQUEUE --queue-num {queue} --queue-bypass"
 
 
 @register
@@ -46,6 +56,9 @@ class LossyLink(LinkFault):
     settings = {"link_loss_percent": Setting(20.0, 0, 100, lo_ok=False)}
     phrase = "links to {who} are made lossy"
 
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        return f"-m statistic --mode random --probability {s['link_loss_percent'] / 100:.6f} -j DROP"
+
 
 @register
 class ResetLink(LinkFault):
@@ -54,3 +67,7 @@ class ResetLink(LinkFault):
     name = "reset-link"
     settings = {"reset_probability": Setting(0.05, 0, 1)}
     phrase = "links to {who} are reset"
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        return (f"-m statistic --mode random --probability {s['reset_probability']:.6f} "
+                "-j REJECT --reject-with tcp-reset")
