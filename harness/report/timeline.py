@@ -117,7 +117,8 @@ class TimelineFold:
             return
         if f == "poll":
             self._poll(ln, p, b, op)
-        self._advance(ln, p, b)
+        if self.last_bucket.get(p) != b:  # columns are filled once, when a lane reaches them
+            self._advance(ln, p, b)
 
     def finish(self) -> TimelineData:
         """The lanes, lag and unseen counts carried to the last column."""
@@ -182,6 +183,8 @@ class TimelineFold:
         """Carry lag and unseen forward over the columns up to b (empty ones included)."""
         prev = self.last_bucket.get(p, -1)
         pending = ln.pending
+        # Popped only here, where its head is read: read_end never goes back, so popping late
+        # pops what popping at every operation would have.
         while pending and pending[0][0] < ln.read_end:
             pending.popleft()  # read (or its offset was since read from a new leader)
         if prev >= b:
