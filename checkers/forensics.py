@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+import runformat
 from checkers.segments import find_on_disk
 from checkers.verdict import py_scalar
 
@@ -65,24 +66,18 @@ def fault_windows(ops_path: Path) -> list[Fault]:
 
 
 def load_events(path: Path, topic: str | None, notes: list[str]) -> dict[int, list[dict]]:
-    """Partition-scoped events (see docs/formats.md) by partition, in time order."""
+    """Partition-scoped events (see docs/formats.md) by partition, in time order; lines
+    runformat skips are named in `notes`."""
     by_part: dict[int, list[dict]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                ev = json.loads(line)
-                kind, part, time = ev["kind"], ev.get("partition"), int(ev["time"])
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                notes.append(f"{path}:{lineno}: unreadable event ({e}); skipped for forensics")
-                continue
-            if kind not in PARTITION_KINDS or part is None:
-                continue
-            if topic is not None and ev.get("topic", topic) != topic:
-                continue
-            ev["time"] = time
-            by_part.setdefault(int(part), []).append(ev)
+    tally = runformat.Tally(str(path))
+    for ev in runformat.events(path, tally):
+        kind, part = ev.get("kind"), ev.get("partition")
+        if kind not in PARTITION_KINDS or part is None:
+            continue
+        if topic is not None and ev.get("topic", topic) != topic:
+            continue
+        by_part.setdefault(int(part), []).append(ev)
+    notes += [f"{note}; skipped for forensics" for note in tally.notes()]
     for evs in by_part.values():
         evs.sort(key=lambda e: e["time"])
     return by_part

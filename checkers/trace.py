@@ -49,13 +49,13 @@ own, with the same result, when the history is checked on Spark.
 from __future__ import annotations
 
 import heapq
-import json
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import runformat
 from checkers.invariants import (
     BY_NAME,
     FOLLOWER,
@@ -71,6 +71,7 @@ from checkers.invariants import (
     epoch_at,
     metadata_key,
 )
+from runformat.effects import CORRUPTS_DISK, KILLS_PROCESS, LOSES_UNSYNCED, effects_of
 
 # Undecided in a trace without view events (written by nodes older than isr-view,
 # partition-state and reconciled).
@@ -81,8 +82,6 @@ UNDECIDABLE = {
                            "a broker acts on is unknown beyond its leader and leader epoch",
 }
 VIEW_EVENTS = "partition-state"  # present when the trace carries the replicas' views
-DEATHS = ("kill", "power-loss", "torn-power-loss", "outage")
-LOSSY = ("power-loss", "torn-power-loss", "outage")
 WITH_LOG_END = ("log-open", "become-leader", "become-follower", "truncate", "log-progress")
 
 
@@ -261,11 +260,11 @@ class TraceChecker:
             self._evaluate_all(e)
 
     def nemesis(self, op: Mapping[str, Any]) -> None:
-        f = str(op.get("f", ""))
-        if not f.startswith("start-") or f[len("start-"):] not in DEATHS:
+        did = effects_of(op)  # what the fault did, as its operation records it
+        if KILLS_PROCESS not in did:
             return
         value = op.get("value") if isinstance(op.get("value"), dict) else {}
-        lossy = f[len("start-"):] in LOSSY
+        lossy = bool(did & {LOSES_UNSYNCED, CORRUPTS_DISK})
         for host in value.get("nodes", []):
             b = self.host_broker.get(host)
             if b is None:
@@ -431,20 +430,6 @@ def _committed_epoch(part: _Partition, offset: int) -> int | None:
 # ---- files ---------------------------------------------------------------------------------------
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue  # a torn line: the history checker reports corrupt histories
-            if isinstance(obj, dict):
-                yield obj
-
-
 def check_trace(events: Iterable[Mapping[str, Any]], history: Iterable[Mapping[str, Any]] = (), *,
                 topic: str = "chaos", min_isr: int = 1, elr_enabled: bool = True,
                 acks: str = "all") -> TraceReport:
@@ -470,8 +455,12 @@ def check_run(run_dir: Path, config: Mapping[str, Any]) -> TraceReport | None:
     if not events.is_file():
         return None
     history = run_dir / "history.jsonl"
-    report = check_trace(_jsonl(events), _jsonl(history) if history.is_file() else (),
+    tallies = [runformat.Tally("events.jsonl"), runformat.Tally("history.jsonl")]
+    report = check_trace(runformat.events(events, tallies[0]),
+                         runformat.history(history, tallies[1]) if history.is_file() else (),
                          **trace_settings(config))
+    for tally in tallies:  # a torn line here: the history checker reports corrupt histories
+        report.notes += tally.notes()
     return noted(report)
 
 
@@ -503,7 +492,7 @@ def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def read_invariants(path: Path) -> list[dict[str, Any]]:
     """The violations a simulated run wrote (simulation/invariants.py)."""
-    return list(_jsonl(path))
+    return list(runformat.records(path))
 
 
 def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8, spark: Any = None

@@ -28,9 +28,8 @@ from checkers.invariants import INVARIANTS
 from control import kafka_install
 from control.inventory import InventoryError, load_inventory
 from control.kafka import KafkaSettings, refusals
-from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup, needs_toxiproxy
-from nemesis.kinds.links import LINK_DEFAULTS
-from nemesis.kinds.toxics import TOXICS, ToxicError, check_tables
+from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, all_settings, lookup, needs_toxiproxy
+from nemesis.kinds.toxics import ToxicError, check_tables
 from nemesis.schedule import ScheduleParams
 from replication.config import ConfigError as NodeConfigError
 from replication.config import NodeConfig
@@ -242,10 +241,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "targets": _choice(*TARGET_MODES),
         "shrink_first": _fraction(),
         "weights": _weights(),
-        "link_delay_ms": _number(0, 60_000, lo_ok=True),
-        "link_jitter_ms": _number(0, 60_000, lo_ok=True),
-        "link_loss_percent": _number(0, 100),
-        "reset_probability": _fraction(),
+        # each fault kind's own settings (FaultKind.settings), e.g. link_delay_ms
+        **{k: _number(s.lo, s.hi, lo_ok=s.lo_ok) for k, s in all_settings().items()},
         "toxics": _toxics(),
     },
     "checker": {
@@ -274,7 +271,7 @@ _MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
 _OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
               ("checker", "spark_min_ops"), ("kafka", "heap_mb"), ("kafka", "controller_heap_mb"),
               ("workload", "idempotence")}
-             | {("nemesis", k) for k in LINK_DEFAULTS})
+             | {("nemesis", k) for k in all_settings()})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
 _ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"},
                                               "kafka": {"version": kafka_install.DEFAULT_VERSION}}
@@ -616,7 +613,7 @@ def _check_relations(c: Mapping[str, Any], prov: Provenance) -> None:
     if "outage" in nemesis["faults"] and n_brokers < 2:
         raise _relation_error("nemesis.faults", "outage hits several brokers at once and "
                               f"needs nodes >= 3, got nodes = {c['nodes']}", prov)
-    toxic = [f for f in nemesis["faults"] if f in TOXICS]
+    toxic = [f for f in nemesis["faults"] if lookup(f).family == "toxic"]
     if toxic and c["hosts"].get("toxiproxy") is False:
         culprit = _later("hosts.toxiproxy", "nemesis.faults", prov)
         raise _relation_error(culprit, f"{', '.join(toxic)} act through Toxiproxy, but "
@@ -732,7 +729,7 @@ class NemesisSettings:
     targets: str
     shrink_first: float
     weights: Mapping[str, float]
-    link: Mapping[str, float]  # link_delay_ms, link_jitter_ms, link_loss_percent, ...
+    link: Mapping[str, float]  # every kind's flat settings: link_delay_ms, clock_skew_ms, ...
     toxics: Mapping[str, Mapping[str, Any]]  # toxic fault kind -> its checked settings
 
     @property
@@ -840,7 +837,7 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                   float(w["final_read_timeout"]), bool(w.get("idempotence", True))),
         nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
-                                {k: float(n.get(k, v)) for k, v in LINK_DEFAULTS.items()},
+                                {k: float(n.get(k, s.default)) for k, s in all_settings().items()},
                                 check_tables(n.get("toxics", {}))),
         checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
         hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config)),

@@ -2,8 +2,8 @@
 
 Each planned fault is resolved against live metadata when it starts (the leader of partition 0
 *now*), applied through its `FaultKind` (nemesis.kinds), recorded as `start-<kind>` /
-`stop-<kind>` nemesis operations in the history and in schedule.json, and healed when its
-duration is over. Times come from one clock: `clock()` gives seconds since the workload
+`stop-<kind>` nemesis operations in the history (the start with the kind's effects,
+runformat.effects) and in schedule.json, and healed when its duration is over. Times come from one clock: `clock()` gives seconds since the workload
 started, on the same clock as the history."""
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class Nemesis:
         described = kind.describe(self.settings)
         if described:
             value[kind.record_key] = record[kind.record_key] = described
+        value["effects"] = sorted(kind.effects)  # what it does, for checkers and reports
         self.schedule.started(fault.id, record, self.clock(), roles)
         try:
             details = await kind.apply(self.world, resolved, fault.target.get("pick", 0),

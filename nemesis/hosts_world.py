@@ -2,8 +2,9 @@
 
 Processes are signalled through the host's `Remote`, page-cache loss goes through the lossy
 filesystem's control socket, partitions and link faults are netfilter rules (nemesis.partition,
-nemesis.link), toxics go to the host's Toxiproxy (control.toxiproxy). The SSH and HTTP work
-blocks, so each verb runs it on a worker thread."""
+nemesis.link), toxics go to the host's Toxiproxy (control.toxiproxy), a VM's clock is stepped
+with its NTP daemon stopped. The SSH and HTTP work blocks, so each verb runs it on a worker
+thread."""
 
 from __future__ import annotations
 
@@ -14,15 +15,24 @@ from typing import Any
 
 from control import toxiproxy
 from control.cluster import Cluster
+from control.host import Host
 from control.parallel import on_hosts
 from nemesis import link
 from nemesis import partition as grudges
 from nemesis.partition import Grudge
 
+# Step the wall clock by argv[1] seconds (run with the cluster's python, as root).
+STEP_CLOCK = ("import sys, time; c = time.CLOCK_REALTIME; "
+              "time.clock_settime(c, time.clock_gettime(c) + float(sys.argv[1]))")
+# The guest's NTP daemon would slew a stepped clock back: stopped while the clock is skewed.
+# Debian names it chrony, others chronyd; a guest without it has nothing to stop.
+CHRONY = "systemctl {0} chrony 2>/dev/null || systemctl {0} chronyd 2>/dev/null || true"
+
 
 class HostsWorld:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self._skew_ms: dict[str, float] = {}  # node -> how far its clock was stepped
 
     @property
     def nodes(self) -> list[str]:
@@ -90,14 +100,45 @@ class HostsWorld:
         if self.cluster.toxiproxy:
             await self._blocking(toxiproxy.remove_toxics, self.cluster.host(node), kind)
 
+    async def clock_jump(self, node: str, delta_ms: float) -> None:
+        await self._blocking(step_clock, self.cluster.host(node), self.cluster.python, delta_ms,
+                             True)
+        self._skew_ms[node] = self._skew_ms.get(node, 0.0) + delta_ms
+
+    async def clock_reset(self, node: str) -> None:
+        skew = self._skew_ms.pop(node, None)
+        if skew is not None:
+            await self._blocking(step_clock, self.cluster.host(node), self.cluster.python,
+                                 -skew, False)
+
     async def heal_network(self) -> None:
         """No partition or link fault anywhere (before a run too: a killed run on long-lived
-        VMs leaves its rules behind)."""
+        VMs leaves its rules behind), and no skewed clock: a skew this world made is stepped
+        back, and every VM's chrony runs (it steps back what a killed run left)."""
+        for node in list(self._skew_ms):
+            await self.clock_reset(node)
         await self._blocking(heal_network, self.cluster)
 
 
 def heal_network(cluster: Cluster) -> None:
     grudges.heal(cluster.hosts)
     link.heal(cluster.hosts)
+    vms = [h for h in cluster.hosts if h.vm]
+    if vms:
+        on_hosts(vms, lambda h: h.remote.run(["sh", "-c", CHRONY.format("start")], sudo=True))
     if cluster.toxiproxy:
         on_hosts(cluster.hosts, toxiproxy.remove_toxics)
+
+
+def step_clock(host: Host, python: str, delta_ms: float, skewing: bool) -> None:
+    """Step a VM's wall clock by delta_ms: chrony stopped first when `skewing`, started again
+    after a step back. Namespace hosts share this machine's kernel clock (and an inventory
+    machine that is not a VM is not ours to step): refused."""
+    if not host.vm:
+        raise RuntimeError(f"{host.name} is not a VM: clock-skew steps a guest's own clock, and "
+                           "namespace hosts share this machine's one kernel clock (docs/vms.md)")
+    if skewing:
+        host.remote.run(["sh", "-c", CHRONY.format("stop")], sudo=True)
+    host.remote.run([python, "-c", STEP_CLOCK, repr(delta_ms / 1000)], sudo=True)
+    if not skewing:
+        host.remote.run(["sh", "-c", CHRONY.format("start")], sudo=True)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from control.parallel import on_hosts
 from control.toxiproxy import API_PORT
 from nemesis import iptables
-from nemesis.kinds.links import LINK_DEFAULTS
+from nemesis.kinds import KNOWN_FAULTS, all_settings, lookup
+from nemesis.kinds.links import LinkFault
 
 if TYPE_CHECKING:
     from control.host import Host
@@ -34,8 +35,8 @@ DAEMON = "linkdelay"
 
 
 def settings(nemesis: Mapping[str, Any]) -> dict[str, float]:
-    """The link settings of a [nemesis] table, defaults filled in."""
-    return {k: float(nemesis.get(k, v)) for k, v in LINK_DEFAULTS.items()}
+    """The fault kinds' settings of a [nemesis] table, defaults filled in."""
+    return {k: float(nemesis.get(k, s.default)) for k, s in all_settings().items()}
 
 
 def rule(kind: str, s: Mapping[str, float], ssh_port: int) -> str:
@@ -43,22 +44,20 @@ def rule(kind: str, s: Mapping[str, float], ssh_port: int) -> str:
     API (the harness must keep control of the host), and loopback (a node behind Toxiproxy
     talks to its proxy over it: one link, degraded once, where it enters the host)."""
     match = f"! -i lo -p tcp -m multiport ! --ports {int(ssh_port)},{API_PORT}"
-    if kind == "slow-link":
-        return f"{match} -j NFQUEUE --queue-num {QUEUE} --queue-bypass"
-    if kind == "lossy-link":
-        p = s["link_loss_percent"] / 100
-        return f"{match} -m statistic --mode random --probability {p:.6f} -j DROP"
-    if kind == "reset-link":
-        p = s["reset_probability"]
-        return (f"{match} -m statistic --mode random --probability {p:.6f} "
-                "-j REJECT --reject-with tcp-reset")
-    raise ValueError(f"unknown link fault {kind!r}")
+    return f"{match} {_link_kind(kind).netfilter(s, QUEUE)}"
+
+
+def _link_kind(kind: str) -> LinkFault:
+    fault = lookup(kind) if kind in KNOWN_FAULTS else None
+    if not isinstance(fault, LinkFault):
+        raise ValueError(f"unknown link fault {kind!r}")
+    return fault
 
 
 def degrade(host: Host, kind: str, s: Mapping[str, float], python: str, seed: int = 0) -> None:
     """Apply a link fault of `kind` on host (`python` runs nemesis.linkdelay there)."""
     line = rule(kind, s, host.remote.endpoint.port)
-    if kind == "slow-link" and not host.remote.is_running(DAEMON):
+    if _link_kind(kind).delays and not host.remote.is_running(DAEMON):
         # started before the rule: until it is bound, --queue-bypass lets packets through
         host.remote.start_daemon(DAEMON, [
             python, "-m", "nemesis.linkdelay", "--queue", str(QUEUE),

@@ -57,12 +57,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nemesis.kinds import with_effect
 from replication.messages import decode_request
 from replication.net import ConnectFailed, ConnectionLost, split_address
+from runformat.effects import DEGRADES_LINK
 
 CLIENT_HOST = "client"
 PORT = 9092
-LINK_KINDS = ("slow-link", "lossy-link", "reset-link")
 
 _REQ, _REP, _FIN = 0, 1, 2
 _LATENCY_BITS = 12
@@ -124,7 +125,8 @@ class LinkFault:
             return cls(kind, loss=min(1.0, float(settings.get("link_loss_percent", 20.0)) / 100), rng=rng)
         if kind == "reset-link":
             return cls(kind, reset=min(1.0, float(settings.get("reset_probability", 0.05))), rng=rng)
-        raise ValueError(f"unknown link fault {kind!r}; known: {', '.join(LINK_KINDS)}")
+        known = ", ".join(with_effect(DEGRADES_LINK))  # the kinds that say they degrade links
+        raise ValueError(f"unknown link fault {kind!r}; known: {known}")
 
 
 class Timer:

@@ -29,7 +29,9 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
+import runformat
 from control.files import fsync_dir
+from runformat import Tally
 
 NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
@@ -374,29 +376,12 @@ class ProcessPool:
 
 
 def read_history(path: str | Path, allow_torn_tail: bool = True) -> list[dict[str, Any]]:
-    """Parse history.jsonl. A last line cut short by a crash (no newline, not valid JSON) is
-    dropped when `allow_torn_tail`; any other bad line is an error naming file and line."""
+    """Parse history.jsonl (runformat's reader). A last line cut short by a crash (no
+    newline, not valid JSON) is dropped when `allow_torn_tail`; any other bad line is an
+    error naming file and line."""
     path = Path(path)
-    ops: list[dict[str, Any]] = []
-    with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline
-    for number, line in enumerate(lines, start=1):
-        ops.append(_parse_line(path, number, line))
-    if tail:
-        try:
-            ops.append(_parse_line(path, len(lines) + 1, tail))
-        except ValueError:
-            if not allow_torn_tail:
-                raise
+    tally = Tally(str(path))
+    ops: list[dict[str, Any]] = list(runformat.history(path, tally))
+    if tally.malformed or (tally.torn and not allow_torn_tail):
+        raise ValueError(tally.named[0])
     return ops
-
-
-def _parse_line(path: Path, number: int, line: bytes) -> dict[str, Any]:
-    try:
-        op = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path} line {number}: not a JSON object: {e}") from None
-    if not isinstance(op, dict):
-        raise ValueError(f"{path} line {number}: not a JSON object")
-    return op

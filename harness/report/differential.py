@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.outcome import LOSS_ANOMALIES
+from runformat import history
 
 
 @dataclass
@@ -83,12 +84,11 @@ def first_loss_s(run_dir: Path) -> float | None:
     record the checker gave as an example; None when unreadable."""
     try:
         results = json.loads((run_dir / "results.json").read_text(encoding="utf-8"))
-        with (run_dir / "history.jsonl").open(encoding="utf-8") as f:
-            start = json.loads(f.readline())["time"]
+        start = next(history(run_dir / "history.jsonl"))["time"]
         acks = [e["ack_time"] for name in LOSS_ANOMALIES
                 for e in results["anomalies"].get(name, {}).get("examples", [])
                 if isinstance(e.get("ack_time"), int)]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
         return None
     return round((min(acks) - start) / 1e9, 1) if acks else None
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from runformat import Event
 
 # Event kinds worth listing in the report's event table (everything else is routine).
 NOTABLE_KINDS = ("unclean-election", "unclean-recovery", "truncate", "broker-fenced",
@@ -31,25 +32,13 @@ class EventSummary:
     counts: dict[str, int] = field(default_factory=dict)  # kind -> events
     notable: list[dict[str, Any]] = field(default_factory=list)
     notable_total: int = 0
-    bad_lines: list[str] = field(default_factory=list)
 
 
-def scan_events(path: Path, notable_cap: int = 200) -> EventSummary:
-    """Stream the events file; lines that are not JSON objects with a `time` are named."""
+def summarise_events(events: Iterable[Event], notable_cap: int = 200) -> EventSummary:
+    """The series and counts of events.jsonl's events (read once: runformat.read_events)."""
     summary = EventSummary()
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError as exc:
-                summary.bad_lines.append(f"{path.name} line {lineno}: invalid JSON ({exc.msg})")
-                continue
-            if not isinstance(event, dict) or not isinstance(event.get("time"), int | float):
-                summary.bad_lines.append(f"{path.name} line {lineno}: no numeric `time`")
-                continue
-            _feed(summary, event, notable_cap)
+    for event in events:
+        _feed(summary, event, notable_cap)
     return summary
 
 

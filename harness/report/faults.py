@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from runformat.effects import effects_of
+
 
 @dataclass
 class FaultWindow:
@@ -19,6 +21,7 @@ class FaultWindow:
     end_ns: int | None = None  # None while open; closed at the history's end if never stopped
     values: list[Any] = field(default_factory=list)
     healed: bool = True  # False when the history ended without a stop record
+    effects: frozenset[str] = frozenset()  # what the fault did (runformat.effects)
 
     @property
     def start_s(self) -> float:
@@ -47,17 +50,18 @@ class FaultTracker:
         time = int(op.get("time", 0))
         value = op.get("value")
         if f.startswith("start-"):
-            self._start(f[len("start-"):], time, value)
+            self._start(f[len("start-"):], time, value, effects_of(op))
         elif f == "stop-all":
             self._stop_all(time)
         elif f.startswith("stop-"):
             self._stop(f[len("stop-"):], time, value, op.get("type") == "invoke")
 
-    def _start(self, kind: str, time: int, value: Any) -> None:
+    def _start(self, kind: str, time: int, value: Any, effects: frozenset[str]) -> None:
         windows = self._open.setdefault(kind, [])
         if any(value in w.values or (value is None and not w.values) for w in windows):
             return  # the completion of a start already seen
-        windows.append(FaultWindow(kind, time, values=[] if value is None else [value]))
+        windows.append(FaultWindow(kind, time, values=[] if value is None else [value],
+                                   effects=effects))
 
     def _stop(self, kind: str, time: int, value: Any, is_invoke: bool) -> None:
         windows = self._open.get(kind, [])
@@ -87,6 +91,6 @@ class FaultTracker:
     def windows(self, end_ns: int) -> list[FaultWindow]:
         """All windows by start time; faults never stopped are closed at `end_ns`."""
         still_open = [FaultWindow(w.kind, w.start_ns, max(end_ns, w.start_ns), list(w.values),
-                                  healed=False)
+                                  healed=False, effects=w.effects)
                       for windows in self._open.values() for w in windows]
         return sorted(self._closed + still_open, key=lambda w: (w.start_ns, w.kind))

@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from harness.report.events import truncated
+from runformat.effects import LOSES_UNSYNCED
 
 NS = 1_000_000_000
 ROWS_PER_INCIDENT = 200  # per-record rows shown in an incident's collapsed table
 STORY_STEPS = 14
 FOCUS_MARGIN_NS = NS // 2
-DISK_FAULTS = ("page-cache-loss", "power-loss", "torn-power-loss")
 ROW_COLUMNS = ("value", "partition", "offset", "ack_time", "node", "epoch", "kind", "storage",
                "explanation")
 
@@ -78,23 +78,6 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """events.jsonl as a list (unreadable lines skipped), in time order."""
-    events = []
-    if not path.is_file():
-        return events
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict) and isinstance(ev.get("time"), int):
-                events.append(ev)
-    events.sort(key=lambda e: e["time"])
-    return events
-
-
 def _cause(rec: dict[str, Any], faults: list[Any]) -> tuple[str, dict[str, Any] | None]:
     removals = _loads(rec.get("truncations"))
     node = _int(rec.get("node"))
@@ -106,10 +89,10 @@ def _cause(rec: dict[str, Any], faults: list[Any]) -> tuple[str, dict[str, Any] 
     if unclean:
         return str(unclean[0].get("kind", "unclean-election")), unclean[0]
     ack = _int(rec.get("ack_time")) or 0
-    for w in faults:  # a disk fault around or after the ack, on the broker that acked
-        if w.kind in DISK_FAULTS and w.end_ns is not None and w.end_ns >= ack - 5 * NS:
+    for w in faults:  # a fault losing unsynced writes around or after the ack
+        if LOSES_UNSYNCED in w.effects and w.end_ns is not None and w.end_ns >= ack - 5 * NS:
             return w.kind, {"kind": w.kind, "time": w.start_ns, "end": w.end_ns,
-                            "values": w.values}
+                            "values": w.values, "fault": True}
     return "unexplained", None
 
 
@@ -227,7 +210,7 @@ def _headline(inc: Incident, recs: list[dict[str, Any]], events: list[dict[str, 
     elif inc.cause in ("unclean-election", "unclean-recovery") and ev:
         how = (f"lost in the {inc.cause.replace('-', ' ')} of broker {ev.get('leader')} in "
                f"epoch {ev.get('leader_epoch')} at {_secs(cause_time)}")
-    elif inc.cause in DISK_FAULTS and ev:
+    elif ev and ev.get("fault"):
         hosts = _brokers_by_host(events)
         nodes = [hosts.get(str(n), str(n)) for v in ev.get("values", []) if isinstance(v, dict)
                  for n in (v.get("nodes") or [])]
@@ -324,11 +307,10 @@ def _cause_text(inc: Incident) -> str:
     return inc.cause.replace("-", " ")
 
 
-def build_incidents(loss_path: Path, events: list[dict[str, Any]], faults: list[Any],
-                    acks: str = "", end_ns: int = 0) -> list[Incident]:
-    """Group loss.parquet's records into incidents, biggest first."""
-    table = pq.read_table(loss_path)
-    recs = table.to_pylist()
+def group_records(recs: list[dict[str, Any]], faults: list[Any],
+                  ) -> list[tuple[Incident, list[dict[str, Any]]]]:
+    """loss.parquet's records grouped into incidents (numbered, biggest first, explained ones
+    before the rest), each with its members in ack order and its focus window."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     causes: dict[tuple, tuple[str, dict[str, Any] | None]] = {}
     for rec in recs:
@@ -337,33 +319,56 @@ def build_incidents(loss_path: Path, events: list[dict[str, Any]], faults: list[
         key = _key(partition, cause, ev)
         groups.setdefault(key, []).append(rec)
         causes.setdefault(key, (cause, ev))
-    incidents = []
-    for key, members in groups.items():
-        cause, ev = causes[key]
-        members.sort(key=lambda r: (_int(r.get("ack_time")) or 0, _int(r.get("offset")) or 0))
-        acks_ns = [_int(r.get("ack_time")) or 0 for r in members]
-        offsets = [_int(r.get("offset")) or 0 for r in members]
-        inc = Incident(number=0, partition=key[0], cause=cause, cause_event=ev,
-                       count=len(members),
-                       kinds=dict(Counter(str(r.get("kind") or "lost") for r in members)),
-                       first_ack_ns=min(acks_ns), last_ack_ns=max(acks_ns),
-                       min_offset=min(offsets), max_offset=max(offsets))
-        incidents.append((inc, members))
+    incidents = [_incident(key, causes[key], members) for key, members in groups.items()]
     incidents.sort(key=lambda im: (im[0].cause == "unexplained", -im[0].count,
                                    im[0].first_ack_ns))
-    out = []
-    for number, (inc, members) in enumerate(incidents, 1):
+    for number, (inc, _) in enumerate(incidents, 1):
         inc.number = number
+    return incidents
+
+
+def _incident(key: tuple, cause: tuple[str, dict[str, Any] | None],
+              members: list[dict[str, Any]]) -> tuple[Incident, list[dict[str, Any]]]:
+    members.sort(key=lambda r: (_int(r.get("ack_time")) or 0, _int(r.get("offset")) or 0))
+    acks_ns = [_int(r.get("ack_time")) or 0 for r in members]
+    offsets = [_int(r.get("offset")) or 0 for r in members]
+    inc = Incident(number=0, partition=key[0], cause=cause[0], cause_event=cause[1],
+                   count=len(members),
+                   kinds=dict(Counter(str(r.get("kind") or "lost") for r in members)),
+                   first_ack_ns=min(acks_ns), last_ack_ns=max(acks_ns),
+                   min_offset=min(offsets), max_offset=max(offsets))
+    ev = inc.cause_event
+    until = int(ev["time"]) if ev and isinstance(ev.get("time"), int) else inc.last_ack_ns
+    until = max(until, inc.last_ack_ns)
+    inc.t0 = max(0.0, (inc.first_ack_ns - FOCUS_MARGIN_NS) / NS)
+    inc.t1 = (until + FOCUS_MARGIN_NS) / NS
+    return inc, members
+
+
+def detail_windows(recs: list[dict[str, Any]], margin_ns: int) -> list[tuple[int, int, int]]:
+    """(partition, t0_ns, t1_ns) around each incident, for the timeline's full-detail view,
+    known before the history is read: without the fault windows, which only explain records
+    no event does (their window then ends `margin_ns` after the last ack, not at the fault)."""
+    return [(inc.partition, int(inc.t0 * NS) - margin_ns, int(inc.t1 * NS) + margin_ns)
+            for inc, _ in group_records(recs, [])]
+
+
+def build_incidents(recs: list[dict[str, Any]], events: list[dict[str, Any]],
+                    faults: list[Any], acks: str = "", end_ns: int = 0) -> list[Incident]:
+    """loss.parquet's records (`read_records`) as incidents, biggest first, each told as a
+    headline and a story."""
+    out = []
+    for inc, members in group_records(recs, faults):
         inc.headline = _headline(inc, members, events, faults, acks)
         inc.story = _story(inc, events, faults)
-        ev = inc.cause_event
-        until = int(ev["time"]) if ev and isinstance(ev.get("time"), int) else inc.last_ack_ns
-        until = max(until, inc.last_ack_ns)
-        inc.t0 = max(0.0, (inc.first_ack_ns - FOCUS_MARGIN_NS) / NS)
-        inc.t1 = (until + FOCUS_MARGIN_NS) / NS
         if end_ns:
             inc.t1 = min(inc.t1, max(end_ns / NS, inc.t0 + 0.1))
         inc.rows = [{c: r.get(c) for c in ROW_COLUMNS if c in r}
                     for r in members[:ROWS_PER_INCIDENT]]
         out.append(inc)
     return out
+
+
+def read_records(loss_path: Path) -> list[dict[str, Any]]:
+    """loss.parquet's rows."""
+    return pq.read_table(loss_path).to_pylist()

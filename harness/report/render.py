@@ -19,14 +19,21 @@ from checkers import templating
 from control.files import write_text_atomic
 from control.kafka import EMBEDDED_ONLY, WEAKNESS_DEFAULTS
 from harness.report import plots
-from harness.report.events import EventSummary, scan_events
-from harness.report.incidents import Incident, build_incidents, read_events
+from harness.report.events import EventSummary, summarise_events
+from harness.report.incidents import Incident, build_incidents, detail_windows, read_records
 from harness.report.lag import lag_plot, unseen_plot
 from harness.report.loss import LossTable, read_loss
 from harness.report.outcome import LOSS_ANOMALIES, RunOutcome, parse_results
 from harness.report.scan import HistorySummary, scan_history
-from harness.report.story import build_story
-from harness.report.timeline import scan_timeline, timeline_json, write_timeline
+from harness.report.story import RunLines, build_story
+from harness.report.timeline import (
+    DETAIL_MARGIN_NS,
+    TimelineData,
+    TimelineFold,
+    timeline_json,
+    write_timeline,
+)
+from runformat import Event, Tally, last_time, read_events
 
 TABLE_CAP = 200  # rows of any one table on the page
 EXAMPLES_CAP = 20  # examples shown per anomaly
@@ -111,6 +118,10 @@ class RunPage:
     plots: dict[str, str | None] = field(default_factory=dict)
     incidents: list[Incident] = field(default_factory=list)
     timeline: str | None = None  # timeline.html, when written
+    # What the one pass over each file kept for the pieces built from it later.
+    event_list: list[Event] = field(default_factory=list)
+    loss_records: list[dict[str, Any]] | None = None
+    timeline_data: TimelineData | None = None
 
 
 def _read_json(page: RunPage, name: str) -> Any:
@@ -138,24 +149,27 @@ def _load(page: RunPage) -> None:
     if page.results is None:
         page.notes.append("No checker results yet: run `harness check` on this folder.")
     page.schedule = _read_json(page, "schedule.json")
-    _load_history(page)
     _load_events(page)
     _load_loss(page)
+    _load_history(page)
 
 
 def _load_history(page: RunPage) -> None:
+    """One pass over history.jsonl: the summary and the timeline's fold together (its
+    full-detail windows come from the loss records, read before)."""
     path = page.run_dir / "history.jsonl"
     if not path.is_file():
         page.notes.append("history.jsonl is missing: no latency, throughput or fault timeline.")
         return
+    windows = detail_windows(page.loss_records or [], DETAIL_MARGIN_NS)
     try:
-        page.history = scan_history(path)
+        fold = TimelineFold(last_time(path), windows)
+        page.history = scan_history(path, [fold])
     except OSError as exc:
         page.notes.append(f"history.jsonl could not be read: {exc}")
         return
-    if page.history.bad_line_count:
-        page.notes.append(f"{page.history.bad_line_count:,} malformed history line(s) skipped: "
-                          + "; ".join(page.history.bad_lines))
+    page.timeline_data = fold.finish()
+    page.notes += page.history.tally.notes()
 
 
 def _load_events(page: RunPage) -> None:
@@ -163,14 +177,14 @@ def _load_events(page: RunPage) -> None:
     if not path.is_file():
         page.notes.append("events.jsonl is missing: no leader/ISR/ELR timeline.")
         return
+    tally = Tally(path.name)
     try:
-        page.events = scan_events(path)
+        page.event_list = read_events(path, tally)
     except OSError as exc:
         page.notes.append(f"events.jsonl could not be read: {exc}")
         return
-    if page.events.bad_lines:
-        page.notes.append(f"{len(page.events.bad_lines):,} malformed event line(s) skipped: "
-                          + "; ".join(page.events.bad_lines[:5]))
+    page.events = summarise_events(page.event_list)
+    page.notes += tally.notes()
     if not page.events.partitions:
         page.notes.append("events.jsonl has no partition-change events.")
 
@@ -183,8 +197,10 @@ def _load_loss(page: RunPage) -> None:
         return
     try:
         page.loss = read_loss(path, TABLE_CAP)
+        page.loss_records = read_records(path)
     except (OSError, pa.ArrowException) as exc:
         page.notes.append(f"loss.parquet could not be read: {exc}")
+        page.loss = None
 
 
 def _make_plots(page: RunPage) -> None:
@@ -217,22 +233,20 @@ def _make_incidents_and_timeline(page: RunPage, title: str) -> None:
     out = page.run_dir
     faults = page.history.faults if page.history else []
     end_ns = page.history.end_ns if page.history else 0
-    events = read_events(out / "events.jsonl")
     loss_path = out / "loss.parquet"
-    if page.loss is not None and loss_path.is_file():
+    if page.loss_records is not None:
         try:
-            page.incidents = build_incidents(loss_path, events, faults, _acks(page), end_ns)
-        except (OSError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+            page.incidents = build_incidents(page.loss_records, page.event_list, faults,
+                                             _acks(page), end_ns)
+        except (KeyError, TypeError, ValueError) as exc:
             page.notes.append(f"loss incidents could not be built: {exc}")
     for name in ("lag", "unseen"):
         page.plots[name] = None
-    if page.history is None:
+    data = page.timeline_data
+    if data is None:
         (out / "timeline.html").unlink(missing_ok=True)
         return
-    windows = [(i.partition, int(i.t0 * 1e9) - 2 * 10**9, int(i.t1 * 1e9) + 2 * 10**9)
-               for i in page.incidents]
-    data = scan_timeline(out / "history.jsonl", end_ns, windows)
-    payload = timeline_json(data, events, faults, [i.to_json() for i in page.incidents],
+    payload = timeline_json(data, page.event_list, faults, [i.to_json() for i in page.incidents],
                             loss_path if page.loss is not None else None)
     write_timeline(out / "timeline.html", title, payload,
                    environment().get_template("timeline.html").render)
@@ -242,6 +256,13 @@ def _make_incidents_and_timeline(page: RunPage, title: str) -> None:
         page.plots[name] = path.name if path else None
         if not path:
             (out / f"{name}.png").unlink(missing_ok=True)
+
+
+def _story_lines(page: RunPage) -> RunLines | None:
+    """What the report's passes read of this run, for its story when it is the minimal run."""
+    if page.history is None:
+        return None
+    return RunLines(page.event_list, page.history.nemesis, page.history.first_op_ns)
 
 
 def _system_row(config: dict[str, Any]) -> tuple[str, str]:
@@ -329,7 +350,8 @@ def render_run(run_dir: Path) -> Path:
     config = test.get("config") if isinstance(test.get("config"), dict) else {}
     columns, schedule, schedule_total = _schedule_rows(page.schedule)
     html = environment().get_template("run.html").render(
-        story=build_story(run_dir),  # the minimal reproduction (harness shrink), if any
+        # the minimal reproduction (harness shrink), if any
+        story=build_story(run_dir, _story_lines(page)),
         page=page,
         title=title,
         verdict=page.outcome.verdict if page.outcome else "not checked",

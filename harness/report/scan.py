@@ -1,42 +1,55 @@
-"""One streaming pass over history.jsonl that keeps only bounded summaries.
+"""The report's one pass over history.jsonl: bounded summaries of sends and faults.
 
 A history may hold tens of millions of operations, so nothing here grows with the number of
 operations: latencies are reservoir-sampled, throughput is counted in one-second bins (the
-run's duration bounds those) and in-flight sends are keyed by process.
+run's duration bounds those) and in-flight sends are keyed by process. `scan_history` reads
+the file once and hands every operation to this summary and to the timeline's fold
+(harness.report.timeline), so the report parses each line at most once.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness.report.faults import FaultTracker, FaultWindow
+from runformat import Op, Tally, head, history, last_time
 
 OUTCOMES = ("ok", "fail", "info")
 LATENCY_SAMPLES = 20_000  # per outcome; enough for a dense scatter, cheap to plot
-MAX_BAD_LINES_REPORTED = 5
 
 
 @dataclass
 class LatencySample:
-    """Reservoir sample (algorithm R) of (completion time s, latency ms) for one outcome."""
+    """Reservoir sample of (completion time s, latency ms) for one outcome: algorithm L
+    (Li 1994), which draws a random number per kept point, not per point seen."""
 
     cap: int
     rng: random.Random
     seen: int = 0
     points: list[tuple[float, float]] = field(default_factory=list)
+    _w: float = 1.0
+    _next: int = 0  # the `seen` count at which the next point is kept
 
     def add(self, time_s: float, latency_ms: float) -> None:
         self.seen += 1
         if len(self.points) < self.cap:
             self.points.append((time_s, latency_ms))
+            if len(self.points) == self.cap:
+                self._draw_next()
             return
-        slot = self.rng.randrange(self.seen)
-        if slot < self.cap:
-            self.points[slot] = (time_s, latency_ms)
+        if self.seen == self._next:
+            self.points[self.rng.randrange(self.cap)] = (time_s, latency_ms)
+            self._draw_next()
+
+    def _draw_next(self) -> None:
+        self._w *= math.exp(math.log(1.0 - self.rng.random()) / self.cap)
+        skip = math.log(1.0 - self.rng.random()) / math.log(1.0 - self._w) if self._w < 1 else 0
+        self._next = self.seen + int(skip) + 1
 
 
 @dataclass
@@ -49,75 +62,92 @@ class HistorySummary:
     throughput: dict[int, list[int]] = field(default_factory=dict)
     faults: list[FaultWindow] = field(default_factory=list)
     unmatched_fault_stops: int = 0
-    bad_lines: list[str] = field(default_factory=list)
-    bad_line_count: int = 0
+    nemesis: list[Op] = field(default_factory=list)  # every fault operation, for the story
+    first_op_ns: int | None = None  # the first workload operation's time, for the story
+    tally: Tally = field(default_factory=lambda: Tally("history.jsonl"))
 
 
-def _relevant(line: str) -> bool:
-    # Polls dominate big histories and carry long record lists; the report needs only sends
-    # and nemesis operations, so skip the rest before paying for json.loads. Both tokens are
-    # necessarily present, JSON-encoded, in every line we need.
-    return '"send"' in line or '"nemesis"' in line
+class Fold(Protocol):
+    """Something else fed every completed (ok) operation of the same pass (the timeline)."""
+
+    def feed(self, op: Op) -> None: ...
 
 
-def scan_history(path: Path, sample_cap: int = LATENCY_SAMPLES) -> HistorySummary:
-    """Stream `path` once and summarise it; malformed lines are counted and named, not fatal."""
+# A send's invoke: its head (runformat.head) is all the summary needs of it.
+_SEND_INVOKE = '"type": "invoke", "f": "send"'
+
+
+def scan_history(path: Path, folds: Iterable[Fold] = (),
+                 sample_cap: int = LATENCY_SAMPLES) -> HistorySummary:
+    """Stream `path` once into a summary, and its ok operations into `folds`; malformed lines
+    are counted and named (runformat's policy), not fatal."""
     summary = HistorySummary()
     rng = random.Random(0)  # deterministic: the same history gives the same plot
     summary.latency = {o: LatencySample(sample_cap, rng) for o in OUTCOMES}
     tracker = FaultTracker()
-    invoked: dict[Any, int] = {}
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
-            summary.operations += 1
-            if not _relevant(line):
-                _track_end(summary, line)
-                continue
-            try:
-                op = json.loads(line)
-            except ValueError as exc:
-                _bad_line(summary, path, lineno, f"invalid JSON ({exc.msg})")
-                continue
-            if not isinstance(op, dict) or not isinstance(op.get("time"), int):
-                _bad_line(summary, path, lineno, "not an object with an integer `time`")
-                continue
-            summary.end_ns = max(summary.end_ns, op["time"])
-            if op.get("process") == "nemesis":
-                tracker.feed(op)
-            elif op.get("f") == "send":
-                _feed_send(summary, invoked, op)
+    feeds = [fold.feed for fold in folds]
+    sends = _SendFeed(summary)
+    feed_send = sends.feed
+    for op in history(path, summary.tally, sends.take):
+        if op.get("f") == "send":
+            feed_send(op)
+        elif op.get("process") == "nemesis":
+            tracker.feed(op)
+            summary.nemesis.append(op)
+        elif summary.first_op_ns is None:
+            summary.first_op_ns = op["time"]
+        if op.get("type") == "ok":
+            for feed in feeds:
+                feed(op)
+    summary.operations = summary.tally.lines
+    summary.end_ns = max(summary.tally.end_ns, last_time(path))  # lines taken count too
     summary.faults = tracker.windows(summary.end_ns)
     summary.unmatched_fault_stops = tracker.unmatched_stops
     return summary
 
 
-def _track_end(summary: HistorySummary, line: str) -> None:
-    # Skipped lines still move the end of the run; read `time` without a full parse.
-    start = line.find('"time":')
-    if start < 0:
-        return
-    digits = line[start + 7:start + 40].lstrip(" ").split(",", 1)[0].split("}", 1)[0]
-    if digits.isdigit():
-        summary.end_ns = max(summary.end_ns, int(digits))
+class _SendFeed:
+    """Counts, bins and samples the send completions; in-flight invokes keyed by process."""
 
+    def __init__(self, summary: HistorySummary) -> None:
+        self.summary = summary
+        self.invoked: dict[Any, int] = {}
+        self.outcome = {o: i for i, o in enumerate(OUTCOMES)}
 
-def _feed_send(summary: HistorySummary, invoked: dict[Any, int], op: dict[str, Any]) -> None:
-    kind = op.get("type")
-    process = op.get("process")
-    if kind == "invoke":
-        invoked[process] = op["time"]
-        return
-    if kind not in OUTCOMES:
-        return
-    summary.sends[kind] += 1
-    second = op["time"] // 1_000_000_000
-    summary.throughput.setdefault(second, [0, 0, 0])[OUTCOMES.index(kind)] += 1
-    started = invoked.pop(process, None)
-    if started is not None:
-        summary.latency[kind].add(op["time"] / 1e9, (op["time"] - started) / 1e6)
+    def take(self, line: str) -> bool:
+        """Whether the pass needs not parse this line: a send's invoke read from its head, or
+        a line neither the summary nor the timeline needs. Polls dominate big histories and
+        carry long record lists: only completed ones (for the timeline) are parsed. The tokens
+        tested are JSON-encoded in every line they stand for."""
+        if '"send"' in line:
+            if _SEND_INVOKE not in line:
+                return False
+            h = head(line)
+            if h is None:  # another layout: parsed, and fed as any other operation
+                return False
+            if self.summary.first_op_ns is None:
+                self.summary.first_op_ns = h[0]
+            self.invoked[h[1]] = h[0]
+            return True
+        return '"ok"' not in line and '"nemesis"' not in line
 
-
-def _bad_line(summary: HistorySummary, path: Path, lineno: int, why: str) -> None:
-    summary.bad_line_count += 1
-    if len(summary.bad_lines) < MAX_BAD_LINES_REPORTED:
-        summary.bad_lines.append(f"{path.name} line {lineno}: {why}")
+    def feed(self, op: Op) -> None:
+        kind, t = op.get("type"), op["time"]
+        summary = self.summary
+        if summary.first_op_ns is None:
+            summary.first_op_ns = t
+        if kind == "invoke":
+            self.invoked[op.get("process")] = t
+            return
+        column = self.outcome.get(kind)  # type: ignore[arg-type]
+        if column is None:
+            return
+        summary.sends[kind] += 1  # type: ignore[index]
+        second = t // 1_000_000_000
+        bins = summary.throughput.get(second)
+        if bins is None:
+            bins = summary.throughput[second] = [0, 0, 0]
+        bins[column] += 1
+        started = self.invoked.pop(op.get("process"), None)
+        if started is not None:
+            summary.latency[kind].add(t / 1e9, (t - started) / 1e6)  # type: ignore[index]

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.report.events import truncated
+from nemesis.kinds import lookup
+from runformat import Event, Op, history, read_events
 
 MINIMAL = "minimal.json"
 SHRUNK = "shrunk.json"
@@ -49,18 +51,27 @@ def _json(path: Path) -> Any:
         return None
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    out = []
-    try:
-        with path.open() as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        return []
-    return out
+@dataclass
+class RunLines:
+    """What a story needs of a run's JSONL files: its events, its fault operations and when
+    its first workload operation happened (the report's one pass collects the same)."""
+
+    events: list[Event]
+    nemesis: list[Op]
+    first_op_ns: int | None
+
+
+def read_lines(folder: Path) -> RunLines:
+    """A folder's RunLines, each file read once (a missing file reads as empty)."""
+    nemesis: list[Op] = []
+    first: int | None = None
+    path = folder / "history.jsonl"
+    for op in history(path) if path.is_file() else ():
+        if op.get("process") == "nemesis":
+            nemesis.append(op)
+        elif first is None:
+            first = op["time"]
+    return RunLines(read_events(folder / "events.jsonl"), nemesis, first)
 
 
 def find_minimal(run_dir: Path) -> tuple[Path, bool] | None:
@@ -100,19 +111,14 @@ def _set(values: Any) -> str:
     return "{" + ",".join(str(v) for v in (values or [])) + "}"
 
 
-_VERBS = {"kill": "{} {} killed", "pause": "{} {} paused", "restart": "{} {} restarted",
-          "power-loss": "{} {} power", "torn-power-loss": "{} {} power mid-write (torn)",
-          "page-cache-loss": "{} {} its page cache", "outage": "{} {} power together",
-          "slow-link": "links to {} {} slowed", "lossy-link": "links to {} {} made lossy",
-          "reset-link": "links to {} {} reset",
-          # toxic faults (Toxiproxy) act on every connection into and out of the target
-          "bandwidth": "connections of {} {} bandwidth-capped",
-          "latency": "connections of {} {} delayed", "stall": "connections of {} {} stalled",
-          "slicer": "connections of {} {} sliced", "limit-data": "connections of {} {} cut "
-          "after a byte limit", "slow-close": "connections of {} {} closed slowly",
-          "reset-peer": "connections of {} {} reset"}
-_LINKLIKE = ("slow-link", "lossy-link", "reset-link", "bandwidth", "latency", "stall", "slicer",
-             "limit-data", "slow-close", "reset-peer")
+def _tell(kind: str, nodes: list[str], healed: bool = False) -> str | None:
+    """The kind's own phrase (FaultKind.phrase, .heal_phrase) for the hosts it hit; a kind no
+    longer registered (an old run's) is told plainly, its heal not at all."""
+    who = _hosts(nodes) if nodes else "nobody"
+    try:
+        return lookup(kind).tell(nodes, who, healed)
+    except ValueError:
+        return None if healed else f"{who} {'is' if len(nodes) == 1 else 'are'} hit by {kind}"
 
 
 def _sides(grudge: dict[str, Any], pairs: list[tuple[str, str]]) -> list[list[str]]:
@@ -155,18 +161,7 @@ def _fault_text(fault: dict[str, Any], lost: dict[str, Any] | None) -> str:
             cut = ", ".join(f"{a}<->{b}" for a, b in pairs)
             text = f"the network is cut: link{'s' if len(pairs) > 1 else ''} {cut}"
     else:
-        nodes = list(resolved.get("nodes") or [])
-        who = _hosts(nodes) if nodes else "nobody"
-        many = len(nodes) > 1
-        if kind in ("power-loss", "torn-power-loss", "outage"):
-            verb = "lose" if many else "loses"
-        elif kind == "page-cache-loss":
-            verb = "lose" if many else "loses"
-        elif kind in _LINKLIKE:
-            verb = "are"
-        else:
-            verb = "are" if many else "is"
-        text = _VERBS.get(kind, "{} {} hit by " + kind).format(who, verb)
+        text = _tell(kind, list(resolved.get("nodes") or [])) or kind
     text += f" for {dur:.2f} s"
     if lost:
         records = sum(int((v or {}).get("lost_records", 0) or 0) for v in lost.values()
@@ -219,33 +214,31 @@ def _event_text(e: dict[str, Any], multi: bool, prev: dict[Any, Any]) -> str | N
     return None
 
 
-def _workload_offset(history: list[dict[str, Any]], faults: list[dict[str, Any]]) -> float:
+def _workload_offset(lines: RunLines, faults: list[dict[str, Any]]) -> float:
     """Seconds from the run clock's zero (history and events) to the workload's start (the
     schedule's time axis): the first nemesis start matched with its fault."""
     started = [f for f in faults if f.get("started_s") is not None]
-    for op in history:
-        if op.get("process") == "nemesis" and str(op.get("f", "")).startswith("start-"):
+    for op in lines.nemesis:
+        if str(op.get("f", "")).startswith("start-"):
             kind = op["f"][len("start-"):]
             first = next((f for f in sorted(started, key=lambda f: f["started_s"])
                           if f["kind"] == kind), None)
             if first is not None:
                 return op["time"] / 1e9 - first["started_s"]
-    ops = [op for op in history if op.get("process") != "nemesis"]
-    return ops[0]["time"] / 1e9 if ops else 0.0
+    return (lines.first_op_ns or 0) / 1e9
 
 
-def build_steps(folder: Path) -> list[str]:
+def build_steps(folder: Path, lines: RunLines | None = None) -> list[str]:
     schedule = _json(folder / "schedule.json") or {}
     faults = [f for f in schedule.get("faults", []) if f.get("started_s") is not None]
-    events = _jsonl(folder / "events.jsonl")
-    history = _jsonl(folder / "history.jsonl")
+    lines = lines or read_lines(folder)
+    events = lines.events
     results = _json(folder / "results.json") or {}
-    offset = _workload_offset(history, faults)
+    offset = _workload_offset(lines, faults)
     multi = len({e.get("partition") for e in events if e.get("kind") == "partition-change"}) > 1
     lost_by_kind: dict[str, dict] = {}
-    for op in history:
-        if op.get("process") == "nemesis" and isinstance(op.get("value"), dict) \
-                and "lost" in op["value"]:
+    for op in lines.nemesis:
+        if isinstance(op.get("value"), dict) and "lost" in op["value"]:
             lost_by_kind.setdefault(op["f"], op["value"]["lost"])
     first_s = min((f["started_s"] for f in faults), default=0.0)
     last_fault = max((f.get("ended_s") or f["started_s"] for f in faults), default=0.0)
@@ -253,16 +246,10 @@ def build_steps(folder: Path) -> list[str]:
     for f in faults:
         lost = lost_by_kind.pop(f"start-{f['kind']}", None)
         timeline.append((f["started_s"], 0, _fault_text(f, lost)))
-        if f.get("ended_s") is not None and f["kind"] in ("pause", "partition", "kill",
-                                                          *_LINKLIKE):
-            heal = {"pause": "resume", "partition": "the network heals",
-                    "kill": "restarts"}.get(f["kind"], "the link heals")
-            nodes = (f.get("resolved") or {}).get("nodes") or []
-            text = f"{_hosts(nodes)} {heal}" if nodes and heal != "the network heals" \
-                else heal
-            if f["kind"] == "kill":
-                text = f"{_hosts(nodes)} {'restart' if len(nodes) > 1 else 'restarts'}"
-            timeline.append((f["ended_s"], 0, text))
+        healed = f.get("ended_s") is not None and _tell(
+            f["kind"], list((f.get("resolved") or {}).get("nodes") or []), healed=True)
+        if healed:
+            timeline.append((f["ended_s"], 0, healed))
     # The partition's state when the first fault hits.
     prev: dict[Any, Any] = {}
     initial: list[str] = []
@@ -310,15 +297,16 @@ def _outcome(results: dict[str, Any]) -> str:
     return text + (f"; also {', '.join(others)}" if others else "")
 
 
-def build_story(run_dir: Path) -> Story | None:
-    """The story of `run_dir`'s minimal reproduction, or None if it has none."""
+def build_story(run_dir: Path, lines: RunLines | None = None) -> Story | None:
+    """The story of `run_dir`'s minimal reproduction, or None if it has none. `lines`: what
+    the report already read of `run_dir`'s own files, used when it is the minimal run."""
     found = find_minimal(run_dir)
     if found is None:
         return None
     folder, is_self = found
     doc = _json(folder / MINIMAL) or {}
     try:
-        steps = build_steps(folder)
+        steps = build_steps(folder, lines if is_self else None)
     except Exception as e:  # a report never fails over its story
         steps = [f"(the steps could not be built: {type(e).__name__}: {e})"]
     replay = f"harness simulate --replay {folder / MINIMAL}"

@@ -1,6 +1,6 @@
 """timeline.html: an interactive, self-contained per-partition offsets-against-time view.
 
-One streaming pass over history.jsonl (bounded memory except the per-partition sets of acked
+The report's one streaming pass over history.jsonl (harness.report.scan; bounded memory except the per-partition sets of acked
 and seen values used for the unseen count) folds the acknowledged sends and the polls into
 BUCKETS time columns per partition (min/max offset and count per column, which is what a
 canvas can draw anyway), plus the realtime lag (acknowledged log end minus the furthest
@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from control.files import write_text_atomic
+from runformat import Op
 
 NS = 1_000_000_000
 BUCKETS = 2000
@@ -79,106 +80,124 @@ def _runs(offsets: list[int]) -> list[list[int]]:
     return runs
 
 
-def scan_timeline(path: Path, end_ns: int, windows: list[tuple[int, int, int]],
-                  buckets: int = BUCKETS) -> TimelineData:
-    """Fold `path` into per-partition lanes; `windows` are (partition, t0_ns, t1_ns) regions
-    kept at full detail."""
-    end_ns = max(end_ns, 1)
-    width = max(1, -(-end_ns // buckets))
-    data = TimelineData(end_ns, width, {})
-    lanes = data.lanes
-    kept: dict[int, int] = {}
-    windows = windows[:DETAIL_WINDOWS]
-    total = [0]
+class TimelineFold:
+    """Folds the ok sends and polls of one pass over history.jsonl (harness.report.scan) into
+    per-partition lanes; `windows` are (partition, t0_ns, t1_ns) regions kept at full detail."""
 
-    def lane(p: int) -> Lane:
-        if p not in lanes:
-            lanes[p] = Lane.empty(buckets)
-        return lanes[p]
+    def __init__(self, end_ns: int, windows: list[tuple[int, int, int]],
+                 buckets: int = BUCKETS) -> None:
+        end_ns = max(end_ns, 1)
+        self.buckets = buckets
+        self.width = max(1, -(-end_ns // buckets))
+        self.data = TimelineData(end_ns, self.width, {})
+        self.windows = windows[:DETAIL_WINDOWS]
+        self.kept: dict[int, int] = {}  # window -> operations kept at full detail
+        self.kept_total = 0
+        self.last_bucket: dict[int, int] = {}
 
-    def window_of(p: int, t: int) -> int | None:
-        if total[0] >= DETAIL_TOTAL:
-            return None
-        for i, (wp, t0, t1) in enumerate(windows):
-            if wp == p and t0 <= t <= t1 and kept.get(i, 0) < DETAIL_CAP:
-                kept[i] = kept.get(i, 0) + 1
-                total[0] += 1
-                return i
-        return None
+    def feed(self, op: Op) -> None:
+        """One ok operation (harness.report.scan feeds only those)."""
+        t, p = op["time"], op.get("partition")
+        if p.__class__ is not int:
+            return
+        ln = self.data.lanes.get(p)
+        if ln is None:
+            ln = self.data.lanes[p] = Lane.empty(self.buckets)
+        b = t // self.width
+        if b >= self.buckets:
+            b = self.buckets - 1
+        elif b < 0:
+            b = 0
+        f = op.get("f")
+        if f == "final-poll":
+            ln.final = _runs([r[0] for r in op.get("records") or []])
+            ln.final_t = t
+            return
+        if f == "send" and not self._ack(ln, p, b, op):
+            return
+        if f == "poll":
+            self._poll(ln, p, b, op)
+        if self.last_bucket.get(p) != b:  # columns are filled once, when a lane reaches them
+            self._advance(ln, p, b)
 
-    last_bucket: dict[int, int] = {}
+    def finish(self) -> TimelineData:
+        """The lanes, lag and unseen counts carried to the last column."""
+        for p, ln in self.data.lanes.items():
+            self._advance(ln, p, self.buckets - 1)
+        return self.data
 
-    def advance(ln: Lane, p: int, b: int) -> None:
-        # carry lag/unseen forward over empty columns up to b
-        prev = last_bucket.get(p, -1)
-        while ln.pending and ln.pending[0][0] < ln.read_end:
-            ln.pending.popleft()  # read (or its offset was since read from a new leader)
+    def _ack(self, ln: Lane, p: int, b: int, op: Op) -> bool:
+        off = op.get("offset")
+        if not isinstance(off, int):
+            return False
+        if ln.ack_lo[b] < 0 or off < ln.ack_lo[b]:
+            ln.ack_lo[b] = off
+        if off > ln.ack_hi[b]:
+            ln.ack_hi[b] = off
+        ln.ack_n[b] += 1
+        if off >= ln.ack_end:
+            ln.ack_end = off + 1
+        t = op["time"]
+        ln.pending.append((off, t))
+        value = op.get("value")
+        if value not in ln.acked:
+            ln.acked.add(value)
+            if value in ln.seen:
+                ln.acked_seen += 1
+        if self.windows and self._in_window(p, t):
+            ln.detail_acks.append([t // 1000, off, value, op.get("node"), op.get("epoch"),
+                                   op.get("process")])
+        return True
+
+    def _poll(self, ln: Lane, p: int, b: int, op: Op) -> None:
+        records = op.get("records") or []
+        ln.poll_n[b] += 1
+        if not records:
+            return
+        lo, hi = records[0][0], records[-1][0]
+        if ln.poll_lo[b] < 0 or lo < ln.poll_lo[b]:
+            ln.poll_lo[b] = lo
+        if hi > ln.poll_hi[b]:
+            ln.poll_hi[b] = hi
+        if hi >= ln.read_end:
+            ln.read_end = hi + 1
+        new = {rec[1] for rec in records} - ln.seen  # set algebra: C loops, not Python's
+        if new:
+            ln.seen |= new
+            ln.acked_seen += len(new & ln.acked)
+        if self.windows and self._in_window(p, op["time"]):
+            ln.detail_polls.append([op["time"] // 1000, lo, hi, len(records), op.get("process")])
+
+    def _in_window(self, p: int, t: int) -> bool:
+        """Whether the operation is kept at full detail (counting it if so)."""
+        if self.kept_total >= DETAIL_TOTAL:
+            return False
+        for i, (wp, t0, t1) in enumerate(self.windows):
+            if wp == p and t0 <= t <= t1 and self.kept.get(i, 0) < DETAIL_CAP:
+                self.kept[i] = self.kept.get(i, 0) + 1
+                self.kept_total += 1
+                return True
+        return False
+
+    def _advance(self, ln: Lane, p: int, b: int) -> None:
+        """Carry lag and unseen forward over the columns up to b (empty ones included)."""
+        prev = self.last_bucket.get(p, -1)
+        pending = ln.pending
+        # Popped only here, where its head is read: read_end never goes back, so popping late
+        # pops what popping at every operation would have.
+        while pending and pending[0][0] < ln.read_end:
+            pending.popleft()  # read (or its offset was since read from a new leader)
+        if prev >= b:
+            self.last_bucket[p] = b
+            return
+        lag = ln.ack_end - ln.read_end if ln.ack_end > ln.read_end else 0
+        unseen = len(ln.acked) - ln.acked_seen
+        oldest = pending[0][1] if pending else None
         for k in range(prev + 1, b + 1):
-            ln.lag[k] = ln.ack_end - ln.read_end if ln.ack_end > ln.read_end else 0
-            ln.unseen[k] = len(ln.acked) - ln.acked_seen
-            oldest = ln.pending[0][1] if ln.pending else None
-            ln.lag_s[k] = max(0.0, ((k + 1) * width - oldest) / NS) if oldest is not None else 0.0
-        last_bucket[p] = b
-
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if '"ok"' not in line:
-                continue
-            try:
-                op = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(op, dict) or op.get("type") != "ok":
-                continue
-            f, t, p = op.get("f"), op.get("time"), op.get("partition")
-            if not isinstance(t, int) or not isinstance(p, int):
-                continue
-            b = min(buckets - 1, max(0, t // width))
-            ln = lane(p)
-            if f == "send":
-                off = op.get("offset")
-                if not isinstance(off, int):
-                    continue
-                if ln.ack_lo[b] < 0 or off < ln.ack_lo[b]:
-                    ln.ack_lo[b] = off
-                ln.ack_hi[b] = max(ln.ack_hi[b], off)
-                ln.ack_n[b] += 1
-                ln.ack_end = max(ln.ack_end, off + 1)
-                ln.pending.append((off, t))
-                value = op.get("value")
-                if value not in ln.acked:
-                    ln.acked.add(value)
-                    if value in ln.seen:
-                        ln.acked_seen += 1
-                if windows and window_of(p, t) is not None:
-                    ln.detail_acks.append([t // 1000, off, value, op.get("node"),
-                                           op.get("epoch"), op.get("process")])
-            elif f == "poll":
-                records = op.get("records") or []
-                if records:
-                    lo, hi = records[0][0], records[-1][0]
-                    if ln.poll_lo[b] < 0 or lo < ln.poll_lo[b]:
-                        ln.poll_lo[b] = lo
-                    ln.poll_hi[b] = max(ln.poll_hi[b], hi)
-                    ln.read_end = max(ln.read_end, hi + 1)
-                    for rec in records:
-                        value = rec[1]
-                        if value not in ln.seen:
-                            ln.seen.add(value)
-                            if value in ln.acked:
-                                ln.acked_seen += 1
-                ln.poll_n[b] += 1
-                if records and windows and window_of(p, t) is not None:
-                    ln.detail_polls.append([t // 1000, records[0][0], records[-1][0],
-                                            len(records), op.get("process")])
-            elif f == "final-poll":
-                ln.final = _runs([r[0] for r in op.get("records") or []])
-                ln.final_t = t
-                continue
-            advance(ln, p, b)
-    for p, ln in lanes.items():
-        advance(ln, p, buckets - 1)
-    return data
+            ln.lag[k] = lag
+            ln.unseen[k] = unseen
+            ln.lag_s[k] = max(0.0, ((k + 1) * self.width - oldest) / NS) if oldest is not None else 0.0
+        self.last_bucket[p] = b
 
 
 def _events_by_partition(events: list[dict[str, Any]]) -> dict[str, Any]:

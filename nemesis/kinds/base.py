@@ -49,6 +49,19 @@ class World(Protocol):
     async def heal_network(self) -> None: ...
     async def add_toxic(self, node: str, kind: str, toxic: Mapping[str, Any]) -> None: ...
     async def remove_toxic(self, node: str, kind: str) -> None: ...
+    async def clock_jump(self, node: str, delta_ms: float) -> None: ...
+    async def clock_reset(self, node: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One flat [nemesis] setting a kind applies: its default (configs stored before it
+    existed leave it out) and its range, lo excluded unless lo_ok."""
+
+    default: float
+    lo: float
+    hi: float
+    lo_ok: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,15 @@ class FaultKind:
     simulated: ClassVar[bool] = True  # the simulated world can apply it
     # Why the kind cannot act on Apache Kafka's nodes (docs/kafka.md); "" when it can.
     not_on_kafka: ClassVar[str] = ""
-    settings_keys: ClassVar[tuple[str, ...]] = ()  # [nemesis] settings it applies
+    # The [nemesis] settings it applies: the config's schema for them (harness.config).
+    settings: ClassVar[Mapping[str, Setting]] = {}
+    # What it does (runformat.effects), written into each fault's history operation, which
+    # the checkers and reports read instead of lists of kind names.
+    effects: ClassVar[frozenset[str]] = frozenset()
+    # Stories (harness.report.story): what happens, and what its heal looks like (None: not
+    # told). {who} is the hosts hit; {is}/{loses}/{restarts}/{resumes} agree with them.
+    phrase: ClassVar[str] = "{who} {is} hit by {kind}"
+    heal_phrase: ClassVar[str | None] = None
     # Where the history and schedule.json record what describe() returns.
     record_key: ClassVar[str] = "link"
 
@@ -133,7 +154,17 @@ class FaultKind:
 
     def describe(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         """The settings a fault of this kind applies, for the history and schedule.json."""
-        return {k: settings[k] for k in self.settings_keys}
+        return {k: settings[k] for k in self.settings}
+
+    def tell(self, nodes: Sequence[str], who: str, healed: bool = False) -> str | None:
+        """The story's sentence for this fault hitting `nodes` (named `who`), or its heal."""
+        template = self.heal_phrase if healed else self.phrase
+        if template is None:
+            return None
+        one = len(nodes) == 1
+        return template.format(who=who, kind=self.name, **{
+            "is": "is" if one else "are", "loses": "loses" if one else "lose",
+            "restarts": "restarts" if one else "restart", "resumes": "resumes" if one else "resume"})
 
 
 async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from nemesis.kinds.base import FaultKind, Resolved, Topology, World, each
 from nemesis.kinds.registry import register
+from runformat import effects as fx
 
 # argv: <data dir> <seed>. Prints one JSON object: what was done, or {"note": why nothing was}.
 # The segment format is docs/formats.md "Segment files": u32 body_length | u32 crc32 | body.
@@ -98,6 +99,8 @@ class CorruptSegment(FaultKind):
 
     name = "corrupt-segment"
     family = "disk"
+    effects = frozenset({fx.KILLS_PROCESS, fx.CORRUPTS_DISK})
+    phrase = "{who} {is} killed and a segment file damaged"
     simulated = False  # the simulated world has no segment files
     not_on_kafka = "it damages the embedded system's segment format, not Kafka's"
     # As process faults, but never the controller (it has no segments) and never the last

@@ -3,16 +3,12 @@ hosts by netfilter, nemesis.link); the rest of the cluster is unharmed."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from nemesis.kinds.base import FaultKind, Resolved, World, each
+from nemesis.kinds.base import FaultKind, Resolved, Setting, World, each
 from nemesis.kinds.registry import register
-
-# [nemesis] settings of link faults, and what they mean when a config leaves them out
-# (configs stored before link faults existed do).
-LINK_DEFAULTS = {"link_delay_ms": 200.0, "link_jitter_ms": 50.0, "link_loss_percent": 20.0,
-                 "reset_probability": 0.05}  # fmt: skip
-
+from runformat import effects as fx
 
 # Whose links degrade: one node's, or several (Toxiproxy's toxics target the same way).
 LINK_AUTO = {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1, "majority": 1}
@@ -22,6 +18,13 @@ LINK_MODES = {"leader": "leader", "controller": "controller", "random": "random-
 
 class LinkFault(FaultKind):
     family = "link"
+    effects = frozenset({fx.DEGRADES_LINK})
+    heal_phrase = "the link heals"
+    delays: ClassVar[bool] = False  # its rule queues segments to nemesis.linkdelay's daemon
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        """What its KCH-LINK rule does to a received segment (nemesis.link adds the match)."""
+        raise NotImplementedError
     auto_targets = LINK_AUTO
     mode_targets = LINK_MODES
 
@@ -37,7 +40,12 @@ class SlowLink(LinkFault):
     """Each received segment is held `link_delay_ms` plus normal `link_jitter_ms`, in order."""
 
     name = "slow-link"
-    settings_keys = ("link_delay_ms", "link_jitter_ms")
+    settings = {"link_delay_ms": Setting(200.0, 0, 60_000), "link_jitter_ms": Setting(50.0, 0, 60_000)}
+    phrase = "links to {who} are slowed"
+    delays = True
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        return f"-j NFQUEUE --queue-num {queue} --queue-bypass"
 
 
 @register
@@ -45,7 +53,11 @@ class LossyLink(LinkFault):
     """`link_loss_percent` of received segments are dropped."""
 
     name = "lossy-link"
-    settings_keys = ("link_loss_percent",)
+    settings = {"link_loss_percent": Setting(20.0, 0, 100, lo_ok=False)}
+    phrase = "links to {who} are made lossy"
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        return f"-m statistic --mode random --probability {s['link_loss_percent'] / 100:.6f} -j DROP"
 
 
 @register
@@ -53,4 +65,9 @@ class ResetLink(LinkFault):
     """`reset_probability` of received segments are answered with a TCP reset."""
 
     name = "reset-link"
-    settings_keys = ("reset_probability",)
+    settings = {"reset_probability": Setting(0.05, 0, 1)}
+    phrase = "links to {who} are reset"
+
+    def netfilter(self, s: Mapping[str, float], queue: int) -> str:
+        return (f"-m statistic --mode random --probability {s['reset_probability']:.6f} "
+                "-j REJECT --reject-with tcp-reset")

@@ -9,6 +9,7 @@ from typing import Any
 from nemesis import partition as grudges
 from nemesis.kinds.base import FaultKind, Resolved, Topology, World
 from nemesis.kinds.registry import register
+from runformat import effects as fx
 
 SHAPES = {"isolate": grudges.isolate_one, "halves": grudges.halves,
           "majority-ring": grudges.majority_ring, "bridge": grudges.bridge}
@@ -18,6 +19,8 @@ SHAPES = {"isolate": grudges.isolate_one, "halves": grudges.halves,
 class Partition(FaultKind):
     name = "partition"
     family = "partition"
+    effects = frozenset({fx.CUTS_NETWORK})
+    heal_phrase = "the network heals"
     auto_targets = {"isolate": 2, "halves": 2, "majority-ring": 1, "bridge": 1,
                     "isolate-leader": 3, "isolate-controller": 1}
     mode_targets = {"leader": "isolate-leader", "controller": "isolate-controller",

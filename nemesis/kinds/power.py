@@ -10,6 +10,7 @@ from typing import Any
 
 from nemesis.kinds.base import PICK_RANGE, FaultKind, PlanParams, Resolved, Topology, World, each
 from nemesis.kinds.registry import register
+from runformat import effects as fx
 
 HOST_AUTO = {"leader": 4, "random-broker": 2, "controller": 1, "last-isr-member": 1,
              "elr-members": 1}
@@ -26,6 +27,7 @@ class HostFault(FaultKind):
 
 class _PowerLoss(HostFault):
     torn: bool
+    effects = frozenset({fx.KILLS_PROCESS, fx.LOSES_UNSYNCED})
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         return await each(resolved, lambda node: world.power_loss(node, self.torn, pick))
@@ -40,6 +42,7 @@ class PowerLoss(_PowerLoss):
 
     name = "power-loss"
     torn = False
+    phrase = "{who} {loses} power"
 
 
 @register
@@ -48,6 +51,8 @@ class PageCacheLoss(HostFault):
     failed to write back); the process lives on."""
 
     name = "page-cache-loss"
+    effects = frozenset({fx.LOSES_UNSYNCED})
+    phrase = "{who} {loses} its page cache"
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         return await each(resolved, world.page_cache_loss)
@@ -59,6 +64,7 @@ class TornPowerLoss(_PowerLoss):
 
     name = "torn-power-loss"
     torn = True
+    phrase = "{who} {loses} power mid-write (torn)"
 
 
 @register
@@ -68,6 +74,7 @@ class Outage(_PowerLoss):
     name = "outage"
     family = "outage"
     torn = False
+    phrase = "{who} {loses} power together"
 
     def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
         return {"count": rng.randint(min(2, params.brokers), params.brokers),

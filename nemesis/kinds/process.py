@@ -7,6 +7,7 @@ from typing import Any
 
 from nemesis.kinds.base import FaultKind, Resolved, World, each
 from nemesis.kinds.registry import register
+from runformat import effects as fx
 
 PROCESS_AUTO = {"leader": 4, "random-broker": 2, "controller": 1, "majority": 1,
                 "last-isr-member": 1, "elr-members": 1}
@@ -25,6 +26,9 @@ class Kill(ProcessFault):
     """SIGKILL; started again when healed."""
 
     name = "kill"
+    effects = frozenset({fx.KILLS_PROCESS})
+    phrase = "{who} {is} killed"
+    heal_phrase = "{who} {restarts}"
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         return await each(resolved, world.kill)
@@ -38,6 +42,9 @@ class Pause(ProcessFault):
     """SIGSTOP; SIGCONT when healed."""
 
     name = "pause"
+    effects = frozenset({fx.PAUSES_PROCESS})
+    phrase = "{who} {is} paused"
+    heal_phrase = "{who} {resumes}"
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         return await each(resolved, world.pause)
@@ -52,6 +59,8 @@ class Restart(ProcessFault):
     marker written) and an immediate start. Nothing to heal."""
 
     name = "restart"
+    effects = frozenset({fx.RESTARTS_PROCESS})
+    phrase = "{who} {is} restarted"
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         async def restart(node: str) -> None:

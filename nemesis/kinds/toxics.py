@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from nemesis.kinds.base import FaultKind, Resolved, World, each
 from nemesis.kinds.links import LINK_AUTO, LINK_MODES
 from nemesis.kinds.registry import register
+from runformat import effects as fx
 
 DIRECTIONS = ("inbound", "outbound", "both")
 # kind -> (Toxiproxy's toxic type, {attribute: (default, lowest, highest)}, default direction).
@@ -101,6 +102,8 @@ class ToxicFault(FaultKind):
     mode_targets = LINK_MODES
     simulated = False  # only real hosts run Toxiproxy
     record_key = "toxic"
+    effects = frozenset({fx.DEGRADES_STREAM})
+    heal_phrase = "the link heals"
     toxic_type: ClassVar[str]
 
     def spec(self, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -127,6 +130,7 @@ class Bandwidth(ToxicFault):
     """At most `rate` KB/s per connection: a follower behind it falls out of the ISR."""
 
     name = "bandwidth"
+    phrase = "connections of {who} are bandwidth-capped"
     toxic_type = "bandwidth"
 
 
@@ -135,6 +139,7 @@ class Latency(ToxicFault):
     """Each chunk of data waits `latency` ms plus a uniform `jitter`."""
 
     name = "latency"
+    phrase = "connections of {who} are delayed"
     toxic_type = "latency"
 
 
@@ -143,6 +148,7 @@ class Stall(ToxicFault):
     """No data passes; the connection is closed after `timeout` ms (0: held until healed)."""
 
     name = "stall"
+    phrase = "connections of {who} are stalled"
     toxic_type = "timeout"
 
 
@@ -151,6 +157,7 @@ class Slicer(ToxicFault):
     """Data dribbles through in slices of about `average_size` bytes, `delay` µs apart."""
 
     name = "slicer"
+    phrase = "connections of {who} are sliced"
     toxic_type = "slicer"
 
 
@@ -159,6 +166,7 @@ class LimitData(ToxicFault):
     """A connection is closed once `bytes` have passed: requests and replies cut mid-frame."""
 
     name = "limit-data"
+    phrase = "connections of {who} are cut after a byte limit"
     toxic_type = "limit_data"
 
 
@@ -167,6 +175,7 @@ class SlowClose(ToxicFault):
     """A close reaches the other side `delay` ms late."""
 
     name = "slow-close"
+    phrase = "connections of {who} are closed slowly"
     toxic_type = "slow_close"
 
 
@@ -175,6 +184,7 @@ class ResetPeer(ToxicFault):
     """Connections are reset (TCP RST) after `timeout` ms."""
 
     name = "reset-peer"
+    phrase = "connections of {who} are reset"
     toxic_type = "reset_peer"
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from nemesis.kinds.base import FaultKind, Resolved, World, each
 from nemesis.kinds.power import HOST_AUTO, HOST_MODES
 from nemesis.kinds.registry import register
+from runformat import effects as fx
 
 if TYPE_CHECKING:  # the SSH side is imported where it runs: a simulated run has no paramiko
     from control.cluster import Cluster
@@ -188,6 +189,8 @@ class VmPowerOff(FaultKind):
 
     name = "vm-power-off"
     family = "host"
+    effects = frozenset({fx.KILLS_PROCESS, fx.LOSES_UNSYNCED})
+    phrase = "{who} {loses} power (the VM is powered off)"
     auto_targets = HOST_AUTO
     mode_targets = HOST_MODES
     simulated = False  # a simulated world has no VMs to power off

@@ -299,3 +299,21 @@ def test_overlapping_faults_of_one_kind_and_the_final_heal() -> None:
                      (3, "info", "stop-pause", b), (4, "info", "start-kill", a),
                      (9, "info", "stop-all", {"healed": True})]) == (
         [("pause", 1, 9, True), ("pause", 2, 3, True), ("kill", 4, 9, True)], 0)
+
+
+def test_the_report_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
+    import runformat.jsonl
+
+    run = write_run_folder(tmp_path / "r" / "x")
+    (run / "minimal.json").write_text("{}")  # its story reads the same files: not again
+    reads: list[str] = []
+    objects = runformat.jsonl._objects
+
+    def counted(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return objects(path, *args, **kwargs)
+
+    monkeypatch.setattr(runformat.jsonl, "_objects", counted)
+    text = _text(report_path(run).read_text())
+    assert sorted(reads) == ["events.jsonl", "history.jsonl"]
+    assert "Minimal reproduction" in text  # the story was told, from the same pass

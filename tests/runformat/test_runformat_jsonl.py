@@ -1,0 +1,85 @@
+"""runformat: the one reader of history.jsonl and events.jsonl, and its malformed-line policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from runformat import Tally, events, head, history, last_time, read_events
+from workloads.history import HistoryWriter, read_history
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_malformed_lines_are_skipped_counted_and_named_and_a_torn_tail_is_apart(tmp_path):
+    path = _write(tmp_path / "history.jsonl", "\n".join([
+        '{"index": 0, "time": 1, "process": 0, "type": "invoke", "f": "send"}',
+        "",  # blank: nothing
+        '{"index": 1, "time": ',  # invalid JSON
+        "[1, 2]",  # not an object
+        '{"index": 2, "time": true}',  # a boolean is not a time
+        '{"index": 3, "time": 7, "process": 0, "type": "ok", "f": "send"}',
+        '{"index": 4, "ti']))  # the last line, cut short by a crash
+    tally = Tally("history.jsonl")
+    ops = list(history(path, tally))
+    assert [op["index"] for op in ops] == [0, 3]
+    assert (tally.malformed, tally.torn, tally.end_ns, tally.lines) == (3, 1, 7, 7)
+    assert tally.named[0].startswith("history.jsonl line 3: invalid JSON")
+    assert tally.named[1:] == ["history.jsonl line 4: not a JSON object with an integer `time`",
+                               "history.jsonl line 5: not a JSON object with an integer `time`",
+                               "history.jsonl line 7: torn last line (no newline)"]
+    notes = tally.notes()
+    assert notes[0].startswith("3 malformed history.jsonl line(s) skipped: history.jsonl line 3")
+    assert notes[1] == "history.jsonl: the last line is cut short (a crash mid-write); skipped"
+
+
+def test_events_times_are_integers_and_read_events_sorts_them(tmp_path):
+    path = _write(tmp_path / "events.jsonl",
+                  '{"time": 5.0, "kind": "b"}\n{"time": 2, "kind": "a"}\n{"kind": "no time"}\n')
+    assert [(e["time"], type(e["time"])) for e in events(path)] == [(5, int), (2, int)]
+    assert [e["kind"] for e in read_events(path)] == ["a", "b"]
+    assert read_events(tmp_path / "missing.jsonl") == []
+
+
+def test_head_reads_what_the_history_writer_writes(tmp_path):
+    path = tmp_path / "history.jsonl"
+    writer = HistoryWriter(path, clock=iter(range(0, 10_000, 100)).__next__,
+                           background_fsync=False)
+    writer.invoke(3, "send", partition=0, value=1)
+    writer.invoke("c0", "poll", partition=0, offset=0)
+    writer.nemesis("start-kill", {"nodes": ["n2"]})
+    writer.close()
+    for line in path.read_text().splitlines():
+        op = json.loads(line)
+        assert head(line) == (op["time"], op["process"], op["type"], op["f"])
+    assert head('{"time": 1, "index": 0}') is None  # another layout: parse it
+
+
+def test_a_reader_takes_lines_it_needs_not_parse(tmp_path):
+    path = _write(tmp_path / "history.jsonl",
+                  '{"index": 0, "time": 1, "f": "poll"}\n{"index": 1, "time": 2, "f": "send"}\n')
+    taken = []
+    ops = list(history(path, take=lambda line: '"poll"' in line and not taken.append(line)))
+    assert [op["f"] for op in ops] == ["send"] and len(taken) == 1
+
+
+def test_last_time_reads_the_end_of_the_file_only(tmp_path):
+    huge = '{"index": 1, "time": 9, "records": [' + ", ".join(["[1, 2]"] * 50_000) + "]}"
+    path = _write(tmp_path / "h.jsonl", '{"index": 0, "time": 5}\n' + huge + "\n")
+    assert last_time(path) == 9
+    assert last_time(_write(tmp_path / "t.jsonl", '{"index": 0, "time": 5}\n{"index": 1, "ti')) == 5
+    assert last_time(_write(tmp_path / "e.jsonl", "")) == 0
+
+
+def test_read_history_refuses_a_malformed_line_and_drops_a_torn_tail(tmp_path):
+    good = '{"index": 0, "time": 1, "process": 0, "type": "invoke", "f": "send"}\n'
+    assert len(read_history(_write(tmp_path / "a.jsonl", good + '{"index": 1'))) == 1
+    try:
+        read_history(_write(tmp_path / "b.jsonl", good + "null\n" + good))
+    except ValueError as e:
+        assert "b.jsonl line 2: not a JSON object" in str(e)
+    else:
+        raise AssertionError("a malformed line was read")
