@@ -95,9 +95,9 @@ def measure(system: str, rates: list[int], seconds: float, root: Path) -> dict:
     run_dir.mkdir(parents=True)
     clock = RunClock()
     began = time.monotonic()
-    with hosts_phase(test, run_dir) as (hosts, python, toxiproxy):
+    with hosts_phase(test, run_dir) as (hosts, provider, toxiproxy):
         hosts_up = time.monotonic()
-        with cluster_phase(test, hosts, python, run_dir, clock, toxiproxy, sut) as cluster:
+        with cluster_phase(test, hosts, provider, run_dir, clock, toxiproxy, sut) as cluster:
             nodes_started = time.monotonic()
             out = asyncio.run(_bench(test, sut, cluster, rates, seconds, run_dir))
     out["hosts_s"] = hosts_up - began

@@ -10,6 +10,7 @@
     python = "python3"               # runs the nodes: an interpreter with this project installed
     toxiproxy = "toxiproxy-server"   # Toxiproxy's server, for runs with toxic faults
     libvirt_domain = ""              # per host: its libvirt VM (name or UUID), for vm-power-off
+    java = "java"                    # runs Apache Kafka's nodes (system.kind = "kafka"): Java 17+
 
     [[hosts]]
     name = "n1"
@@ -18,7 +19,7 @@
 Every value that ends up in a path or a command on a host is checked here, with an error
 naming the file and the key: a host name is one path component (`<work_dir>/<name>/data` is
 wiped with `rm -rf` on that host), the user a plain login name, work_dir an absolute,
-normalised path below the system directories, python (and toxiproxy) one program path or name.
+normalised path below the system directories, python (and toxiproxy, java) one program path or name.
 """
 
 from __future__ import annotations
@@ -47,15 +48,16 @@ class HostEntry:
     python: str
     toxiproxy: str = "toxiproxy-server"
     libvirt_domain: str = ""  # the host is this libvirt VM (name or UUID), for vm-power-off
+    java: str = "java"  # runs Apache Kafka's nodes (system.kind = "kafka")
 
 
 _DEFAULTS: dict[str, Any] = {"port": 22, "user": "root", "work_dir": "/var/lib/kch", "sudo": False,
                              "python": "python3", "toxiproxy": "toxiproxy-server",
-                             "libvirt_domain": ""}
+                             "libvirt_domain": "", "java": "java"}
 _TYPES: dict[str, type] = {
     "name": str, "address": str, "port": int, "user": str, "key_file": str,
     "known_hosts": str, "work_dir": str, "sudo": bool, "python": str, "toxiproxy": str,
-    "libvirt_domain": str,
+    "libvirt_domain": str, "java": str,
 }
 
 
@@ -100,9 +102,10 @@ def _check_values(path: Path, where: str, values: dict[str, Any]) -> None:
     if values["libvirt_domain"] and not NAME_RE.fullmatch(values["libvirt_domain"]):
         raise bad("libvirt_domain", "is not a libvirt domain name or UUID (letters, digits, "
                                     "'.', '_', '-')")
-    if not PYTHON_RE.fullmatch(values["toxiproxy"]) or values["toxiproxy"].startswith("-"):
-        raise bad("toxiproxy", "must be one program, a name on the PATH or an absolute path "
-                               "(no blanks or shell characters)")
+    for key in ("toxiproxy", "java"):
+        if not PYTHON_RE.fullmatch(values[key]) or values[key].startswith("-"):
+            raise bad(key, "must be one program, a name on the PATH or an absolute path "
+                           "(no blanks or shell characters)")
 
 
 def _field(path: Path, where: str, merged: dict[str, Any], key: str) -> Any:
@@ -160,6 +163,6 @@ def load_inventory(path: Path) -> list[HostEntry]:
             known_hosts=_local_path(path.parent, values["known_hosts"]),
             work_dir=PurePosixPath(values["work_dir"]), sudo=values["sudo"],
             python=values["python"], toxiproxy=values["toxiproxy"],
-            libvirt_domain=values["libvirt_domain"],
+            libvirt_domain=values["libvirt_domain"], java=values["java"],
         ))
     return entries

@@ -165,7 +165,9 @@ class KafkaNodes:
     mapped_suffixes = MAPPED_SUFFIXES
 
     def __init__(self, hosts: list[Host], system: Mapping[str, object], settings: KafkaSettings,
-                 libs: str, java: str, name: str, *, proxied: bool = False) -> None:
+                 libs: Mapping[str, str], java: str, name: str, *,
+                 proxied: bool = False) -> None:
+        """`libs`: each host's classpath folder (by host name); `java` runs the nodes."""
         self.hosts = hosts
         self.proxied = proxied  # behind Toxiproxy: listening on loopback
         self.settings = settings
@@ -248,7 +250,8 @@ class KafkaNodes:
     def format_argv(self, host: Host) -> list[str]:
         """kafka-storage format: meta.properties (and the controller's bootstrap metadata,
         with ELR's feature level) in the data directory; a formatted directory is kept."""
-        argv = [self.java, "-Xmx256m", "-cp", f"{self.libs}/*", "kafka.tools.StorageTool",
+        argv = [self.java, "-Xmx256m", "-cp", f"{self.libs[host.name]}/*",
+                "kafka.tools.StorageTool",
                 "format", "-t", self.cluster_id, "-c", str(self._paths(host)[0]),
                 "--ignore-formatted"]
         if has_elr(self.settings.version):
@@ -269,4 +272,4 @@ class KafkaNodes:
         # Serial GC and C1 only: two cores shared by five JVMs start in seconds, not a minute
         return [self.java, f"-Xmx{heap}m", f"-Xms{min(heap, 128)}m", "-XX:+UseSerialGC",
                 "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true", logging,
-                "-cp", f"{self.libs}/*", "kafka.Kafka", str(props_path)]
+                "-cp", f"{self.libs[host.name]}/*", "kafka.Kafka", str(props_path)]

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from control import kafka_hosts, kafka_install
 from control.host import Host
 from control.inventory import HostEntry, InventoryError
 from control.netns_provider import NetnsProvider
+from control.parallel import on_hosts
 from control.ssh_provider import SshProvider
 from control.toxiproxy import local_binary
 
@@ -25,6 +27,11 @@ class Provider(Protocol):
         """toxiproxy-server on the hosts (a clear error when it cannot be there)."""
         ...
 
+    def kafka(self, hosts: list[Host], version: str, libs: Path) -> tuple[str, dict[str, str]]:
+        """Apache Kafka on the hosts: the `java` that runs it and each host's classpath folder
+        (`libs` is the local one; a clear error when the hosts cannot run it)."""
+        ...
+
 
 class LocalNetnsProvider(NetnsProvider):
     """Netns hosts share this machine's filesystem, so they run our own interpreter and the
@@ -34,6 +41,9 @@ class LocalNetnsProvider(NetnsProvider):
 
     def toxiproxy_server(self) -> str:
         return local_binary()
+
+    def kafka(self, hosts: list[Host], version: str, libs: Path) -> tuple[str, dict[str, str]]:
+        return kafka_install.java(), {h.name: str(libs) for h in hosts}
 
 
 class InventoryProvider(SshProvider):
@@ -45,7 +55,7 @@ class InventoryProvider(SshProvider):
             raise InventoryError(f"{self.inventory}: lists {len(self.entries)} host(s), "
                                  f"but the run needs nodes = {nodes}")
         self.entries = self.entries[:nodes]
-        self.python = shared_python(self.inventory, self.entries)
+        self.python = shared_value(self.inventory, self.entries, "python")
 
     def toxiproxy_server(self) -> str:
         found = {e.toxiproxy for e in self.entries}
@@ -54,13 +64,21 @@ class InventoryProvider(SshProvider):
                                  "hosts a run uses (set it in [defaults])")
         return found.pop()
 
+    def kafka(self, hosts: list[Host], version: str, libs: Path) -> tuple[str, dict[str, str]]:
+        """Each host's JVM checked, the classpath copied over SSH (control/kafka_hosts.py)."""
+        java = shared_value(self.inventory, self.entries, "java")
+        on_hosts(hosts, lambda h: kafka_hosts.check_java(h, java))
+        folders = on_hosts(hosts, lambda h: kafka_hosts.place_libs(h, libs, version))
+        return java, {h.name: str(f) for h, f in zip(hosts, folders, strict=True)}
 
-def shared_python(inventory: Path, entries: Sequence[HostEntry]) -> str:
-    """The one `python` of the hosts used: a cluster starts every node the same way."""
-    found = {e.python for e in entries}
+
+def shared_value(inventory: Path, entries: Sequence[HostEntry], key: str) -> str:
+    """The one value of `key` (python, java) of the hosts used: a cluster starts every node
+    the same way."""
+    found = {getattr(e, key) for e in entries}
     if len(found) != 1 or "" in found:
-        detail = ", ".join(f"{e.name}: {e.python!r}" for e in entries)
-        raise InventoryError(f"{inventory}: python must be one non-empty path for all the hosts "
+        detail = ", ".join(f"{e.name}: {getattr(e, key)!r}" for e in entries)
+        raise InventoryError(f"{inventory}: {key} must be one non-empty path for all the hosts "
                              f"a run uses (set it in [defaults]); got {detail}")
     return found.pop()
 

@@ -642,9 +642,9 @@ def _check_hosts(c: dict[str, Any], prov: Provenance) -> None:
     try:  # every node of a run starts the same way, so the hosts used share one python
         # imported here: control.provider brings SSH and namespaces, which a simulated run
         # (possibly under PyPy, docs/simulation.md) neither needs nor has
-        from control.provider import shared_python
+        from control.provider import shared_value
 
-        shared_python(Path(hosts["inventory"]), entries[:c["nodes"]])
+        shared_value(Path(hosts["inventory"]), entries[:c["nodes"]], "python")
     except InventoryError as e:
         raise _relation_error("hosts.inventory", str(e), prov) from None
 
@@ -662,9 +662,6 @@ def _check_kafka(c: Mapping[str, Any], prov: Provenance) -> None:
             culprit = _later("system.kind", "nemesis.faults", prov)
             raise _relation_error(culprit, f"{name} cannot run with system.kind = \"kafka\": "
                                   f"{why}", prov)
-    if c["hosts"]["provider"] != "netns":
-        raise _relation_error("hosts.provider", f"system.kind = \"kafka\" runs on netns hosts; "
-                              f"provider {c['hosts']['provider']!r} is not supported yet", prov)
 
 
 def system_kind(config: Mapping[str, Any]) -> str:

@@ -26,7 +26,7 @@ from control import cleanup
 from control.cluster import Cluster
 from control.host import Host
 from control.parallel import on_hosts
-from control.provider import make_provider
+from control.provider import Provider, make_provider
 from harness import store
 from harness.config import node_settings
 from harness.report import report_path
@@ -70,11 +70,11 @@ def run_test(test: Test) -> Path:
                             latest=False)
     say(f"run folder {run_dir}")
     with HistoryWriter(run_dir / "history.jsonl", start_ns=clock.mono_start_ns) as history:
-        with hosts_phase(test, run_dir) as (hosts, python, toxiproxy):
+        with hosts_phase(test, run_dir) as (hosts, provider, toxiproxy):
             # Only a run that got its hosts becomes results/latest: one that failed before
             # (no free slot, a bad inventory) must not hide the last real run.
             store.update_latest(test.results_root, run_dir)
-            with cluster_phase(test, hosts, python, run_dir, clock, toxiproxy,
+            with cluster_phase(test, hosts, provider, run_dir, clock, toxiproxy,
                                system) as cluster:
                 asyncio.run(exercise(test, cluster, history, run_dir, clock, system))
     if test.check:
@@ -83,8 +83,8 @@ def run_test(test: Test) -> Path:
 
 
 @contextmanager
-def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], str, str | None]]:
-    """The hosts, their python, and their toxiproxy-server when the run uses Toxiproxy."""
+def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], Provider, str | None]]:
+    """The hosts, their provider, and their toxiproxy-server when the run uses Toxiproxy."""
     # A fresh private cluster directory (mkdtemp, named after the run): unique even for runs
     # started in the same second with the same seed, removed when the provider goes down.
     s = test.settings
@@ -92,22 +92,22 @@ def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], str, st
     # before any host is touched: a missing toxiproxy-server is one clear error
     toxiproxy = provider.toxiproxy_server() if test.settings.hosts.toxiproxy else None
     try:
-        yield provider.up(), provider.python, toxiproxy
+        yield provider.up(), provider, toxiproxy
     finally:
         provider.down()
 
 
 @contextmanager
-def cluster_phase(test: Test, hosts: list[Host], python: str, run_dir: Path,
+def cluster_phase(test: Test, hosts: list[Host], provider: Provider, run_dir: Path,
                   clock: RunClock, toxiproxy: str | None = None,
                   system: System | None = None) -> Iterator[Cluster]:
     """Nodes up on healed hosts (each behind its Toxiproxy with `toxiproxy`); whatever happens
     next, their logs, events and data are collected and they are stopped."""
     settings = test.settings
     system = system or system_of(test)
-    cluster = Cluster(hosts, node_settings(test.config["system"]), python=python,
+    cluster = Cluster(hosts, node_settings(test.config["system"]), python=provider.python,
                       lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy,
-                      kafka=system.nodes(hosts, run_dir.name))
+                      kafka=system.nodes(hosts, run_dir.name, provider))
     for note in cluster.kafka.notes if cluster.kafka else ():
         say(f"Kafka {settings.kafka.version}: {note}")
     try:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from control import kafka_install
 from control.host import Host
 from control.kafka import KafkaNodes
+from control.provider import Provider
 from harness.config import node_settings
 from harness.kafka_events import PartitionWatch, node_log_events
 from harness.test import Test
@@ -29,7 +30,7 @@ from workloads.sequence import Workload
 class System(Protocol):
     kind: str
 
-    def nodes(self, hosts: list[Host], run_name: str) -> KafkaNodes | None:
+    def nodes(self, hosts: list[Host], run_name: str, provider: Provider) -> KafkaNodes | None:
         """The node layout the cluster starts (None: the embedded system's own)."""
         ...
 
@@ -57,7 +58,7 @@ class Embedded:
 
     kind = "embedded"
 
-    def nodes(self, hosts: list[Host], run_name: str) -> None:
+    def nodes(self, hosts: list[Host], run_name: str, provider: Provider) -> None:
         return None
 
     async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
@@ -91,13 +92,16 @@ class ApacheKafka:
         self.test = test
         self.settings = test.settings.kafka
         self.libs = str(kafka_install.require(self.settings.version))  # before any host is made
-        self.java = kafka_install.java()
+        if test.settings.hosts.provider == "netns":
+            kafka_install.java()  # the hosts are this machine: a missing JVM is said now
         self.watch: PartitionWatch | None = None
 
-    def nodes(self, hosts: list[Host], run_name: str) -> KafkaNodes:
+    def nodes(self, hosts: list[Host], run_name: str, provider: Provider) -> KafkaNodes:
+        """On netns hosts the local classpath and JVM; on an inventory's hosts their own JVM
+        and a copy of the classpath (control/kafka_hosts.py)."""
+        java, libs = provider.kafka(hosts, self.settings.version, Path(self.libs))
         return KafkaNodes(hosts, node_settings(self.test.config["system"]), self.settings,
-                          self.libs, self.java, run_name,
-                          proxied=self.test.settings.hosts.toxiproxy)
+                          libs, java, run_name, proxied=self.test.settings.hosts.toxiproxy)
 
     async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
                            partitions: int, replication_factor: int) -> None:

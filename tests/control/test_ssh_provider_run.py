@@ -20,6 +20,7 @@ import pytest
 
 from control import NetnsProvider
 from control import toxiproxy as tp
+from control.ssh_provider import SshProvider
 from harness.config import load_config
 from harness.runner import run_test
 from harness.test import Plan, Test
@@ -169,3 +170,50 @@ def test_toxic_faults_over_the_ssh_provider(netns_hosts, tmp_path):
         # stopped with the nodes: nothing answers on the host's API port any more (on its
         # loopback, through SSH, as the harness reaches it)
         assert not tp._answers(h)
+
+
+def test_kafka_over_the_ssh_provider(netns_hosts, tmp_path):
+    """Apache Kafka on an inventory's hosts: the inventory's `java` runs every node, the
+    classpath is copied to each host's folder (a second copy sends nothing and drops a jar
+    that is not in the local folder), and the run is checked like any other."""
+    from control import kafka_hosts, kafka_install
+
+    version = "4.2.1"
+    if not kafka_install.is_installed(version):
+        pytest.fail(f"Kafka {version} is not installed: `make bootstrap` resolves it")
+    inventory, _calls, work = _write_inventory(netns_hosts, tmp_path)
+    java_calls = tmp_path / "java-calls.log"
+    java = tmp_path / "java"
+    java.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >>{java_calls}\nexec {kafka_install.java()} "$@"\n')
+    java.chmod(java.stat().st_mode | stat.S_IXUSR)
+    text = inventory.read_text()
+    inventory.write_text(text.replace("[defaults]\n", f"[defaults]\njava = {str(java)!r}\n", 1))
+    config = load_config("fast", [
+        "system.kind=kafka", f"kafka.version={version}", "nodes=3",
+        "topic.replication_factor=2", "time_limit=10", "seed=5", "nemesis.faults=['kill']",
+        "nemesis.interval=3", "nemesis.duration=3", "workload.final_read_timeout=60",
+        "checker.allow=['stale-read']", "hosts.provider=ssh", f"hosts.inventory={str(inventory)!r}",
+    ])
+    run_dir = run_test(Test.of(config, tmp_path / "results"))
+    results = json.loads((run_dir / "results.json").read_text())
+    ops = read_history(run_dir / "history.jsonl")
+    assert sum(op["f"] == "send" and op["type"] == "ok" for op in ops) > 100
+    assert any(op["f"] == "final-poll" and op["type"] == "ok" for op in ops)
+    assert results["valid"] is True, results.get("anomalies")
+
+    local = kafka_install.libs_dir(version)
+    jars = sorted(p.name for p in local.iterdir() if p.is_file())
+    for name in ("n1", "n2", "n3"):
+        copied = work / name / "kafka" / version / "libs"
+        assert sorted(p.name for p in copied.iterdir()) == jars
+    lines = java_calls.read_text().splitlines()
+    assert sum("kafka.Kafka" in line for line in lines) >= 3  # every node, by the inventory's java
+    assert all(f"{work}/n" in line for line in lines if "kafka.Kafka" in line)
+
+    # The next run's copy: the stale jar goes, nothing is sent again.
+    copied = work / "n2" / "kafka" / version / "libs"
+    (copied / "stale.jar").write_bytes(b"x")
+    before = {p.name: p.stat().st_mtime_ns for p in copied.iterdir() if p.name != "stale.jar"}
+    with SshProvider(inventory) as ssh_hosts:  # the hosts in the inventory's layout
+        kafka_hosts.place_libs(ssh_hosts[1], local, version)
+    assert {p.name: p.stat().st_mtime_ns for p in copied.iterdir()} == before

@@ -96,9 +96,12 @@ def _hosts(n: int) -> list:
     return [H(i) for i in range(1, n + 1)]
 
 
+LIBS = {f"n{i}": f"/libs/n{i}" for i in range(1, 5)}  # each host's classpath folder
+
+
 def test_the_kraft_layout_is_the_embedded_one():
     hosts = _hosts(4)
-    nodes = KafkaNodes(hosts, SYSTEM, KafkaSettings("4.2.1"), "/libs", "/usr/bin/java", "run-1")
+    nodes = KafkaNodes(hosts, SYSTEM, KafkaSettings("4.2.1"), LIBS, "/usr/bin/java", "run-1")
     controller = nodes.server_properties(hosts[0])
     assert controller["process.roles"] == "controller" and controller["node.id"] == "0"
     assert controller["controller.quorum.voters"] == f"0@10.0.0.1:{PORT}"
@@ -111,17 +114,19 @@ def test_the_kraft_layout_is_the_embedded_one():
     assert nodes.bootstrap() == ["10.0.0.2:9092", "10.0.0.3:9092", "10.0.0.4:9092"]
     assert "eligible.leader.replicas.version=1" in nodes.format_argv(hosts[0])
     no_elr = KafkaNodes(hosts, {**SYSTEM, "eligible.leader.replicas.enable": False},
-                        KafkaSettings("4.2.1"), "/libs", "java", "run-1")
+                        KafkaSettings("4.2.1"), LIBS, "java", "run-1")
     assert "eligible.leader.replicas.version=0" in no_elr.format_argv(hosts[0])
-    old = KafkaNodes(hosts, SYSTEM, KafkaSettings("3.9.1"), "/libs", "java", "run-1")
+    old = KafkaNodes(hosts, SYSTEM, KafkaSettings("3.9.1"), LIBS, "java", "run-1")
     assert not any("eligible" in a for a in old.format_argv(hosts[0]))
     assert any(a.startswith("-Dlog4j.configuration=") for a in old.argv(hosts[1]))
     assert "-Xmx512m" in nodes.argv(hosts[1]) and "-Xmx256m" in nodes.argv(hosts[0])
+    assert "/libs/n3/*" in nodes.argv(hosts[2]) and "/libs/n1/*" in nodes.format_argv(hosts[0])
 
 
 def test_behind_toxiproxy_nodes_listen_on_loopback_and_brokers_redirect_to_their_proxies():
     hosts = _hosts(4)
-    nodes = KafkaNodes(hosts, SYSTEM, KafkaSettings("4.2.1"), "/libs", "java", "r", proxied=True)
+    nodes = KafkaNodes(hosts, SYSTEM, KafkaSettings("4.2.1"), LIBS, "java", "r",
+                       proxied=True)
     assert nodes.server_properties(hosts[1])["listeners"] == "PLAINTEXT://127.0.0.1:19092"
     assert nodes.server_properties(hosts[1])["advertised.listeners"] == "PLAINTEXT://10.0.0.2:9092"
     assert nodes.server_properties(hosts[0])["listeners"] == "CONTROLLER://127.0.0.1:19092"
