@@ -1,0 +1,112 @@
+"""Transactions read back from a history.jsonl whose parts carry `txn` and `mop`.
+
+Each part of a transaction is an invoke/completion pair of ours: a send of one value to one
+partition, or a poll of one partition (its records). All parts share the transaction's
+`txn` (its id), process, invoke and completion times, and completion type; `mop` is the
+micro-op's place in the transaction (Jepsen's `:txn` value, in order). The reads of a failed
+or crashed transaction's polls are kept, as `fail` / `info` polls with their `records`: the
+broker returned them, so they prove what the log held even though the consumer's caller
+discarded them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(slots=True)
+class Send:
+    mop: int
+    key: int
+    value: int
+    offset: int | None
+
+
+@dataclass(slots=True)
+class Poll:
+    mop: int
+    key: int
+    records: list[tuple[int, int]]  # (offset, value), in the order returned
+    process: str  # the part's process: a translation renames it when an assign resets a key
+
+
+@dataclass(slots=True)
+class Txn:
+    id: int
+    process: str  # the process of its first part
+    type: str  # ok, info or fail
+    invoke: int
+    complete: int | None  # None when info: it may take effect at any time after its invoke
+    sends: list[Send] = field(default_factory=list)
+    polls: list[Poll] = field(default_factory=list)
+
+
+def base_process(process: str) -> str:
+    """The client behind a translated process name: `3`, `3#1` (after a crash) and `3~2`
+    (after an assignment reset one key) are all client 3."""
+    return process.split("~", 1)[0].split("#", 1)[0]
+
+
+def has_transactions(path: Path, sample: int = 100) -> bool:
+    """True when the first client lines of the history carry `mop`."""
+    seen = 0
+    with path.open("rb") as fh:
+        for line in fh:
+            if b'"nemesis"' in line:
+                continue
+            try:
+                op = json.loads(line)
+            except ValueError:
+                return False
+            if "mop" in op:
+                return True
+            seen += 1
+            if seen >= sample:
+                break
+    return False
+
+
+def _lines(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open("rb") as fh:
+        for line in fh:
+            try:
+                op = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by a crash: the ingest has said so
+            if isinstance(op, dict) and op.get("process") != "nemesis":
+                yield op
+
+
+def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
+    """The transactions of a history's client ops (completions carry what their invokes
+    did), in order of their ids. Ops without `txn` are transactions of one part."""
+    invoked: dict[str, int] = {}
+    txns: dict[int, Txn] = {}
+    for op in ops:
+        process, kind = str(op.get("process")), op.get("type")
+        if kind == "invoke":
+            invoked[process] = int(op.get("time", 0))
+            continue
+        tid = int(op.get("txn", op.get("index", len(txns))))
+        t = txns.get(tid)
+        start = invoked.pop(process, int(op.get("time", 0)))
+        if t is None:
+            done = None if kind == "info" else int(op.get("time", 0))
+            t = txns[tid] = Txn(tid, process, str(kind), start, done)
+        t.invoke = min(t.invoke, start)
+        mop = int(op.get("mop", 0))
+        if op.get("f") == "send":
+            offset = op.get("offset") if kind != "fail" else None
+            t.sends.append(Send(mop, int(op["partition"]), int(op["value"]), offset))
+        elif op.get("f") in ("poll", "final-poll"):
+            records = [(int(o), int(v)) for o, v in op.get("records") or []]
+            t.polls.append(Poll(mop, int(op["partition"]), records, process))
+    return [txns[k] for k in sorted(txns)]
+
+
+def load(path: Path) -> list[Txn]:
+    return read_txns(_lines(path))
