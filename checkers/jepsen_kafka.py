@@ -8,16 +8,18 @@ Jepsen's ops carry micro-ops in their values::
     {:type :ok,     :f :assign, :value [3 4], ...}                            ; or :subscribe
 
 (`:txn` ops mix both.) Each Jepsen op becomes several of ours, all carrying the Jepsen op's
-index as `txn` and its invoke and completion times, so the checks know which of our ops are
-parts of one operation (the `int-` anomalies of checkers/definitions.py):
+index as `txn`, the micro-op's place as `mop` and its invoke and completion times, so the
+checks know which of our ops are parts of one operation (the `int-` anomalies of
+checkers/definitions.py, and the transactions of checkers/txn; docs/formats.md):
 
 - each `[:send k v]` becomes a send of v to partition k, completed as the Jepsen op was (ok,
   info or fail), with the offset Jepsen returned when there is one (and a fail with Jepsen's
-  `:error`, else "fail": our fails carry an error);
-- the `[:poll ...]` micro-ops of an ok op become one poll per key, its records in the order
-  Jepsen returned them (across micro-ops). Reads of failed or crashed ops are dropped: a
-  consumer's poll that failed returned nothing to its caller (Jepsen, checking transactions,
-  uses them);
+  `:error`, else "fail": our fails carry an error). An op that completed info (or never
+  completed) and sent a value some ok op read completes ok: a transaction commits whole;
+- the `[:poll ...]` micro-ops of an op become one poll per key, its records in the order
+  Jepsen returned them (across micro-ops), completed as the op. The per-partition checks read
+  only ok polls; the reads of failed or crashed ops are kept for checkers/txn, as evidence of
+  what the log held;
 - `:assign` / `:subscribe` (ok or info) that drop a key reset that process's place in it, as
   in Jepsen: our process for the key gets a new name (`3~1`), so the next read or send is not
   compared with the ones before. Keys a transaction's `:rebalance-log` names are read per
