@@ -180,7 +180,7 @@ def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes:
     results_path, loss_path = output_paths(history)
     allow = list(config.get("checker", {}).get("allow", []))
     unread = classify_unread(out)
-    txn = transactional(history)  # None unless its parts carry `mop` (checkers/txn)
+    txn = transactional(history, config)  # None unless its parts carry `mop` (checkers/txn)
     if txn is not None:
         unread = drop_witnessed(unread, txn, out.complete_partitions)
     results = {"history": history.name, **results_dict(out, unread, allow, notes)}

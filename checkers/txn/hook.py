@@ -14,11 +14,14 @@ from checkers.txn.ops import has_transactions, load
 BUDGET_S = 300.0
 
 
-def transactional(history: Path, budget_s: float = BUDGET_S) -> Findings | None:
-    """The transactional findings, or None for a history without transactions."""
+def transactional(history: Path, config: dict[str, Any], budget_s: float = BUDGET_S
+                  ) -> Findings | None:
+    """The transactional findings, or None for a history without transactions. The run's
+    `[checker] ww_deps` asks for write-write dependencies from offsets (off by default)."""
     if not has_transactions(history):
         return None
-    return analyse(load(history), budget_s)
+    ww = bool(config.get("checker", {}).get("ww_deps", False))
+    return analyse(load(history), budget_s, ww)
 
 
 def drop_witnessed(unread: pd.DataFrame, findings: Findings,

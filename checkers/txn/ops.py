@@ -32,12 +32,13 @@ class Poll:
     key: int
     records: list[tuple[int, int]]  # (offset, value), in the order returned
     process: str  # the part's process: a translation renames it when an assign resets a key
+    final: bool = False  # a final-poll that completed: the partition's final state
 
 
 @dataclass(slots=True)
 class Txn:
     id: int
-    process: str  # the process of its first part
+    process: str  # its client (`client-N`, when its parts name one), else its first part's
     type: str  # ok, info or fail
     invoke: int
     complete: int | None  # None when info: it may take effect at any time after its invoke
@@ -96,7 +97,9 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
         start = invoked.pop(process, int(op.get("time", 0)))
         if t is None:
             done = None if kind == "info" else int(op.get("time", 0))
-            t = txns[tid] = Txn(tid, process, str(kind), start, done)
+            # a transactional client sends to each partition under a process of its own
+            who = process if op.get("client") is None else f"client-{op['client']}"
+            t = txns[tid] = Txn(tid, who, str(kind), start, done)
         t.invoke = min(t.invoke, start)
         mop = int(op.get("mop", 0))
         if op.get("f") == "send":
@@ -104,7 +107,8 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
             t.sends.append(Send(mop, int(op["partition"]), int(op["value"]), offset))
         elif op.get("f") in ("poll", "final-poll"):
             records = [(int(o), int(v)) for o, v in op.get("records") or []]
-            t.polls.append(Poll(mop, int(op["partition"]), records, process))
+            final = op.get("f") == "final-poll" and kind == "ok" and op.get("complete") is True
+            t.polls.append(Poll(mop, int(op["partition"]), records, process, final))
     return [txns[k] for k in sorted(txns)]
 
 

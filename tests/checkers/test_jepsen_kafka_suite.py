@@ -101,12 +101,18 @@ class Ours:
         return set(self.results["anomalies"])
 
 
-def check_jepsen(tmp_path: Path, ops: list[dict]) -> Ours:
+def check_jepsen(tmp_path: Path, ops: list[dict], ww_deps: bool = False) -> Ours:
+    """Our verdict; `ww_deps` as Jepsen's `:ww-deps` option, which its G0 and ww-wr G1c tests
+    pass (offsets then order writes: `[checker] ww_deps`)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "history.edn"
     path.write_text(edn_history(ops))
     assert is_jepsen_kafka(path)
     run = translate(path, tmp_path / "run")
+    if ww_deps:
+        test = json.loads((run / "test.json").read_text())
+        test["config"]["checker"]["ww_deps"] = True
+        (run / "test.json").write_text(json.dumps(test))
     results = check_path(run, backend="reference")
     return Ours(results, json.loads((run / "jepsen-kafka.json").read_text()))
 
@@ -122,6 +128,7 @@ class Case:
     ours: Callable[[Ours], Any]  # the same view of our results
     why: str = ""  # set when we differ (in part) on purpose
     ours_expected: Any = None  # what we return instead, when we differ
+    ww_deps: bool = False  # Jepsen's test passes {:ww-deps true}
 
 
 def version_orders_info_txn():
@@ -451,13 +458,15 @@ CASES = [
     Case("unseen-test: nothing unconfirmed, so valid", unseen, True,
          lambda o: o.results["valid"]),
     Case("g0-test", g0, [(frozenset({2, 3}), (("ww", "x", "a", "b"), ("ww", "y", "b", "a")))],
+         lambda o: o.cycles("G0"), ww_deps=True),
+    Case("g0-test, without :ww-deps (Jepsen's default)", g0, [],
          lambda o: o.cycles("G0")),
     Case("g1c-pure-wr-test", g1c_pure_wr,
          [(frozenset({2, 3}), (("wr", "x", "a"), ("wr", "y", "b")))],
          lambda o: o.cycles("G1c")),
     Case("g1c-ww-wr-test", g1c_ww_wr,
          [(frozenset({2, 3}), (("wr", "x", "a"), ("ww", "y", "b", "c")))],
-         lambda o: o.cycles("G1c")),
+         lambda o: o.cycles("G1c"), ww_deps=True),
     Case("precommitted-read-test", precommitted, [(1, "x", "a")],
          lambda o: [(e["txn"], o.key(e["partition"]), o.value(e["value"]))
                     for e in o.examples("precommitted-read")]),
@@ -475,7 +484,7 @@ NOT_APPLICABLE = {
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_jepsen_kafka_case(tmp_path, case):
-    got = case.ours(check_jepsen(tmp_path, case.ops()))
+    got = case.ours(check_jepsen(tmp_path, case.ops(), case.ww_deps))
     if case.why:  # a difference we explain: it must still be there, as explained
         assert got == case.ours_expected, f"differs otherwise than explained ({got})"
         assert got != case.jepsen
@@ -486,7 +495,7 @@ def test_jepsen_kafka_case(tmp_path, case):
 def test_agreement_table(tmp_path, capsys):
     rows = []
     for i, case in enumerate(CASES):
-        got = case.ours(check_jepsen(tmp_path / str(i), case.ops()))
+        got = case.ours(check_jepsen(tmp_path / str(i), case.ops(), case.ww_deps))
         outcome = "agrees" if got == case.jepsen else case.why.split(",")[0]
         rows.append(f"| {case.name} | {outcome} | {case.why or ''} |")
     rows += [f"| {name} | n.a. | {why} |" for name, why in NOT_APPLICABLE.items()]
