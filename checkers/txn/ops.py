@@ -84,22 +84,25 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
 
 def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
     """The transactions of a history's client ops (completions carry what their invokes
-    did), in order of their ids. Ops without `txn` are transactions of one part."""
+    did), in order of their ids. Ops without `txn` (a final read's) are transactions of one
+    part, numbered after the others."""
     invoked: dict[str, int] = {}
     txns: dict[int, Txn] = {}
+    loose: dict[int, Txn] = {}  # by op index, which may equal some txn id
     for op in ops:
         process, kind = str(op.get("process")), op.get("type")
         if kind == "invoke":
             invoked[process] = int(op.get("time", 0))
             continue
-        tid = int(op.get("txn", op.get("index", len(txns))))
-        t = txns.get(tid)
+        into = txns if "txn" in op else loose
+        tid = int(op["txn"] if "txn" in op else op.get("index", len(loose)))
+        t = into.get(tid)
         start = invoked.pop(process, int(op.get("time", 0)))
         if t is None:
             done = None if kind == "info" else int(op.get("time", 0))
             # a transactional client sends to each partition under a process of its own
             who = process if op.get("client") is None else f"client-{op['client']}"
-            t = txns[tid] = Txn(tid, who, str(kind), start, done)
+            t = into[tid] = Txn(tid, who, str(kind), start, done)
         t.invoke = min(t.invoke, start)
         mop = int(op.get("mop", 0))
         if op.get("f") == "send":
@@ -109,7 +112,10 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
             records = [(int(o), int(v)) for o, v in op.get("records") or []]
             final = op.get("f") == "final-poll" and kind == "ok" and op.get("complete") is True
             t.polls.append(Poll(mop, int(op["partition"]), records, process, final))
-    return [txns[k] for k in sorted(txns)]
+    after = max(txns, default=-1) + 1
+    for t in loose.values():
+        t.id += after
+    return [txns[k] for k in sorted(txns)] + [loose[k] for k in sorted(loose)]
 
 
 def load(path: Path) -> list[Txn]:

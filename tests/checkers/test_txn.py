@@ -11,7 +11,7 @@ from checkers.txn.analysis import analyse
 from checkers.txn.draw import cycle_svg, is_cycle
 from checkers.txn.graph import WR, WW, Graph, components, cycle_in
 from checkers.txn.hook import drop_witnessed, merge
-from checkers.txn.ops import Poll, Send, Txn, load
+from checkers.txn.ops import Poll, Send, Txn, load, read_txns
 
 
 def txn(tid, process, invoke, complete, sends=(), polls=(), type_="ok"):
@@ -149,3 +149,17 @@ def test_a_crashed_transaction_read_in_part_is_torn_when_a_final_read_misses_the
     reader.type = "fail"  # a failed poll proves the record was in the log, not the commit
     final.polls[0].records.pop()
     assert "torn-transaction" not in analyse([crashed, reader, final]).found
+
+
+def test_ops_without_txn_never_join_a_transaction():
+    lines = [{"index": 0, "time": 0, "process": 0, "type": "invoke", "f": "send", "partition": 0,
+              "value": 1, "txn": 1, "mop": 0},
+             {"index": 1, "time": 1, "process": 0, "type": "ok", "f": "send", "partition": 0,
+              "value": 1, "txn": 1, "mop": 0, "offset": 0},
+             {"index": 2, "time": 2, "process": 9, "type": "invoke", "f": "final-poll",
+              "partition": 0, "offset": 0},
+             {"index": 1, "time": 3, "process": 9, "type": "ok", "f": "final-poll",
+              "partition": 0, "offset": 0, "records": [[0, 1]], "complete": True}]
+    sent, final = read_txns(lines)  # the final read's index 1 is not transaction 1
+    assert (sent.id, len(sent.sends), sent.polls) == (1, 1, [])
+    assert final.id == 3 and final.polls[0].final and final.polls[0].records == [(0, 1)]
