@@ -136,6 +136,7 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
                 op.info(detail["error"])
                 processes[p] = self.pool.retire(processes[p])
         self.stats[f"txn-{outcome}"] += 1
+        self.stats[f"send-{outcome}"] += len(parts)  # what a run's progress line counts
         self.stats["txn-aborted"] += abort
         return outcome
 
