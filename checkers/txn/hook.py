@@ -21,7 +21,12 @@ def transactional(history: Path, config: dict[str, Any], budget_s: float = BUDGE
     if not has_transactions(history):
         return None
     ww = bool(config.get("checker", {}).get("ww_deps", False))
-    return analyse(load(history), budget_s, ww)
+    findings = analyse(load(history), budget_s, ww)
+    if not ww:
+        findings.notes.append(
+            "write cycles (G0, G0-process, G0-realtime) not judged: offsets do not order "
+            "concurrent Kafka transactions' writes; [checker] ww_deps = true infers them")
+    return findings
 
 
 def drop_witnessed(unread: pd.DataFrame, findings: Findings,

@@ -563,12 +563,24 @@ def test_an_edn_history_of_another_object_needs_a_model(tmp_path, capsys):
 def test_spark_agrees_with_the_reference_on_jepsen_histories(tmp_path):
     for i, case in enumerate(c for c in CASES if c.name in (
             "int-nonmonotonic-send-test", "int-send-skip-test", "lost-write-test: consistent",
-            "poll-skip-test", "g1a-test")):
+            "poll-skip-test", "g1a-test", "poll-skip-test: abort doesn't roll back",
+            "duplicate-test: aborted txns", "g1c-pure-wr-test")):
         tmp_path.joinpath(str(i)).mkdir()
         path = tmp_path / str(i) / "history.edn"
         path.write_text(edn_history(case.ops()))
         run = translate(path, tmp_path / str(i) / "run")
         reference = check_path(run, backend="reference")
         on_spark = check_path(run, spark_master="local[2]")
-        assert on_spark["anomalies"] == reference["anomalies"], case.name
-        assert on_spark["valid"] == reference["valid"]
+        native = check_path(run, backend="native")
+        for other in (on_spark, native):
+            assert other["anomalies"] == reference["anomalies"], case.name
+            assert other["valid"] == reference["valid"]
+
+
+def test_unjudged_write_cycles_are_said_in_the_notes(tmp_path):
+    without = check_jepsen(tmp_path / "a", g0()).results
+    assert any("G0" in n and "ww_deps" in n for n in without["notes"])
+    assert "G0" not in without["anomalies"]
+    with_ww = check_jepsen(tmp_path / "b", g0(), ww_deps=True).results
+    assert not any("ww_deps" in n for n in with_ww["notes"])
+    assert with_ww["anomalies"]["G0"]["count"] == 1 and with_ww["valid"] is False
