@@ -33,6 +33,7 @@ class Poll:
     records: list[tuple[int, int]]  # (offset, value), in the order returned
     process: str  # the part's process: a translation renames it when an assign resets a key
     final: bool = False  # a final-poll that completed: the partition's final state
+    start: int | None = None  # the offset it asked for (a seek), when it named one
 
 
 @dataclass(slots=True)
@@ -44,6 +45,7 @@ class Txn:
     complete: int | None  # None when info: it may take effect at any time after its invoke
     sends: list[Send] = field(default_factory=list)
     polls: list[Poll] = field(default_factory=list)
+    ended: int = 0  # when its completion was written (an info's too)
 
 
 def base_process(process: str) -> str:
@@ -104,6 +106,7 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
             who = process if op.get("client") is None else f"client-{op['client']}"
             t = into[tid] = Txn(tid, who, str(kind), start, done)
         t.invoke = min(t.invoke, start)
+        t.ended = max(t.ended, int(op.get("time", 0)))
         mop = int(op.get("mop", 0))
         if op.get("f") == "send":
             offset = op.get("offset") if kind != "fail" else None
@@ -111,7 +114,9 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
         elif op.get("f") in ("poll", "final-poll"):
             records = [(int(o), int(v)) for o, v in op.get("records") or []]
             final = op.get("f") == "final-poll" and kind == "ok" and op.get("complete") is True
-            t.polls.append(Poll(mop, int(op["partition"]), records, process, final))
+            start = op.get("offset")
+            t.polls.append(Poll(mop, int(op["partition"]), records, process, final,
+                                int(start) if start is not None else None))
     after = max(txns, default=-1) + 1
     for t in loose.values():
         t.id += after

@@ -584,3 +584,21 @@ def test_unjudged_write_cycles_are_said_in_the_notes(tmp_path):
     with_ww = check_jepsen(tmp_path / "b", g0(), ww_deps=True).results
     assert not any("ww_deps" in n for n in with_ww["notes"])
     assert with_ww["anomalies"]["G0"]["count"] == 1 and with_ww["valid"] is False
+
+
+@pytest.mark.parametrize("name", ["g1c-pure-wr-test", "poll-skip-test: abort doesn't roll back",
+                                  "duplicate-test: aborted txns", "lost-write-test: consistent",
+                                  "precommitted-read-test", "int-poll-skip-test"])
+def test_our_history_written_back_as_jepsen_edn_checks_the_same(tmp_path, name):
+    from checkers.txn.edn_export import export
+
+    case = next(c for c in CASES if c.name == name)
+    first = check_jepsen(tmp_path / "a", case.ops())
+    again = tmp_path / "b" / "history.edn"
+    again.parent.mkdir()
+    export(tmp_path / "a" / "run" / "history.jsonl", again)
+    assert is_jepsen_kafka(again)
+    second = check_path(translate(again, tmp_path / "b" / "run"), backend="reference")
+    counts = {k: v["count"] for k, v in first.results["anomalies"].items()}
+    assert {k: v["count"] for k, v in second["anomalies"].items()} == counts
+    assert second["valid"] == first.results["valid"]

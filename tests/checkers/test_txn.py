@@ -163,3 +163,19 @@ def test_ops_without_txn_never_join_a_transaction():
     sent, final = read_txns(lines)  # the final read's index 1 is not transaction 1
     assert (sent.id, len(sent.sends), sent.polls) == (1, 1, [])
     assert final.id == 3 and final.polls[0].final and final.polls[0].records == [(0, 1)]
+
+
+def test_a_client_goes_on_under_a_new_jepsen_process_after_a_crash():
+    from checkers.linear.edn import Keyword as K
+    from checkers.txn.edn_export import jepsen_ops
+
+    def part(index, time, process, type_, txn_id, **extra):
+        return {"index": index, "time": time, "process": process, "type": type_, "f": "send",
+                "partition": 0, "value": txn_id, "txn": txn_id, "mop": 0, "client": 7, **extra}
+
+    lines = [part(0, 0, 1, "invoke", 1), part(1, 5, 1, "info", 1, error="timeout"),
+             part(2, 6, 2, "invoke", 2), part(3, 9, 2, "ok", 2, offset=4)]
+    ops = jepsen_ops(read_txns(lines))
+    assert [(o[K("type")], o[K("process")], o[K("time")]) for o in ops] == [
+        ("invoke", 0, 0), ("info", 0, 5), ("invoke", 1, 6), ("ok", 1, 9)]
+    assert ops[3][K("value")] == ((K("send"), 0, (4, 2)),) and ops[0][K("f")] == "send"
