@@ -31,6 +31,7 @@ from checkers.forensics import forensics
 from checkers.ingest import ACKS, HistoryError, ingest
 from checkers.spark import get_session, resolve_master, say
 from checkers.trace import findings as invariant_findings
+from checkers.txn.hook import drop_witnessed, merge, transactional
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import (
     atomic_outputs,
@@ -179,7 +180,12 @@ def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes:
     results_path, loss_path = output_paths(history)
     allow = list(config.get("checker", {}).get("allow", []))
     unread = classify_unread(out)
+    txn = transactional(history, config)  # None unless its parts carry `mop` (checkers/txn)
+    if txn is not None:
+        unread = drop_witnessed(unread, txn, out.complete_partitions)
     results = {"history": history.name, **results_dict(out, unread, allow, notes)}
+    if txn is not None:
+        merge(results, txn, allow)
     if history.name == RUN_HISTORY:  # a run folder: its protocol invariants (checkers/trace.py)
         add_invariants(results, *invariant_findings(run_dir, config, EXAMPLES, spark), allow)
     lost = unread[unread["kind"].isin(["lost-write", "unseen"])]

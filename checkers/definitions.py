@@ -70,11 +70,11 @@ stale-read           a read R of p whose invocation began after an acks=all send
                      truncated away shows up here (later reads miss it) and as
                      inconsistent-offsets.
 
-Jepsen's Kafka anomalies that need transactions and so are not checked here: G0, G0-process
-and G1c (cycles over several keys: writes or reads of one transaction ordered against
-another's), G1c-process/-realtime, precommitted-read (a transaction reads its own uncommitted
-send) and the reads of aborted transactions (Jepsen takes reads from failed and crashed
-transactions too). Jepsen's `unseen` (sent, never read by the end) is our unseen where a
+Jepsen's Kafka anomalies that need transactions are not defined here but in checkers/txn
+(analysis.py), which runs on histories that hold transactions: G0, G0-process and G1c (cycles
+over several keys: writes or reads of one transaction ordered against another's),
+G1c-process/-realtime, precommitted-read (a transaction reads its own uncommitted send) and
+what the reads of failed and crashed transactions prove. Jepsen's `unseen` (sent, never read by the end) is our unseen where a
 final read completed, else unconfirmed.
 """
 

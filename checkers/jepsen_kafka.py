@@ -8,16 +8,18 @@ Jepsen's ops carry micro-ops in their values::
     {:type :ok,     :f :assign, :value [3 4], ...}                            ; or :subscribe
 
 (`:txn` ops mix both.) Each Jepsen op becomes several of ours, all carrying the Jepsen op's
-index as `txn` and its invoke and completion times, so the checks know which of our ops are
-parts of one operation (the `int-` anomalies of checkers/definitions.py):
+index as `txn`, the micro-op's place as `mop` and its invoke and completion times, so the
+checks know which of our ops are parts of one operation (the `int-` anomalies of
+checkers/definitions.py, and the transactions of checkers/txn; docs/formats.md):
 
 - each `[:send k v]` becomes a send of v to partition k, completed as the Jepsen op was (ok,
   info or fail), with the offset Jepsen returned when there is one (and a fail with Jepsen's
-  `:error`, else "fail": our fails carry an error);
-- the `[:poll ...]` micro-ops of an ok op become one poll per key, its records in the order
-  Jepsen returned them (across micro-ops). Reads of failed or crashed ops are dropped: a
-  consumer's poll that failed returned nothing to its caller (Jepsen, checking transactions,
-  uses them);
+  `:error`, else "fail": our fails carry an error). An op that completed info (or never
+  completed) and sent a value some ok op read completes ok: a transaction commits whole;
+- the `[:poll ...]` micro-ops of an op become one poll per key, its records in the order
+  Jepsen returned them (across micro-ops), completed as the op. The per-partition checks read
+  only ok polls; the reads of failed or crashed ops are kept for checkers/txn, as evidence of
+  what the log held;
 - `:assign` / `:subscribe` (ok or info) that drop a key reset that process's place in it, as
   in Jepsen: our process for the key gets a new name (`3~1`), so the next read or send is not
   compared with the ones before. Keys a transaction's `:rebalance-log` names are read per
@@ -123,7 +125,8 @@ class _Op:
 class Translation:
     events: list[dict[str, Any]] = field(default_factory=list)
     subscribed: bool = False
-    dropped_reads: int = 0  # reads of failed/crashed ops, and records without an offset
+    dropped_reads: int = 0  # records without an offset
+    resolved: list[int] = field(default_factory=list)  # info ops a read proved committed
     partitions: int = 0
     legend: dict[str, Any] = field(default_factory=dict)
 
@@ -230,10 +233,14 @@ def translate_events(events: list[tuple[str, dict[str, Any]]]) -> Translation:
     def emit(**fields: Any) -> None:
         t.events.append({"index": len(t.events), **fields})
 
+    committed = _committed_by_reads(ops, key_no, value_no)
     for n, op in enumerate(ops):
         inv, done = op.invoke, op.complete
         f, process = inv.get("f"), inv.get("process")
         kind = "info" if done is None else done["type"]
+        if kind == "info" and n in committed:
+            kind = "ok"
+            t.resolved.append(int((done or inv).get("index", n)))
         txn = (done or inv).get("index", n)
         t_inv = int(inv.get("time", inv.get("index", n)))
         t_done = int((done or inv).get("time", t_inv))
@@ -253,23 +260,25 @@ def translate_events(events: list[tuple[str, dict[str, Any]]]) -> Translation:
                       for k in (r.get("keys") or [])}
         common = {"time": t_inv, "txn": txn}
         # sends, in micro-op order
-        for mop in mops:
+        for i, mop in enumerate(mops):
             if not (isinstance(mop, list) and mop and mop[0] == "send"):
                 continue
             offset, v = _pair(mop)
             k = key_no(mop[1])
             p = alias(process, k)
-            emit(process=p, type="invoke", f="send", partition=k, value=value_no(v), **common)
+            emit(process=p, type="invoke", f="send", partition=k, value=value_no(v), mop=i,
+                 **common)
             completion: dict[str, Any] = {"process": p, "type": kind, "f": "send",
                                           "partition": k, "value": value_no(v),
-                                          "time": t_done, "txn": txn}
+                                          "time": t_done, "txn": txn, "mop": i}
             if isinstance(offset, int) and offset >= 0 and kind != "fail":
                 completion["offset"] = offset
             if kind == "fail":
                 completion["error"] = _error(done)
             emit(**completion)
-        # reads: one poll per key (per micro-op for a rebalanced key), ok ops only
+        # reads: one poll per key (per micro-op for a rebalanced key), completed as the op
         reads: dict[tuple[int, int], list[list[int]]] = {}
+        first_mop: dict[tuple[int, int], int] = {}
         for i, mop in enumerate(mops):
             if not (isinstance(mop, list) and len(mop) >= 2 and mop[0] == "poll"):
                 continue
@@ -281,18 +290,41 @@ def translate_events(events: list[tuple[str, dict[str, Any]]]) -> Translation:
                         records.append([pair[0], value_no(pair[1])])
                     else:
                         t.dropped_reads += 1
-                if kind != "ok":
-                    t.dropped_reads += len(records)
-                    continue
-                reads.setdefault((k, i if k in rebalanced else -1), []).extend(records)
-        for (k, _), records in reads.items():
+                where = (k, i if k in rebalanced else -1)
+                reads.setdefault(where, []).extend(records)
+                first_mop.setdefault(where, i)
+        for (k, part), records in reads.items():
             p = alias(process, k)
-            emit(process=p, type="invoke", f="poll", partition=k, **common)
-            emit(process=p, type="ok", f="poll", partition=k, records=records, time=t_done,
-                 txn=txn)
+            mop_no = first_mop[(k, part)]
+            emit(process=p, type="invoke", f="poll", partition=k, mop=mop_no, **common)
+            failed = {"error": _error(done)} if kind == "fail" else {}
+            emit(process=p, type=kind, f="poll", partition=k, records=records, time=t_done,
+                 txn=txn, mop=mop_no, **failed)
         if kind == "info":  # ours never uses a process again after an info (Jepsen's unit
             crashed[process] = crashed.get(process, 0) + 1  # tests do): a new name
     return t
+
+
+def _committed_by_reads(ops: list[_Op], key_no: _Numbering, value_no: _Numbering) -> set[int]:
+    """The ops that completed info (or never completed) and sent a value some ok op read:
+    a transaction commits whole or not at all, so one read proves all of its sends."""
+    read: set[tuple[int, int]] = set()
+    for op in ops:
+        if op.complete is not None and op.complete.get("type") == "ok":
+            for mop in op.complete.get("value") or []:
+                if isinstance(mop, list) and len(mop) >= 2 and mop[0] == "poll":
+                    read |= {(key_no(k), value_no(p[1])) for k, pairs in (mop[1] or {}).items()
+                             for p in pairs or [] if isinstance(p, list) and len(p) == 2}
+    committed = set()
+    for n, op in enumerate(ops):
+        done = op.complete
+        if op.invoke.get("f") in ASSIGN_FS or (done is not None and done["type"] != "info"):
+            continue
+        mops = (done or op.invoke).get("value") or []
+        if any(isinstance(m, list) and len(m) >= 2 and m[0] == "send"
+               and (key_no(m[1]), value_no(_pair(m)[1])) in read for m in mops):
+            committed.add(n)
+    return committed
 
 
 def _error(done: dict[str, Any] | None) -> str:
@@ -320,5 +352,6 @@ def translate(path: str | Path, out_dir: str | Path) -> Path:
     write_json_atomic(out / "test.json", {"name": "jepsen-kafka", "config": config})
     write_text_atomic(out / "jepsen-kafka.json", json.dumps(
         {"source": str(path), "dropped_reads": t.dropped_reads, "subscribe": t.subscribed,
+         "info_committed_by_reads": t.resolved,
          **t.legend}, indent=2, default=str) + "\n")
     return out

@@ -103,8 +103,8 @@ def unknown_reasons(out: CheckOutput, unread: pd.DataFrame) -> list[str]:
     if not acked:
         reasons.append("no acknowledged sends in the history: nothing to check")
     missing = sorted(acked - out.complete_partitions)
-    if missing:
-        n = int((unread["kind"] == "unconfirmed").sum())
+    n = int((unread["kind"] == "unconfirmed").sum())
+    if missing and n:  # every acknowledged record there was read: nothing is unconfirmed
         reasons.append(
             f"no final-poll read partition(s) {missing} up to its high watermark; "
             f"{n} acknowledged record(s) there were never read and are unconfirmed"

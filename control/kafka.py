@@ -75,6 +75,7 @@ _BROKER_BASE = {
     # default, each with two 10 MB preallocated indexes: one partition and 1 MB indexes keep
     # the data directories small enough to collect into the run folder in seconds.
     "offsets.topic.num.partitions": "1",
+    "transaction.state.log.num.partitions": "1",  # the same for transactions' coordinator log
     "log.index.size.max.bytes": "1048576",
 }
 

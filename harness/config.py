@@ -25,6 +25,7 @@ from typing import Any
 
 from checkers.definitions import ANOMALIES
 from checkers.invariants import INVARIANTS
+from checkers.txn.analysis import NAMES_FOUND as TXN_ANOMALIES
 from control import kafka_install
 from control.inventory import InventoryError, load_inventory
 from control.kafka import KafkaSettings, refusals
@@ -40,7 +41,8 @@ DEFAULT_PROFILE = PROFILE_DIR / "default.toml"
 
 # the checker's names, for checker.allow: the history's anomalies and the protocol
 # invariants' (checkers/invariants.py)
-KNOWN_ANOMALIES = ANOMALIES + tuple(i.anomaly for i in INVARIANTS)
+KNOWN_ANOMALIES = tuple(dict.fromkeys(ANOMALIES + TXN_ANOMALIES
+                                      + tuple(i.anomaly for i in INVARIANTS)))
 HOST_PROVIDERS = ("netns", "ssh", "sim")  # sim: the deterministic simulator (harness simulate)
 # Names under results/ that are not tests: the newest-run link and the campaigns folder.
 RESERVED_NAMES = ("latest", "campaigns")
@@ -233,6 +235,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # Kafka's idempotent producer (enable.idempotence, with acks = "all"); the embedded
         # client has no idempotence and ignores it
         "idempotence": _bool(),
+        # log: producers of single records and consumers (every system); txn: transactions
+        # and read-committed consumers, Apache Kafka only (workloads/rdkafka_txn.py)
+        "kind": _choice("log", "txn"),
     },
     "nemesis": {
         "faults": _names(KNOWN_FAULTS, "fault kinds"),
@@ -249,6 +254,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "allow": _names(KNOWN_ANOMALIES, "anomaly names"),
         "spark_master": _nonempty_str(),
         "spark_min_ops": _int(0, _INT64),
+        # transactions: write-write dependencies from offsets (Jepsen's :ww-deps; checkers/txn)
+        "ww_deps": _bool(),
     },
     # Apache Kafka, when system.kind = "kafka" (docs/kafka.md)
     "kafka": {
@@ -269,8 +276,8 @@ _MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
 # Keys that may be left out of their table ([system] keys all may, see validate()); configs
 # stored before a key existed leave it out.
 _OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
-              ("checker", "spark_min_ops"), ("kafka", "heap_mb"), ("kafka", "controller_heap_mb"),
-              ("workload", "idempotence")}
+              ("checker", "spark_min_ops"), ("checker", "ww_deps"), ("kafka", "heap_mb"),
+              ("kafka", "controller_heap_mb"), ("workload", "idempotence"), ("workload", "kind")}
              | {("nemesis", k) for k in all_settings()})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
 _ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"},
@@ -716,6 +723,7 @@ class WorkloadSettings:
     request_timeout_ms: int
     final_read_timeout: float
     idempotence: bool = True
+    kind: str = "log"
 
 
 @dataclass(frozen=True)
@@ -831,7 +839,8 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
         kafka=KafkaSettings(**config.get("kafka", _ABSENT_TABLES["kafka"])),
         workload=WorkloadSettings(str(w["acks"]), float(w["rate"]), int(w["producers"]),
                                   int(w["consumers"]), int(w["request_timeout_ms"]),
-                                  float(w["final_read_timeout"]), bool(w.get("idempotence", True))),
+                                  float(w["final_read_timeout"]), bool(w.get("idempotence", True)),
+                                  str(w.get("kind", "log"))),
         nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, s.default)) for k, s in all_settings().items()},

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from checkers.exitcodes import UserError
 from control import kafka_install
 from control.host import Host
 from control.kafka import KafkaNodes
@@ -24,6 +25,7 @@ from workloads import kafka_admin, topics
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 from workloads.rdkafka import RdKafkaWorkload
+from workloads.rdkafka_txn import RdKafkaTxnWorkload
 from workloads.sequence import Workload
 
 
@@ -113,6 +115,8 @@ class ApacheKafka:
 
     def workload(self, params: WorkloadParams, bootstrap: list[str],
                  history: HistoryWriter) -> Workload:
+        if self.test.settings.workload.kind == "txn":
+            return RdKafkaTxnWorkload(params, bootstrap, history)
         return RdKafkaWorkload(params, bootstrap, history,
                                idempotence=self.test.settings.workload.idempotence)
 
@@ -148,4 +152,9 @@ class ApacheKafka:
 def system_of(test: Test) -> System:
     """The system a test runs (a missing Kafka install is a one-line error here, before any
     host is made)."""
-    return ApacheKafka(test) if test.settings.system_kind == "kafka" else Embedded()
+    if test.settings.system_kind == "kafka":
+        return ApacheKafka(test)
+    if test.settings.workload.kind != "log":
+        raise UserError(f"workload.kind = {test.settings.workload.kind!r} needs transactions: "
+                        f"run it on Apache Kafka (--set system.kind=kafka)")
+    return Embedded()

@@ -53,6 +53,13 @@ class RdKafkaWorkload:
     """WorkloadParams' workload on librdkafka: `run`, `final_read`, `stats`, `final_errors`,
     as workloads.kafka.KafkaWorkload has them."""
 
+    reports_hwm = True  # a poll's end is the high watermark (not so when read-committed)
+
+    def part(self) -> dict[str, Any]:
+        """Fields a poll carries besides its own: none here (a transactional workload's
+        polls are transactions of one part)."""
+        return {}
+
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
                  idempotence: bool = True) -> None:
         self.p = params
@@ -200,7 +207,8 @@ class RdKafkaWorkload:
                     # Re-seek: read an earlier stretch again, as a restarted consumer would.
                     offsets[partition] = self._rng.randrange(offsets[partition] + 1)
                 offset = offsets[partition]
-                op = self.history.invoke(process, "poll", partition=partition, offset=offset)
+                op = self.history.invoke(process, "poll", partition=partition, offset=offset,
+                                         **self.part())
                 records, hwm, epoch, error = await self._blocking(
                     self._poll, consumer, partition, offset)
                 if error is not None:
@@ -208,7 +216,7 @@ class RdKafkaWorkload:
                     await asyncio.sleep(0.05)
                     continue
                 fields: dict[str, Any] = {"records": records}
-                if hwm is not None:
+                if hwm is not None and self.reports_hwm:
                     fields["hwm"] = hwm
                 if epoch is not None:
                     fields["epoch"] = epoch

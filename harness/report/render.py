@@ -16,6 +16,7 @@ import jinja2
 import pyarrow as pa
 
 from checkers import templating
+from checkers.txn.draw import cycle_svg, is_cycle
 from control.files import write_text_atomic
 from control.kafka import EMBEDDED_ONLY, WEAKNESS_DEFAULTS
 from harness.report import plots
@@ -296,7 +297,9 @@ def _anomalies(results: dict[str, Any]) -> list[dict[str, Any]]:
         examples = entry.get("examples") or []
         shown = [_example(e) for e in examples[:EXAMPLES_CAP]]
         entries.append({"name": name, "count": entry.get("count", 0), "examples": shown,
-                        "example_total": len(examples), "loss": name in LOSS_ANOMALIES})
+                        "example_total": len(examples), "loss": name in LOSS_ANOMALIES,
+                        "cycles": [cycle_svg(e) for e in examples[:EXAMPLES_CAP]
+                                   if is_cycle(e)]})
     return entries
 
 

@@ -317,3 +317,17 @@ def test_the_report_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
     text = _text(report_path(run).read_text())
     assert sorted(reads) == ["events.jsonl", "history.jsonl"]
     assert "Minimal reproduction" in text  # the story was told, from the same pass
+
+
+def test_report_draws_a_transactional_cycle(tmp_path: Path) -> None:
+    run = write_run_folder(tmp_path / "r" / "20260101T000000-s1")
+    results = json.loads((run / "results.json").read_text())
+    results["valid"] = False
+    results["anomalies"]["G1c"] = {"count": 1, "examples": [{
+        "type": "G1c", "cycle": [{"txn": 2}, {"txn": "<i>3</i>"}, {"txn": 2}],
+        "steps": [{"type": "wr", "key": 0, "value": 5}, {"type": "wr", "key": 1, "value": 6}]}]}
+    (run / "results.json").write_text(json.dumps(results))
+    html = report_path(run).read_text()
+    section = html[html.index('id="a-G1c"'):]
+    assert section.count("<svg") == 1 and "wr 0: 5" in section
+    assert "<i>3</i>" not in html and "T&lt;i&gt;3&lt;/i&gt;" in section
