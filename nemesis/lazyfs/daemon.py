@@ -8,6 +8,7 @@ from typing import Any
 from nemesis.lazyfs.control import Controller, ControlServer
 from nemesis.lazyfs.flusher import Flusher
 from nemesis.lazyfs.fs import LazyFUSE, LazyOps
+from nemesis.lazyfs.kernel import KernelCache
 from nemesis.lazyfs.mount import (
     MountOptions,
     is_mounted,
@@ -27,14 +28,15 @@ def run_foreground(opts: MountOptions) -> None:
     if is_mounted(opts.mountpoint):
         raise RuntimeError(f"{opts.mountpoint} is already mounted; run `umount` on it first")
     store = Store(opts.backing, sync_backing=opts.sync_backing, dirty_limit=opts.dirty_limit_bytes)
-    flusher = Flusher(store, opts.flush_interval_ms) if opts.flush_interval_ms > 0 else None
+    kernel = KernelCache(opts.mountpoint) if opts.writeback_cache else None
+    flusher = Flusher(store, opts.flush_interval_ms, kernel) if opts.flush_interval_ms > 0 else None
     registry = registry_file(opts.mountpoint)
     # Resolved before mounting: touching the mountpoint before init returns deadlocks.
     entry = {"pid": os.getpid(), "control": os.path.abspath(opts.control),
              "mountpoint": os.path.realpath(opts.mountpoint), "backing": os.path.realpath(opts.backing)}
-    ops = LazyOps(store, page_cached=opts.page_cached)
+    ops = LazyOps(store, page_cached=opts.page_cached, kernel=kernel)
     # Bound before mounting so a bad socket path fails here, not inside the FUSE init.
-    server = ControlServer(opts.control, Controller(store, ops.faults))
+    server = ControlServer(opts.control, Controller(store, ops.faults, kernel))
 
     def on_ready() -> None:
         write_json(pidfile_for(opts.control), {"pid": os.getpid()})

@@ -80,6 +80,11 @@ class DirtyExtents:
         self.dirty_bytes += added
         return added
 
+    def touches(self, offset: int, size: int) -> bool:
+        """Whether any dirty byte lies inside [offset, offset + size)."""
+        i = bisect_right(self._starts, offset + size - 1) - 1
+        return i >= 0 and self._starts[i] + len(self._bufs[i]) > offset
+
     def overlapping(self, offset: int, size: int) -> Iterator[tuple[int, memoryview]]:
         """Yield (start, bytes) for every dirty piece inside [offset, offset + size)."""
         end = offset + size

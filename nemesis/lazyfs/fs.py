@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nemesis.lazyfs.faults import Faults
+from nemesis.lazyfs.kernel import ATTR_TIMEOUT_S, KernelCache
 from nemesis.lazyfs.libfuse import mfusepy
 from nemesis.lazyfs.node import Node
 from nemesis.lazyfs.store import Store
@@ -21,6 +22,7 @@ from nemesis.lazyfs.store import Store
 # 1 MiB made reads fail with EINVAL at random; that was while libfuse 2 was the library
 # loaded (now refused, libfuse.py), and 1 MiB has not been retried since.
 MAX_WRITE = 128 * 1024
+FUSE_CAP_WRITEBACK_CACHE = 1 << 16  # fuse_common.h
 
 
 @dataclass
@@ -64,16 +66,17 @@ class LazyFUSE(mfusepy.FUSE):
         return self.operations.chown(self._path(path), -1 if uid == unset else uid,
                                      -1 if gid == unset else gid, _fh(fip))
 
-    # Direct I/O is chosen file by file (init turns the mount-wide switch off): every file but
-    # the page-cached ones, which the kernel caches so they can be mapped shared and writable.
+    # Direct I/O is chosen file by file (init turns the mount-wide switch off): without
+    # write-back caching every file but the page-cached ones, which the kernel caches so they
+    # can be mapped shared and writable; with it no file.
     def open(self, path: bytes, fip: Any) -> int:
         result = super().open(path, fip)
-        fip.contents.direct_io = int(not self.operations.is_page_cached(self._path(path)))
+        fip.contents.direct_io = int(self.operations.is_direct_io(self._path(path)))
         return result
 
     def create(self, path: bytes, mode: int, fip: Any) -> int:
         result = super().create(path, mode, fip)
-        fip.contents.direct_io = int(not self.operations.is_page_cached(self._path(path)))
+        fip.contents.direct_io = int(self.operations.is_direct_io(self._path(path)))
         return result
 
     def utimens_fuse_3(self, path: bytes | None, buf: Any, fip: Any) -> int:
@@ -85,9 +88,10 @@ class LazyOps(mfusepy.Operations):
     use_ns = True
 
     def __init__(self, store: Store, on_ready: Callable[[], None] | None = None,
-                 page_cached: tuple[str, ...] = ()) -> None:
+                 page_cached: tuple[str, ...] = (), kernel: KernelCache | None = None) -> None:
         self.store = store
         self.page_cached = page_cached
+        self.kernel = kernel  # set: the kernel caches writes (FUSE write-back caching)
         self.faults = Faults()
         self.on_ready = on_ready  # called once the kernel has the mount
         self._handles: dict[int, Handle] = {}
@@ -97,8 +101,8 @@ class LazyOps(mfusepy.Operations):
     # ---- lifecycle -------------------------------------------------------
 
     def init_with_config(self, conn_info: Any, config_3: Any) -> None:
-        # Reads must reach us (the kernel page cache would hide a power loss),
-        # and sizes must never be served from a stale kernel attribute cache.
+        # Without write-back caching reads must reach us (the kernel page cache would hide a
+        # power loss), and sizes must never be served from a stale kernel attribute cache.
         if config_3 is not None:
             config_3.direct_io = 0  # set per open instead: LazyFUSE.open
             config_3.kernel_cache = 0
@@ -110,8 +114,21 @@ class LazyOps(mfusepy.Operations):
             config_3.nullpath_ok = 1
         if conn_info is not None:
             conn_info.max_write = MAX_WRITE
+        if self.kernel is not None:
+            self._enable_writeback(conn_info, config_3)
         if self.on_ready is not None:
             self.on_ready()
+
+    def _enable_writeback(self, conn_info: Any, config_3: Any) -> None:
+        assert self.kernel is not None
+        if conn_info is None or config_3 is None or not conn_info.capable & FUSE_CAP_WRITEBACK_CACHE:
+            raise RuntimeError("this kernel or libfuse offers no FUSE write-back caching; "
+                               "mount with --no-writeback-cache")
+        conn_info.want |= FUSE_CAP_WRITEBACK_CACHE
+        # The kernel owns sizes and caches pages now; what it cached is made to forget a
+        # power loss explicitly (kernel.py), so attributes may be cached between changes.
+        config_3.attr_timeout = ATTR_TIMEOUT_S
+        self.kernel.attach(config_3)
 
     def destroy(self, path: str) -> None:
         self.store.flush_all()  # a clean unmount is a clean shutdown
@@ -122,7 +139,8 @@ class LazyOps(mfusepy.Operations):
         self.store.opened(node)
         with self._lock:
             fh = next(self._next_fh)
-            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND))
+            # with write-back caching the kernel resolves O_APPEND and writes back at offsets
+            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND) and self.kernel is None)
         return fh
 
     def _handle(self, fh: int) -> Handle:
@@ -144,7 +162,12 @@ class LazyOps(mfusepy.Operations):
     # ---- attributes and namespace ---------------------------------------
 
     def getattr(self, path: str | None, fh: int | None = None) -> dict[str, int]:
-        return self._node(path, fh).attrs()
+        node = self._node(path, fh)
+        if fh and self.faults.eio_write and self.kernel is not None and not node.is_dir:
+            # with write-back caching the kernel asks this before a buffered write (kernel.py
+            # keeps the attributes expired during the fault): the only place to fail it
+            raise mfusepy.FuseOSError(errno.EIO)
+        return node.attrs()
 
     def readdir(self, path: str | None, fh: int) -> list[str]:
         node = self._node(path, fh)
@@ -191,6 +214,9 @@ class LazyOps(mfusepy.Operations):
         return {k: getattr(st, k) for k in keys}
 
     # ---- files ---------------------------------------------------------
+
+    def is_direct_io(self, path: str | None) -> bool:
+        return self.kernel is None and not self.is_page_cached(path)
 
     def is_page_cached(self, path: str | None) -> bool:
         """Whether a file is served through the kernel's page cache: its writes still reach

@@ -243,19 +243,43 @@ class Store:
             self._check_live(node)
             if append:
                 offset = node.size
-            self.total_dirty += node.extents.write(offset, data)
-            node.size = max(node.size, offset + len(data))
+            end = offset + len(data)
+            skip = self._unchanged_prefix(node, offset, data)
+            self.total_dirty += node.extents.write(offset + skip, memoryview(data)[skip:])
+            node.size = max(node.size, end)
             node.touch()
             self.dirty.add(node)
             if self.dirty_limit and self.total_dirty > self.dirty_limit:
                 self.flush_all()
             return len(data)
 
+    def _unchanged_prefix(self, node: Node, offset: int, data: bytes) -> int:
+        """How many leading bytes of a write already are the durable bytes there, untouched
+        since: the kernel's write-back sends whole pages, so an append after an fsync
+        rewrites the durable head of its first page, which is not unsynced data."""
+        limit = min(node.trunc_floor, node.durable_size, offset + len(data))
+        if offset >= limit or node.extents.touches(offset, limit - offset):
+            return 0
+        fd = self._fd(node)
+        assert fd is not None
+        durable = os.pread(fd, limit - offset, offset)
+        view = memoryview(data)
+        lo, hi = 0, len(durable)  # binary search on the longest equal prefix
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if view[:mid] == durable[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def truncate(self, node: Node, size: int) -> None:
         with self.lock:
             self._check_live(node)
             if node.is_dir:
                 raise _err(errno.EISDIR, node.label())
+            if size == node.size:
+                return  # POSIX: only a size change updates the times
             if size < node.size:
                 self.total_dirty -= node.extents.truncate(size)
                 node.trunc_floor = min(node.trunc_floor, size)
@@ -282,6 +306,21 @@ class Store:
                 os.chown(real, node.uid, node.gid)
             if "mtime" in attrs or "atime" in attrs:
                 os.utime(real, ns=(node.atime, node.mtime))
+
+    def namespace(self) -> tuple[dict[str, int], list[str]]:
+        """Every file's path and size, and every directory's path, as processes see them."""
+        with self.lock:
+            files: dict[str, int] = {}
+            dirs: list[str] = []
+            stack = [("/", self.root)]
+            while stack:
+                path, node = stack.pop()
+                if not node.is_dir:
+                    files[path] = node.size
+                    continue
+                dirs.append(path)
+                stack.extend((os.path.join(path, name), child) for name, child in node.children.items())
+            return files, dirs
 
     # ---- durability ----------------------------------------------------
 
