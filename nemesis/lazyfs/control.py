@@ -57,11 +57,11 @@ class Controller:
         self.kernel = kernel
         self._ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "ping": lambda req: {"pid": os.getpid()},
-            "lose-unsynced": lambda req: self._power_loss(store.lose_unsynced),
+            "lose-unsynced": lambda req: self._power_loss(store.lose_unsynced, tear=False),
             "flush-all": lambda req: self._pushed(store.flush_all),
             "report": lambda req: self._pushed(store.report),
             "torn": lambda req: self._power_loss(
-                lambda: store.torn(_int_arg(req, "seed"), str(req.get("mode", "prefix")))),
+                lambda: store.torn(_int_arg(req, "seed"), str(req.get("mode", "prefix"))), tear=True),
             "slow-fsync": self._slow_fsync,
             "eio-write": lambda req: self._eio_write(_bool_arg(req, "on")),
             "eio-fsync": lambda req: self._switch("eio_fsync", _bool_arg(req, "on")),
@@ -72,15 +72,27 @@ class Controller:
             self.kernel.push()
         return op()
 
-    def _power_loss(self, loss: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _power_loss(self, loss: Callable[[], dict[str, Any]], *, tear: bool) -> dict[str, Any]:
         if self.kernel is None:
             return loss()
-        self.kernel.push()  # the kernel's pages are lost (or torn) with the store's
+        if tear:
+            self.kernel.push()  # the kernel's pages must be in the store to be torn with its own
         old_files, old_dirs = self.store.namespace()
         result = loss()
+        if not tear:
+            self._drain(result)
         files, dirs = self.store.namespace()
         self.kernel.resync([*old_files, *old_dirs], files, dirs)
         return result
+
+    def _drain(self, result: dict[str, Any]) -> None:
+        """The kernel's pages are not worth taking in only to drop them: written back after
+        the loss, each is refused (written before it) and counted with the rest."""
+        assert self.kernel is not None
+        self.kernel.push()
+        for path, lost in self.store.take_late_losses().items():
+            result["files"][path] = result["files"].get(path, 0) + lost
+            result["lost_bytes"] += lost
 
     def _eio_write(self, on: bool) -> dict[str, Any]:
         if self.kernel is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from nemesis.lazyfs.control import Controller, ControlServer
@@ -27,6 +28,9 @@ def run_foreground(opts: MountOptions) -> None:
             raise NotADirectoryError(f"{what} {path!r} is not a directory")
     if is_mounted(opts.mountpoint):
         raise RuntimeError(f"{opts.mountpoint} is already mounted; run `umount` on it first")
+    # Many FUSE threads contend for the interpreter lock under write-back; a shorter switch
+    # interval keeps control requests (a power loss) from waiting behind them for long.
+    sys.setswitchinterval(0.0005)
     store = Store(opts.backing, sync_backing=opts.sync_backing, dirty_limit=opts.dirty_limit_bytes)
     kernel = KernelCache(opts.mountpoint) if opts.writeback_cache else None
     flusher = Flusher(store, opts.flush_interval_ms, kernel) if opts.flush_interval_ms > 0 else None

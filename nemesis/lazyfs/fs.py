@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import os
@@ -17,11 +18,13 @@ from nemesis.lazyfs.libfuse import mfusepy
 from nemesis.lazyfs.node import Node
 from nemesis.lazyfs.store import Store
 
-# Largest write the kernel may send in one request: big sequential appends
-# arrive as few large writes instead of many 4 KiB ones.
-# 1 MiB made reads fail with EINVAL at random; that was while libfuse 2 was the library
-# loaded (now refused, libfuse.py), and 1 MiB has not been retried since.
-MAX_WRITE = 128 * 1024
+# Largest write the kernel may send in one request: big sequential appends (and the
+# kernel's write-back) arrive as few large writes, each one Python call. (1 MiB made reads
+# fail with EINVAL at random while libfuse 2 was loaded, now refused: libfuse.py.)
+MAX_WRITE = 1 << 20
+# Write-back requests the kernel keeps in flight: more only queue for the interpreter lock
+# (Python runs one callback at a time) and delay the control thread's requests.
+MAX_BACKGROUND = 2
 FUSE_CAP_WRITEBACK_CACHE = 1 << 16  # fuse_common.h
 
 
@@ -79,6 +82,14 @@ class LazyFUSE(mfusepy.FUSE):
         fip.contents.direct_io = int(self.operations.is_direct_io(self._path(path)))
         return result
 
+    def write(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
+        """mfusepy copies the data into bytes first; a view of libfuse's buffer saves that
+        copy (the store copies it into its cache and keeps no reference). `writepage` tells
+        the kernel's write-back of cached pages from a process's own (direct) write."""
+        fi = fip.contents
+        data = memoryview((ctypes.c_char * size).from_address(ctypes.addressof(buf.contents))).cast("B")
+        return self.operations.write(self._path(path), data, offset, fi.fh, bool(fi.writepage))
+
     def utimens_fuse_3(self, path: bytes | None, buf: Any, fip: Any) -> int:
         times = (_ns(buf.contents.actime), _ns(buf.contents.modtime)) if buf else None
         return self.operations.utimens(self._path(path), times, _fh(fip))
@@ -125,6 +136,7 @@ class LazyOps(mfusepy.Operations):
             raise RuntimeError("this kernel or libfuse offers no FUSE write-back caching; "
                                "mount with --no-writeback-cache")
         conn_info.want |= FUSE_CAP_WRITEBACK_CACHE
+        conn_info.max_background = MAX_BACKGROUND
         # The kernel owns sizes and caches pages now; what it cached is made to forget a
         # power loss explicitly (kernel.py), so attributes may be cached between changes.
         config_3.attr_timeout = ATTR_TIMEOUT_S
@@ -243,11 +255,16 @@ class LazyOps(mfusepy.Operations):
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         return self.store.read(self._handle(fh).node, offset, size)
 
-    def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
-        handle = self._handle(fh)
+    def write(self, path: str | None, data: bytes | memoryview, offset: int, fh: int,
+              writeback: bool = False) -> int:
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise mfusepy.FuseOSError(errno.EBADF)
+        if not writeback:
+            self._handle(fh)  # EIO on a descriptor from before a power loss
         if self.faults.eio_write:
             raise mfusepy.FuseOSError(errno.EIO)
-        return self.store.write(handle.node, offset, data, append=handle.append)
+        return self.store.write(handle.node, offset, data, append=handle.append, writeback=writeback)
 
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
         self.store.truncate(self._node(path, fh), length)

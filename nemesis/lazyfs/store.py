@@ -13,6 +13,8 @@ import os
 import random
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from nemesis.lazyfs.journal import BackingTree, Op
@@ -22,6 +24,19 @@ from nemesis.lazyfs.torn import MODES, kept_pieces
 
 def _err(code: int, path: str) -> OSError:
     return OSError(code, os.strerror(code), path)
+
+
+def unchanged_prefix(data: bytes | memoryview, durable: bytes) -> int:
+    """Length of the longest common prefix of a write and the durable bytes under it."""
+    view = memoryview(data)
+    lo, hi = 0, min(len(view), len(durable))
+    while lo < hi:  # binary search: each probe is one C-level comparison
+        mid = (lo + hi + 1) // 2
+        if view[:mid] == durable[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -42,6 +57,11 @@ class Store:
         self.total_dirty = 0
         self.generation = 0
         self._with_fd: set[Node] = set()
+        self.late_losses: dict[str, int] = {}
+        # Cleared while a power loss waits for the lock: writes (the kernel writing back
+        # pages, many threads) would otherwise keep taking it first, and are cheaper after.
+        self.quiet = threading.Event()
+        self.quiet.set()
         self.root = self._load()
 
     # ---- loading -------------------------------------------------------
@@ -238,8 +258,15 @@ class Store:
                 out[start - offset : start - offset + len(piece)] = piece
             return bytes(out)
 
-    def write(self, node: Node, offset: int, data: bytes, append: bool = False) -> int:
+    def write(self, node: Node, offset: int, data: bytes | memoryview, append: bool = False,
+              writeback: bool = False) -> int:
+        """`writeback`: the kernel writing back a cached page, which may have been written
+        before a power loss and held by the kernel through it (dropped then, not refused)."""
+        self.quiet.wait()
         with self.lock:
+            if writeback and node.generation != self.generation:
+                self._drop_late_page(node, offset, data)
+                return len(data)
             self._check_live(node)
             if append:
                 offset = node.size
@@ -253,7 +280,7 @@ class Store:
                 self.flush_all()
             return len(data)
 
-    def _unchanged_prefix(self, node: Node, offset: int, data: bytes) -> int:
+    def _unchanged_prefix(self, node: Node, offset: int, data: bytes | memoryview) -> int:
         """How many leading bytes of a write already are the durable bytes there, untouched
         since: the kernel's write-back sends whole pages, so an append after an fsync
         rewrites the durable head of its first page, which is not unsynced data."""
@@ -262,16 +289,28 @@ class Store:
             return 0
         fd = self._fd(node)
         assert fd is not None
-        durable = os.pread(fd, limit - offset, offset)
-        view = memoryview(data)
-        lo, hi = 0, len(durable)  # binary search on the longest equal prefix
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if view[:mid] == durable[:mid]:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return unchanged_prefix(data, os.pread(fd, limit - offset, offset))
+
+    def _drop_late_page(self, node: Node, offset: int, data: bytes | memoryview) -> None:
+        """A page written before a power loss and written back after it (the kernel held it):
+        dropped and counted as lost, as if the loss had found it here. The kernel is told it
+        was written: an error would stay on the file for its next user to trip over."""
+        lost = len(data)
+        if node.backing is not None and offset < node.durable_size:
+            real = self.tree.real(node.backing)
+            try:
+                with open(real, "rb") as f:  # the durable bytes: what the loss left
+                    f.seek(offset)
+                    lost -= unchanged_prefix(data, f.read(node.durable_size - offset))
+            except OSError:
+                pass  # gone since: all of it counts
+        self.late_losses[node.label()] = self.late_losses.get(node.label(), 0) + lost
+
+    def take_late_losses(self) -> dict[str, int]:
+        """Bytes dropped since the last power loss, per file (see _drop_late_page)."""
+        with self.lock:
+            taken, self.late_losses = self.late_losses, {}
+            return taken
 
     def truncate(self, node: Node, size: int) -> None:
         with self.lock:
@@ -309,7 +348,7 @@ class Store:
 
     def namespace(self) -> tuple[dict[str, int], list[str]]:
         """Every file's path and size, and every directory's path, as processes see them."""
-        with self.lock:
+        with self._first():
             files: dict[str, int] = {}
             dirs: list[str] = []
             stack = [("/", self.root)]
@@ -434,7 +473,7 @@ class Store:
 
     def lose_unsynced(self) -> dict[str, Any]:
         """Power loss: forget every unflushed write and pending namespace operation."""
-        with self.lock:
+        with self._first():
             lost = {n.label(): n.extents.dirty_bytes for n in sorted(self.dirty, key=Node.label)}
             dropped = [op.describe() for op in self.journal]
             self._reset()
@@ -449,7 +488,7 @@ class Store:
         """Power loss mid-writeback: a random journal prefix and random parts of the data survive."""
         if mode not in MODES:
             raise ValueError(f"unknown torn mode {mode!r}; expected one of {', '.join(MODES)}")
-        with self.lock:
+        with self._first():
             if seed is None:
                 seed = random.SystemRandom().randrange(2**32)
             rng = random.Random(seed)
@@ -476,6 +515,16 @@ class Store:
                 "generation": self.generation,
             }
 
+    @contextmanager
+    def _first(self) -> Iterator[None]:
+        """The lock, ahead of writes waiting for it."""
+        self.quiet.clear()
+        try:
+            with self.lock:
+                yield
+        finally:
+            self.quiet.set()
+
     def _tear(self, node: Node, rng: random.Random, mode: str) -> int:
         """Write the randomly kept part of a file's unsynced data; returns the bytes kept."""
         if node.backing is None:
@@ -495,5 +544,6 @@ class Store:
         self.journal.clear()
         self.dirty.clear()
         self.total_dirty = 0
+        self.late_losses = {}
         self.generation += 1
         self.root = self._load()
