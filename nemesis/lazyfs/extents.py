@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 PAGE_SIZE = 4096
-EXTENT_MAX = 4 << 20
+EXTENT_MAX = 1 << 20  # the largest write the kernel sends (fs.MAX_WRITE): one copy each
 
 
 class DirtyExtents:
