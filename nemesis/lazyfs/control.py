@@ -79,20 +79,26 @@ class Controller:
             self.kernel.push()  # the kernel's pages must be in the store to be torn with its own
         old_files, old_dirs = self.store.namespace()
         result = loss()
-        if not tear:
-            self._drain(result)
+        self._drain(result, tear)
         files, dirs = self.store.namespace()
         self.kernel.resync([*old_files, *old_dirs], files, dirs)
         return result
 
-    def _drain(self, result: dict[str, Any]) -> None:
-        """The kernel's pages are not worth taking in only to drop them: written back after
-        the loss, each is refused (written before it) and counted with the rest."""
+    def _drain(self, result: dict[str, Any], tear: bool) -> None:
+        """What the kernel still holds is not worth taking in only to drop it (so a plain
+        loss does not pull it in first): written back after the loss, each page is dropped
+        (written before it) and counted with the rest."""
         assert self.kernel is not None
         self.kernel.push()
         for path, lost in self.store.take_late_losses().items():
-            result["files"][path] = result["files"].get(path, 0) + lost
             result["lost_bytes"] += lost
+            if tear:  # torn replies say per file what was unsynced, kept and lost
+                entry = result["files"].setdefault(
+                    path, {"unsynced_bytes": 0, "kept_bytes": 0, "lost_bytes": 0})
+                entry["unsynced_bytes"] += lost
+                entry["lost_bytes"] += lost
+            else:
+                result["files"][path] = result["files"].get(path, 0) + lost
 
     def _eio_write(self, on: bool) -> dict[str, Any]:
         if self.kernel is None:
