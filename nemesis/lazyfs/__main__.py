@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--no-sync-backing", action="store_true",
                        help="do not fsync the backing files when flushing (faster, not crash-safe for the host)")
     mount.add_argument("--page-cached", action="append", default=[], metavar="SUFFIX",
-                       help="files whose names end so go through the kernel page cache, so they "
-                            "can be memory-mapped (Kafka's indexes); repeatable")
+                       help="with --no-writeback-cache: files whose names end so go through the "
+                            "kernel page cache, so they can be memory-mapped (Kafka's indexes); "
+                            "repeatable")
     mount.add_argument("--no-writeback-cache", action="store_true",
                        help="every read and write reaches the daemon as made (direct I/O) instead "
                             "of the kernel caching writes and handing over whole pages")

@@ -231,9 +231,9 @@ class LazyOps(mfusepy.Operations):
         return self.kernel is None and not self.is_page_cached(path)
 
     def is_page_cached(self, path: str | None) -> bool:
-        """Whether a file is served through the kernel's page cache: its writes still reach
-        this store (as write-back), but a power loss cannot drop what the kernel holds
-        until then, and reads of it may come from the kernel (docs/lazyfs.md)."""
+        """Without write-back caching, whether a file is served through the kernel's page
+        cache anyway (so it can be mapped): its writes still reach this store (as write-back),
+        but a power loss cannot drop what the kernel holds until then (docs/lazyfs.md)."""
         return bool(path) and path.endswith(self.page_cached) if self.page_cached else False
 
     def create(self, path: str, mode: int, flags: int) -> int:
