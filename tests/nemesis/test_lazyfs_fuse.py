@@ -565,3 +565,13 @@ def test_a_stopped_writers_kernel_cached_pages_are_torn_with_the_rest(fs: Mount)
     disk = (fs.backing / "log").read_bytes()
     assert disk == b"D" * 5000 + b"U" * torn["kept_bytes"]
     assert (fs.mnt / "log").read_bytes() == disk and (fs.mnt / "log").stat().st_size == len(disk)
+
+
+def test_a_file_created_where_a_lost_one_was_starts_empty(fs: Mount) -> None:
+    """The kernel may still cache the lost file's inode (pages and, with write-back caching,
+    its size) under the same name; the new file must not inherit either."""
+    fs.write("f", b"x" * 100_000)  # never fsynced: gone at the loss
+    fs.client.lose_unsynced()
+    assert not (fs.mnt / "f").exists()
+    fs.write("f", b"new")  # O_CREAT without O_TRUNC, as a log segment is created
+    assert (fs.mnt / "f").stat().st_size == 3 and (fs.mnt / "f").read_bytes() == b"new"
