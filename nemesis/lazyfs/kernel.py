@@ -2,11 +2,13 @@
 
 With write-back caching the kernel keeps written pages and file sizes of its own and hands
 the daemon whole pages later (at fsync, close, its own writeback or memory pressure). Those
-pages are unsynced data too, so before any fault or report the daemon pulls them in
-(`syncfs` on the mount: it writes pages back and sends no fsync), and after a power loss it
-makes the kernel forget what it held: every cached inode's pages and attributes are
-invalidated, and a size the kernel still believes (with write-back caching the kernel, not
-the daemon, owns a cached file's size) is set back by a truncate through the mount.
+pages are unsynced data too: before a report, a flush or a torn loss the daemon pulls them
+in (`syncfs` on the mount: it writes pages back and sends no fsync); a plain power loss
+resets the store first and pulls them in after, to be dropped (Store.write, writeback).
+After a power loss the kernel is made to forget what it held: every cached inode's pages
+and attributes are invalidated, and a size the kernel still believes (with write-back
+caching the kernel, not the daemon, owns a cached file's size) is set back by a truncate
+through the mount.
 
 Everything here goes through the mount, so it must run on a thread that is not serving a
 FUSE request and does not hold the store's lock (the control and flusher threads).
@@ -20,18 +22,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from nemesis.lazyfs.libfuse import mfusepy
+from nemesis.lazyfs.mount import is_mounted
 
 # Attributes may be cached this long: without it the kernel asks for them before every
 # buffered write. Changes the kernel does not make itself are invalidated explicitly.
 ATTR_TIMEOUT_S = 1.0
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = ctypes.CDLL(None)
 _libfuse = mfusepy._libfuse
 _libfuse.fuse_invalidate_path.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
 _libfuse.fuse_invalidate_path.restype = ctypes.c_int
 
 
 class KernelCache:
+    """One mount's kernel page cache, seen from its daemon."""
+
     def __init__(self, mountpoint: str) -> None:
         self.mountpoint = os.path.abspath(mountpoint)
         self._fuse: int | None = None  # struct fuse *, known once init ran
@@ -44,6 +49,8 @@ class KernelCache:
 
     def push(self) -> None:
         """Write every page the kernel holds back to the daemon (as unsynced data)."""
+        if not is_mounted(self.mountpoint):
+            return  # detached (lazy unmount): the path is the directory under it now
         fd = os.open(self.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
         try:
             # Its error is not ours: it reports any page or timestamp the daemon refused
