@@ -77,7 +77,7 @@ def mount_factory(tmp_path: Path) -> Iterator[Callable[..., Mount]]:
         mnt.mkdir()
         control = str(tmp_path / f"ctl{n}.sock")
         mounts.append(mnt)
-        pid = spawn_daemon(MountOptions(str(backing), str(mnt), control, **opts))  # type: ignore[arg-type]
+        pid = spawn_daemon(MountOptions(str(backing), str(mnt), control, **opts))
         return Mount(backing, mnt, control, pid, LazyFSClient(control),
                      bool(opts.get("writeback_cache", True)))
 
