@@ -275,7 +275,8 @@ class Store:
             self.total_dirty += node.extents.write(offset + skip, memoryview(data)[skip:])
             node.size = max(node.size, end)
             node.touch()
-            self.dirty.add(node)
+            if node.is_dirty:  # a write of nothing but durable bytes leaves it clean
+                self.dirty.add(node)
             if self.dirty_limit and self.total_dirty > self.dirty_limit:
                 self.flush_all()
             return len(data)
