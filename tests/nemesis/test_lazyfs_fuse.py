@@ -575,3 +575,20 @@ def test_a_file_created_where_a_lost_one_was_starts_empty(fs: Mount) -> None:
     assert not (fs.mnt / "f").exists()
     fs.write("f", b"new")  # O_CREAT without O_TRUNC, as a log segment is created
     assert (fs.mnt / "f").stat().st_size == 3 and (fs.mnt / "f").read_bytes() == b"new"
+
+
+def test_report_and_flush_all_include_what_a_live_writer_left_in_the_kernel(fs: Mount) -> None:
+    """With write-back caching a writer that has not closed its file may hold its appends in
+    the kernel's cache only: a report counts them and flush-all makes them durable."""
+    fs.write("log", b"D" * 5000, fsync=True)
+    proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(fs.mnt / "log")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert fs.client.report()["files"]["/log"]["unsynced_bytes"] == 100_000
+        assert fs.client.flush_all()["files"] == {"/log": 100_000}
+    finally:
+        proc.kill()
+        proc.wait()
+    assert fs.client.lose_unsynced()["lost_bytes"] == 0
+    assert fs.both("log") == (b"D" * 5000 + b"U" * 100_000,) * 2
