@@ -68,7 +68,8 @@ class KernelCache:
     def resync(self, stale: Iterable[str], files: dict[str, int], dirs: Iterable[str]) -> None:
         """After a power loss: forget the paths of the old namespace, then make every cached
         file of the new one show the store's size and contents, and every directory its entries."""
-        for path in stale:
+        dirs = list(dirs)
+        for path in set(stale).difference(files, dirs):  # the others are forgotten below
             self.forget(path)
         for path in dirs:
             self.forget(path)
