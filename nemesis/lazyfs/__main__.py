@@ -41,8 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     mount.add_argument("--no-sync-backing", action="store_true",
                        help="do not fsync the backing files when flushing (faster, not crash-safe for the host)")
     mount.add_argument("--page-cached", action="append", default=[], metavar="SUFFIX",
-                       help="files whose names end so go through the kernel page cache, so they "
-                            "can be memory-mapped (Kafka's indexes); repeatable")
+                       help="with --no-writeback-cache: files whose names end so go through the "
+                            "kernel page cache, so they can be memory-mapped (Kafka's indexes); "
+                            "repeatable")
+    mount.add_argument("--no-writeback-cache", action="store_true",
+                       help="every read and write reaches the daemon as made (direct I/O) instead "
+                            "of the kernel caching writes and handing over whole pages")
     mount.add_argument("--foreground", action="store_true", help="serve in this process")
 
     ctl = sub.add_parser("ctl", help="send a control request to a mount")
@@ -80,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "mount":
             opts = MountOptions(args.backing, args.mountpoint, args.control, args.flush_interval_ms,
                                 args.dirty_limit_bytes, sync_backing=not args.no_sync_backing,
-                                page_cached=tuple(args.page_cached))
+                                page_cached=tuple(args.page_cached),
+                                writeback_cache=not args.no_writeback_cache)
             if args.foreground:
                 # imported here: only the daemon needs libfuse, ctl and umount do not
                 from nemesis.lazyfs.daemon import run_foreground

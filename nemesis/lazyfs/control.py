@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from nemesis.lazyfs.faults import Faults
 
 if TYPE_CHECKING:
+    from nemesis.lazyfs.kernel import KernelCache
     from nemesis.lazyfs.store import Store
 
 MAX_REQUEST = 1 << 16
@@ -44,21 +45,69 @@ def _bool_arg(req: dict[str, Any], key: str) -> bool:
 
 
 class Controller:
-    """Executes control requests against one mount's store and fault switches."""
+    """Executes control requests against one mount's store and fault switches.
 
-    def __init__(self, store: Store, faults: Faults) -> None:
+    With write-back caching (`kernel` given) the pages the kernel holds are unsynced data
+    too: every request that reads or changes the unsynced state pulls them in first, and a
+    power loss ends by making the kernel forget what the store lost (kernel.py)."""
+
+    def __init__(self, store: Store, faults: Faults, kernel: KernelCache | None = None) -> None:
         self.store = store
         self.faults = faults
+        self.kernel = kernel
         self._ops: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "ping": lambda req: {"pid": os.getpid()},
-            "lose-unsynced": lambda req: store.lose_unsynced(),
-            "flush-all": lambda req: store.flush_all(),
-            "report": lambda req: store.report(),
-            "torn": lambda req: store.torn(_int_arg(req, "seed"), str(req.get("mode", "prefix"))),
+            "lose-unsynced": lambda req: self._power_loss(store.lose_unsynced, tear=False),
+            "flush-all": lambda req: self._pushed(store.flush_all),
+            "report": lambda req: self._pushed(store.report),
+            "torn": lambda req: self._power_loss(
+                lambda: store.torn(_int_arg(req, "seed"), str(req.get("mode", "prefix"))), tear=True),
             "slow-fsync": self._slow_fsync,
-            "eio-write": lambda req: self._switch("eio_write", _bool_arg(req, "on")),
+            "eio-write": lambda req: self._eio_write(_bool_arg(req, "on")),
             "eio-fsync": lambda req: self._switch("eio_fsync", _bool_arg(req, "on")),
         }
+
+    def _pushed(self, op: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if self.kernel is not None:
+            self.kernel.push()
+        return op()
+
+    def _power_loss(self, loss: Callable[[], dict[str, Any]], *, tear: bool) -> dict[str, Any]:
+        if self.kernel is None:
+            return loss()
+        if tear:
+            self.kernel.push()  # the kernel's pages must be in the store to be torn with its own
+        old_files, old_dirs = self.store.namespace()
+        result = loss()
+        self._drain(result, tear)
+        files, dirs = self.store.namespace()
+        self.kernel.resync([*old_files, *old_dirs], files, dirs)
+        return result
+
+    def _drain(self, result: dict[str, Any], tear: bool) -> None:
+        """What the kernel still holds is not worth taking in only to drop it (so a plain
+        loss does not pull it in first): written back after the loss, each page is dropped
+        (written before it) and counted with the rest."""
+        assert self.kernel is not None
+        self.kernel.push()
+        for path, lost in self.store.take_late_losses().items():
+            result["lost_bytes"] += lost
+            if tear:  # torn replies say per file what was unsynced, kept and lost
+                entry = result["files"].setdefault(
+                    path, {"unsynced_bytes": 0, "kept_bytes": 0, "lost_bytes": 0})
+                entry["unsynced_bytes"] += lost
+                entry["lost_bytes"] += lost
+            else:
+                result["files"][path] = result["files"].get(path, 0) + lost
+
+    def _eio_write(self, on: bool) -> dict[str, Any]:
+        if self.kernel is None:
+            return self._switch("eio_write", on)
+        if on:
+            self.kernel.push()  # what was written before the fault is cached as before
+        result = self._switch("eio_write", on)
+        self.kernel.expire_attributes(on, self.store.namespace()[0])
+        return result
 
     def _slow_fsync(self, req: dict[str, Any]) -> dict[str, Any]:
         self.faults.slow_fsync_ms = _int_arg(req, "ms") or 0

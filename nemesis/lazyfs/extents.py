@@ -2,7 +2,9 @@
 
 Extents are kept sorted, non-overlapping and non-adjacent (adjacent writes are
 coalesced), so a sequential append stream is one growing bytearray: appends are
-amortised O(1) instead of re-copying the buffer.
+amortised O(1) instead of re-copying the buffer. Only an append onto an extent of
+EXTENT_MAX bytes or more starts a new, adjacent one: growing a buffer re-copies it now
+and then, and a copy of a buffer of hundreds of MB costs more than the append.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 PAGE_SIZE = 4096
+EXTENT_MAX = 1 << 20  # the largest write the kernel sends (fs.MAX_WRITE): one copy each
 
 
 class DirtyExtents:
@@ -27,7 +30,7 @@ class DirtyExtents:
     def __iter__(self) -> Iterator[tuple[int, bytearray]]:
         return iter(zip(self._starts, self._bufs, strict=True))
 
-    def write(self, offset: int, data: bytes) -> int:
+    def write(self, offset: int, data: bytes | memoryview) -> int:
         """Record `data` at `offset`; returns how many bytes became newly dirty."""
         if not data:
             return 0
@@ -35,6 +38,8 @@ class DirtyExtents:
         i = bisect_right(self._starts, offset) - 1
         if i >= 0 and self._starts[i] + len(self._bufs[i]) >= offset:
             first = i  # extent i overlaps or touches the write
+            if self._starts[i] + len(self._bufs[i]) == offset and len(self._bufs[i]) >= EXTENT_MAX:
+                first = i + 1  # only touches it, and it is full
         else:
             first = i + 1
         last = first
@@ -50,7 +55,7 @@ class DirtyExtents:
             return self._write_into(first, offset, data)
         return self._merge(first, last, offset, data)
 
-    def _write_into(self, i: int, offset: int, data: bytes) -> int:
+    def _write_into(self, i: int, offset: int, data: bytes | memoryview) -> int:
         start, buf = self._starts[i], self._bufs[i]
         added = 0
         if offset < start:
@@ -65,7 +70,7 @@ class DirtyExtents:
         self.dirty_bytes += added
         return added
 
-    def _merge(self, first: int, last: int, offset: int, data: bytes) -> int:
+    def _merge(self, first: int, last: int, offset: int, data: bytes | memoryview) -> int:
         start = min(offset, self._starts[first])
         end = max(offset + len(data), self._starts[last - 1] + len(self._bufs[last - 1]))
         merged = bytearray(end - start)
@@ -79,6 +84,11 @@ class DirtyExtents:
         added = len(merged) - old
         self.dirty_bytes += added
         return added
+
+    def touches(self, offset: int, size: int) -> bool:
+        """Whether any dirty byte lies inside [offset, offset + size)."""
+        i = bisect_right(self._starts, offset + size - 1) - 1
+        return i >= 0 and self._starts[i] + len(self._bufs[i]) > offset
 
     def overlapping(self, offset: int, size: int) -> Iterator[tuple[int, memoryview]]:
         """Yield (start, bytes) for every dirty piece inside [offset, offset + size)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import itertools
 import os
@@ -12,15 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from nemesis.lazyfs.faults import Faults
+from nemesis.lazyfs.kernel import ATTR_TIMEOUT_S, KernelCache
 from nemesis.lazyfs.libfuse import mfusepy
 from nemesis.lazyfs.node import Node
 from nemesis.lazyfs.store import Store
 
-# Largest write the kernel may send in one request: big sequential appends
-# arrive as few large writes instead of many 4 KiB ones.
-# 1 MiB made reads fail with EINVAL at random; that was while libfuse 2 was the library
-# loaded (now refused, libfuse.py), and 1 MiB has not been retried since.
-MAX_WRITE = 128 * 1024
+# Largest write the kernel may send in one request: big sequential appends (and the
+# kernel's write-back) arrive as few large writes, each one Python call. (1 MiB made reads
+# fail with EINVAL at random while libfuse 2 was loaded, now refused: libfuse.py.)
+MAX_WRITE = 1 << 20
+# Write-back requests the kernel keeps in flight: more only queue for the interpreter lock
+# (Python runs one callback at a time) and delay the control thread's requests.
+MAX_BACKGROUND = 2
+FUSE_CAP_WRITEBACK_CACHE = 1 << 16  # fuse_common.h
 
 
 @dataclass
@@ -64,17 +69,26 @@ class LazyFUSE(mfusepy.FUSE):
         return self.operations.chown(self._path(path), -1 if uid == unset else uid,
                                      -1 if gid == unset else gid, _fh(fip))
 
-    # Direct I/O is chosen file by file (init turns the mount-wide switch off): every file but
-    # the page-cached ones, which the kernel caches so they can be mapped shared and writable.
+    # Direct I/O is chosen file by file (init turns the mount-wide switch off): without
+    # write-back caching every file but the page-cached ones, which the kernel caches so they
+    # can be mapped shared and writable; with it no file.
     def open(self, path: bytes, fip: Any) -> int:
         result = super().open(path, fip)
-        fip.contents.direct_io = int(not self.operations.is_page_cached(self._path(path)))
+        fip.contents.direct_io = int(self.operations.is_direct_io(self._path(path)))
         return result
 
     def create(self, path: bytes, mode: int, fip: Any) -> int:
         result = super().create(path, mode, fip)
-        fip.contents.direct_io = int(not self.operations.is_page_cached(self._path(path)))
+        fip.contents.direct_io = int(self.operations.is_direct_io(self._path(path)))
         return result
+
+    def write(self, path: bytes | None, buf: Any, size: int, offset: int, fip: Any) -> int:
+        """mfusepy copies the data into bytes first; a view of libfuse's buffer saves that
+        copy (the store copies it into its cache and keeps no reference). `writepage` tells
+        the kernel's write-back of cached pages from a process's own (direct) write."""
+        fi = fip.contents
+        data = memoryview((ctypes.c_char * size).from_address(ctypes.addressof(buf.contents))).cast("B")
+        return self.operations.write(self._path(path), data, offset, fi.fh, bool(fi.writepage))
 
     def utimens_fuse_3(self, path: bytes | None, buf: Any, fip: Any) -> int:
         times = (_ns(buf.contents.actime), _ns(buf.contents.modtime)) if buf else None
@@ -85,9 +99,10 @@ class LazyOps(mfusepy.Operations):
     use_ns = True
 
     def __init__(self, store: Store, on_ready: Callable[[], None] | None = None,
-                 page_cached: tuple[str, ...] = ()) -> None:
+                 page_cached: tuple[str, ...] = (), kernel: KernelCache | None = None) -> None:
         self.store = store
         self.page_cached = page_cached
+        self.kernel = kernel  # set: the kernel caches writes (FUSE write-back caching)
         self.faults = Faults()
         self.on_ready = on_ready  # called once the kernel has the mount
         self._handles: dict[int, Handle] = {}
@@ -97,8 +112,8 @@ class LazyOps(mfusepy.Operations):
     # ---- lifecycle -------------------------------------------------------
 
     def init_with_config(self, conn_info: Any, config_3: Any) -> None:
-        # Reads must reach us (the kernel page cache would hide a power loss),
-        # and sizes must never be served from a stale kernel attribute cache.
+        # Without write-back caching reads must reach us (the kernel page cache would hide a
+        # power loss), and sizes must never be served from a stale kernel attribute cache.
         if config_3 is not None:
             config_3.direct_io = 0  # set per open instead: LazyFUSE.open
             config_3.kernel_cache = 0
@@ -110,8 +125,22 @@ class LazyOps(mfusepy.Operations):
             config_3.nullpath_ok = 1
         if conn_info is not None:
             conn_info.max_write = MAX_WRITE
+        if self.kernel is not None:
+            self._enable_writeback(conn_info, config_3)
         if self.on_ready is not None:
             self.on_ready()
+
+    def _enable_writeback(self, conn_info: Any, config_3: Any) -> None:
+        assert self.kernel is not None
+        if conn_info is None or config_3 is None or not conn_info.capable & FUSE_CAP_WRITEBACK_CACHE:
+            raise RuntimeError("this kernel or libfuse offers no FUSE write-back caching; "
+                               "mount with --no-writeback-cache")
+        conn_info.want |= FUSE_CAP_WRITEBACK_CACHE
+        conn_info.max_background = MAX_BACKGROUND
+        # The kernel owns sizes and caches pages now; what it cached is made to forget a
+        # power loss explicitly (kernel.py), so attributes may be cached between changes.
+        config_3.attr_timeout = ATTR_TIMEOUT_S
+        self.kernel.attach(config_3)
 
     def destroy(self, path: str) -> None:
         self.store.flush_all()  # a clean unmount is a clean shutdown
@@ -122,7 +151,8 @@ class LazyOps(mfusepy.Operations):
         self.store.opened(node)
         with self._lock:
             fh = next(self._next_fh)
-            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND))
+            # with write-back caching the kernel resolves O_APPEND and writes back at offsets
+            self._handles[fh] = Handle(node, bool(flags & os.O_APPEND) and self.kernel is None)
         return fh
 
     def _handle(self, fh: int) -> Handle:
@@ -144,7 +174,12 @@ class LazyOps(mfusepy.Operations):
     # ---- attributes and namespace ---------------------------------------
 
     def getattr(self, path: str | None, fh: int | None = None) -> dict[str, int]:
-        return self._node(path, fh).attrs()
+        node = self._node(path, fh)
+        if fh and self.faults.eio_write and self.kernel is not None and not node.is_dir:
+            # with write-back caching the kernel asks this before a buffered write (kernel.py
+            # keeps the attributes expired during the fault): the only place to fail it
+            raise mfusepy.FuseOSError(errno.EIO)
+        return node.attrs()
 
     def readdir(self, path: str | None, fh: int) -> list[str]:
         node = self._node(path, fh)
@@ -192,10 +227,13 @@ class LazyOps(mfusepy.Operations):
 
     # ---- files ---------------------------------------------------------
 
+    def is_direct_io(self, path: str | None) -> bool:
+        return self.kernel is None and not self.is_page_cached(path)
+
     def is_page_cached(self, path: str | None) -> bool:
-        """Whether a file is served through the kernel's page cache: its writes still reach
-        this store (as write-back), but a power loss cannot drop what the kernel holds
-        until then, and reads of it may come from the kernel (docs/lazyfs.md)."""
+        """Without write-back caching, whether a file is served through the kernel's page
+        cache anyway (so it can be mapped): its writes still reach this store (as write-back),
+        but a power loss cannot drop what the kernel holds until then (docs/lazyfs.md)."""
         return bool(path) and path.endswith(self.page_cached) if self.page_cached else False
 
     def create(self, path: str, mode: int, flags: int) -> int:
@@ -217,11 +255,16 @@ class LazyOps(mfusepy.Operations):
     def read(self, path: str | None, size: int, offset: int, fh: int) -> bytes:
         return self.store.read(self._handle(fh).node, offset, size)
 
-    def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
-        handle = self._handle(fh)
+    def write(self, path: str | None, data: bytes | memoryview, offset: int, fh: int,
+              writeback: bool = False) -> int:
+        handle = self._handles.get(fh)
+        if handle is None:
+            raise mfusepy.FuseOSError(errno.EBADF)
+        if not writeback:
+            self._handle(fh)  # EIO on a descriptor from before a power loss
         if self.faults.eio_write:
             raise mfusepy.FuseOSError(errno.EIO)
-        return self.store.write(handle.node, offset, data, append=handle.append)
+        return self.store.write(handle.node, offset, data, append=handle.append, writeback=writeback)
 
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
         self.store.truncate(self._node(path, fh), length)

@@ -44,6 +44,9 @@ class MountOptions:
     # Name endings of files served through the kernel's page cache instead of direct I/O, so
     # programs can map them shared and writable (FUSE refuses that on a direct-I/O file)
     page_cached: tuple[str, ...] = ()
+    # The kernel caches writes and hands the daemon whole pages (FUSE write-back caching);
+    # off, every read and write reaches the daemon as the process made it (direct I/O)
+    writeback_cache: bool = True
 
 
 def registry_dir() -> str:
@@ -138,6 +141,8 @@ def spawn_daemon(opts: MountOptions) -> int:
         argv.append("--no-sync-backing")
     for suffix in opts.page_cached:
         argv += ["--page-cached", suffix]
+    if not opts.writeback_cache:
+        argv.append("--no-writeback-cache")
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                                 start_new_session=True, close_fds=True)

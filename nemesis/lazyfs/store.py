@@ -13,6 +13,8 @@ import os
 import random
 import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from nemesis.lazyfs.journal import BackingTree, Op
@@ -22,6 +24,19 @@ from nemesis.lazyfs.torn import MODES, kept_pieces
 
 def _err(code: int, path: str) -> OSError:
     return OSError(code, os.strerror(code), path)
+
+
+def unchanged_prefix(data: bytes | memoryview, durable: bytes) -> int:
+    """Length of the longest common prefix of a write and the durable bytes under it."""
+    view = memoryview(data)
+    lo, hi = 0, min(len(view), len(durable))
+    while lo < hi:  # binary search: each probe is one C-level comparison
+        mid = (lo + hi + 1) // 2
+        if view[:mid] == durable[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -42,6 +57,11 @@ class Store:
         self.total_dirty = 0
         self.generation = 0
         self._with_fd: set[Node] = set()
+        self.late_losses: dict[str, int] = {}
+        # Cleared while a power loss waits for the lock: writes (the kernel writing back
+        # pages, many threads) would otherwise keep taking it first, and are cheaper after.
+        self.quiet = threading.Event()
+        self.quiet.set()
         self.root = self._load()
 
     # ---- loading -------------------------------------------------------
@@ -238,24 +258,68 @@ class Store:
                 out[start - offset : start - offset + len(piece)] = piece
             return bytes(out)
 
-    def write(self, node: Node, offset: int, data: bytes, append: bool = False) -> int:
+    def write(self, node: Node, offset: int, data: bytes | memoryview, append: bool = False,
+              writeback: bool = False) -> int:
+        """`writeback`: the kernel writing back a cached page, which may have been written
+        before a power loss and held by the kernel through it (dropped then, not refused)."""
+        self.quiet.wait()
         with self.lock:
+            if writeback and node.generation != self.generation:
+                self._drop_late_page(node, offset, data)
+                return len(data)
             self._check_live(node)
             if append:
                 offset = node.size
-            self.total_dirty += node.extents.write(offset, data)
-            node.size = max(node.size, offset + len(data))
+            end = offset + len(data)
+            skip = self._unchanged_prefix(node, offset, data)
+            self.total_dirty += node.extents.write(offset + skip, memoryview(data)[skip:])
+            node.size = max(node.size, end)
             node.touch()
-            self.dirty.add(node)
+            if node.is_dirty:  # a write of nothing but durable bytes leaves it clean
+                self.dirty.add(node)
             if self.dirty_limit and self.total_dirty > self.dirty_limit:
                 self.flush_all()
             return len(data)
+
+    def _unchanged_prefix(self, node: Node, offset: int, data: bytes | memoryview) -> int:
+        """How many leading bytes of a write already are the durable bytes there, untouched
+        since: the kernel's write-back sends whole pages, so an append after an fsync
+        rewrites the durable head of its first page, which is not unsynced data."""
+        limit = min(node.trunc_floor, node.durable_size, offset + len(data))
+        if offset >= limit or node.extents.touches(offset, limit - offset):
+            return 0
+        fd = self._fd(node)
+        assert fd is not None
+        return unchanged_prefix(data, os.pread(fd, limit - offset, offset))
+
+    def _drop_late_page(self, node: Node, offset: int, data: bytes | memoryview) -> None:
+        """A page written before a power loss and written back after it (the kernel held it):
+        dropped and counted as lost, as if the loss had found it here. The kernel is told it
+        was written: an error would stay on the file for its next user to trip over."""
+        lost = len(data)
+        if node.backing is not None and offset < node.durable_size:
+            real = self.tree.real(node.backing)
+            try:
+                with open(real, "rb") as f:  # the durable bytes: what the loss left
+                    f.seek(offset)
+                    lost -= unchanged_prefix(data, f.read(node.durable_size - offset))
+            except OSError:
+                pass  # gone since: all of it counts
+        self.late_losses[node.label()] = self.late_losses.get(node.label(), 0) + lost
+
+    def take_late_losses(self) -> dict[str, int]:
+        """Bytes dropped since the last power loss, per file (see _drop_late_page)."""
+        with self.lock:
+            taken, self.late_losses = self.late_losses, {}
+            return taken
 
     def truncate(self, node: Node, size: int) -> None:
         with self.lock:
             self._check_live(node)
             if node.is_dir:
                 raise _err(errno.EISDIR, node.label())
+            if size == node.size:
+                return  # POSIX: only a size change updates the times
             if size < node.size:
                 self.total_dirty -= node.extents.truncate(size)
                 node.trunc_floor = min(node.trunc_floor, size)
@@ -282,6 +346,21 @@ class Store:
                 os.chown(real, node.uid, node.gid)
             if "mtime" in attrs or "atime" in attrs:
                 os.utime(real, ns=(node.atime, node.mtime))
+
+    def namespace(self) -> tuple[dict[str, int], list[str]]:
+        """Every file's path and size, and every directory's path, as processes see them."""
+        with self._first():
+            files: dict[str, int] = {}
+            dirs: list[str] = []
+            stack = [("/", self.root)]
+            while stack:
+                path, node = stack.pop()
+                if not node.is_dir:
+                    files[path] = node.size
+                    continue
+                dirs.append(path)
+                stack.extend((os.path.join(path, name), child) for name, child in node.children.items())
+            return files, dirs
 
     # ---- durability ----------------------------------------------------
 
@@ -395,7 +474,7 @@ class Store:
 
     def lose_unsynced(self) -> dict[str, Any]:
         """Power loss: forget every unflushed write and pending namespace operation."""
-        with self.lock:
+        with self._first():
             lost = {n.label(): n.extents.dirty_bytes for n in sorted(self.dirty, key=Node.label)}
             dropped = [op.describe() for op in self.journal]
             self._reset()
@@ -410,7 +489,7 @@ class Store:
         """Power loss mid-writeback: a random journal prefix and random parts of the data survive."""
         if mode not in MODES:
             raise ValueError(f"unknown torn mode {mode!r}; expected one of {', '.join(MODES)}")
-        with self.lock:
+        with self._first():
             if seed is None:
                 seed = random.SystemRandom().randrange(2**32)
             rng = random.Random(seed)
@@ -437,6 +516,16 @@ class Store:
                 "generation": self.generation,
             }
 
+    @contextmanager
+    def _first(self) -> Iterator[None]:
+        """The lock, ahead of writes waiting for it."""
+        self.quiet.clear()
+        try:
+            with self.lock:
+                yield
+        finally:
+            self.quiet.set()
+
     def _tear(self, node: Node, rng: random.Random, mode: str) -> int:
         """Write the randomly kept part of a file's unsynced data; returns the bytes kept."""
         if node.backing is None:
@@ -456,5 +545,6 @@ class Store:
         self.journal.clear()
         self.dirty.clear()
         self.total_dirty = 0
+        self.late_losses = {}
         self.generation += 1
         self.root = self._load()

@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nemesis.lazyfs.extents import PAGE_SIZE, DirtyExtents
+from nemesis.lazyfs.extents import EXTENT_MAX, PAGE_SIZE, DirtyExtents
 from nemesis.lazyfs.torn import kept_pieces
 
 ops = st.lists(
@@ -82,3 +82,18 @@ def test_torn_pages_are_page_aligned_pieces_of_the_dirty_data():
     for off, data in kept:
         assert off // PAGE_SIZE == (off + len(data) - 1) // PAGE_SIZE
         assert data == (bytes(range(256)) * 64)[off - 100 : off - 100 + len(data)]
+
+
+def test_an_append_onto_a_full_extent_starts_an_adjacent_one():
+    """Growing one buffer forever re-copies it now and then; past EXTENT_MAX appends go to a
+    new extent, and reads, truncation and pieces see one contiguous range as before."""
+    ext = DirtyExtents()
+    chunk = bytes(range(256)) * (EXTENT_MAX // 512)  # half an extent
+    for i in range(3):
+        ext.write(i * len(chunk), chunk)
+    starts = [s for s, _ in ext]
+    assert starts == [0, EXTENT_MAX] and ext.dirty_bytes == 3 * len(chunk)
+    assert b"".join(bytes(p) for _, p in ext.overlapping(EXTENT_MAX - 10, 20)) == chunk[-10:] + chunk[:10]
+    ext.write(EXTENT_MAX - 2, b"XYZW")  # a write across the seam merges the two
+    assert [s for s, _ in ext] == [0] and ext.dirty_bytes == 3 * len(chunk)
+    assert ext.truncate(EXTENT_MAX) == len(chunk)
