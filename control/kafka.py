@@ -59,9 +59,10 @@ WEAKNESS_DEFAULTS = {
 # Embedded tuning knobs with no Kafka property: left out, said once in the node's notes.
 EMBEDDED_ONLY = ("unclean.recovery.strategy", "unclean.recovery.timeout.ms",
                  "replica.fetch.max.records", "request.timeout.ms")
-# Files Kafka maps into memory, shared and writable (its offset and time indexes): on the
-# lossy filesystem they go through the kernel's page cache (`--page-cached`), since FUSE
-# refuses such a mapping on a direct-I/O file. Kafka rebuilds them after an unclean shutdown.
+# Files Kafka maps into memory, shared and writable (its offset and time indexes). With the
+# lossy filesystem's write-back caching (its default) every file may be mapped; on a mount
+# without it they go through the kernel's page cache (`--page-cached`), since FUSE refuses
+# such a mapping on a direct-I/O file. Kafka rebuilds them after an unclean shutdown.
 MAPPED_SUFFIXES = (".index", ".timeindex")
 # Settings a chaos run needs that Kafka's defaults would make slow or impossible on a few
 # brokers: internal topics sized to the cluster, no auto-created topics, no rebalance delay.
