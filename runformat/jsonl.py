@@ -130,13 +130,18 @@ def head(line: str) -> tuple[int, int | str, str, str] | None:
 
 
 def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...],
-             take: Callable[[str], bool] | None) -> Iterator[dict[str, Any]]:
+             take: Take | None) -> Iterator[Any]:
     # The hot loop of every reader: a line costs one C call to parse it and a few tests.
     scan, end_ns, lineno = _scan_once, tally.end_ns, 0
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
-            if take is not None and take(line):
-                continue
+            if take is not None:
+                taken = take(line)
+                if taken is True:
+                    continue
+                if taken is not False:
+                    yield taken  # the reader's own light reading of the line (a `head`)
+                    continue
             try:
                 obj, end = scan(line, 0)
                 if end != len(line) - 1 and line[end:].strip():
@@ -165,12 +170,16 @@ def _skip_bad(tally: Tally, lineno: int, line: str, why: str) -> None:
     tally.skip(lineno, "torn last line (no newline)" if torn else why, torn=torn)
 
 
+# A reader's test of a raw line: False, parse it; True, skip it; anything else (e.g. its
+# `head`) is yielded instead of the parsed line.
+Take = Callable[[str], Any]
+
+
 def history(path: str | Path, tally: Tally | None = None,
-            take: Callable[[str], bool] | None = None) -> Iterator[Op]:
+            take: Take | None = None) -> Iterator[Op]:
     """history.jsonl's operations in file order (which is time order). `take` sees each raw
-    line first and says whether the reader took it itself (a line it does not need, or one
-    whose `head` is all it needs): a line taken is not parsed, nor counted in
-    `tally.end_ns` (`last_time` is the history's end)."""
+    line first (see Take): a line it takes is not parsed, nor counted in `tally.end_ns`
+    (`last_time` is the history's end)."""
     path = Path(path)
     return _objects(path, tally or Tally(path.name), (int,), take)  # type: ignore[return-value]
 

@@ -87,8 +87,11 @@ def scan_history(path: Path, folds: Iterable[Fold] = (),
     tracker = FaultTracker()
     feeds = [fold.feed for fold in folds]
     sends = _SendFeed(summary)
-    feed_send = sends.feed
-    for op in history(path, summary.tally, sends.take):
+    feed_send, invoke = sends.feed, sends.invoke
+    for op in history(path, summary.tally, take_line):
+        if op.__class__ is tuple:  # a send's invoke, read from its head
+            invoke(op[0], op[1])
+            continue
         if op.get("f") == "send":
             feed_send(op)
         elif op.get("process") == "nemesis":
@@ -106,6 +109,19 @@ def scan_history(path: Path, folds: Iterable[Fold] = (),
     return summary
 
 
+def take_line(line: str) -> Any:
+    """What the pass makes of a raw line (runformat's Take): a send's invoke is read from its
+    head (its process and time are all the summary needs), a line neither the summary nor the
+    timeline needs is skipped, the rest parsed. Polls dominate big histories and carry long
+    record lists: only completed ones (for the timeline) are parsed. The tokens tested are
+    JSON-encoded in every line they stand for."""
+    if '"send"' in line:
+        if _SEND_INVOKE not in line:
+            return False
+        return head(line) or False  # another layout: parsed, and fed as any other operation
+    return '"ok"' not in line and '"nemesis"' not in line
+
+
 class _SendFeed:
     """Counts, bins and samples the send completions; in-flight invokes keyed by process."""
 
@@ -114,31 +130,19 @@ class _SendFeed:
         self.invoked: dict[Any, int] = {}
         self.outcome = {o: i for i, o in enumerate(OUTCOMES)}
 
-    def take(self, line: str) -> bool:
-        """Whether the pass needs not parse this line: a send's invoke read from its head, or
-        a line neither the summary nor the timeline needs. Polls dominate big histories and
-        carry long record lists: only completed ones (for the timeline) are parsed. The tokens
-        tested are JSON-encoded in every line they stand for."""
-        if '"send"' in line:
-            if _SEND_INVOKE not in line:
-                return False
-            h = head(line)
-            if h is None:  # another layout: parsed, and fed as any other operation
-                return False
-            if self.summary.first_op_ns is None:
-                self.summary.first_op_ns = h[0]
-            self.invoked[h[1]] = h[0]
-            return True
-        return '"ok"' not in line and '"nemesis"' not in line
+    def invoke(self, t: int, process: Any) -> None:
+        if self.summary.first_op_ns is None:
+            self.summary.first_op_ns = t
+        self.invoked[process] = t
 
     def feed(self, op: Op) -> None:
         kind, t = op.get("type"), op["time"]
         summary = self.summary
+        if kind == "invoke":
+            self.invoke(t, op.get("process"))
+            return
         if summary.first_op_ns is None:
             summary.first_op_ns = t
-        if kind == "invoke":
-            self.invoked[op.get("process")] = t
-            return
         column = self.outcome.get(kind)  # type: ignore[arg-type]
         if column is None:
             return
