@@ -365,3 +365,62 @@ def test_broker_store_after_a_kill_keeps_the_page_cache() -> None:
     store.open_log("t", 0).append(0, values(2), 0)
     fs.power_loss()
     assert BrokerStore(Path("/data"), fs=fs).open_log("t", 0).end_offset == 4
+
+
+# -- a torn power loss at every fsync of a run -----------------------------------------------
+
+
+class Crash(Exception):
+    """The host lost power: the process stops here."""
+
+
+def crash_at(fs: SimFs, k: int, rng: random.Random):
+    """An fsync that, at its k-th call, tears the power instead of syncing."""
+    calls = 0
+
+    def fsync(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == k:
+            fs.torn_power_loss(rng)
+            raise Crash
+        fs.fsync(fd)
+
+    return fsync
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_crash_at_any_fsync_leaves_a_whole_hwm_checkpoint(seed: int) -> None:
+    for k in range(1, 12):  # two fsyncs per write: the file, then the directory
+        fs = fresh()
+        store = BrokerStore(Path("/data"), fs=fs, fsync=crash_at(fs, k, random.Random(seed)))
+        done: dict[str, int] = {}
+        trying = done
+        try:
+            for hwm in range(5):
+                trying = {"t-0": hwm}
+                store.write_hwm_checkpoint(trying)
+                done = trying
+        except Crash:
+            pass
+        assert BrokerStore(Path("/data"), fs=fs).read_hwm_checkpoint() in (done, trying)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_crash_at_any_fsync_keeps_every_flushed_record(seed: int) -> None:
+    rng = random.Random(seed)
+    for k in range(1, 40):
+        fs = fresh()
+        flushed: list[Record] = []
+        try:
+            log = SegmentLog(D, segment_bytes=80, fsync=crash_at(fs, k, rng), fs=fs)
+            for i in range(12):
+                log.append(i // 4, values(1 + i % 2, i), 0)
+                if i % 3 == 2:
+                    log.flush()
+                    flushed = log.read(0, 100)
+        except Crash:
+            pass
+        again = SegmentLog(D, fs=fs)
+        assert again.read(0, 100)[: len(flushed)] == flushed
+        assert again.recovery_info.reason in (None, "torn-tail")
