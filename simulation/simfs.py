@@ -24,8 +24,9 @@ every later use but close, as lazyfs's do; new opens work. `kill()` is a SIGKILL
 process holding the descriptors: they are closed, the page cache survives.
 
 Deterministic: descriptors are the lowest free ints from 3, listings are sorted, randomness
-comes only from the rng passed in. Only regular files and directories; permissions and
-timestamps are not modelled.
+comes only from the rng passed in. Only regular files and directories, and only what the
+storage code does (no rmdir, no rename of a directory, no O_EXCL or O_APPEND); permissions
+and timestamps are not modelled.
 """
 
 from __future__ import annotations
@@ -35,8 +36,13 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 _ROOTS = frozenset({"/", "."})
+
+# A namespace journal entry: ("create", path, inode), ("mkdir", path, None),
+# ("unlink", path, None) or ("rename", source, target).
+_Op = tuple[str, str, Any]
 
 
 class _Inode:
@@ -68,7 +74,7 @@ class _Namespace:
     def copy(self) -> _Namespace:
         return _Namespace(dict(self.files), set(self.dirs))
 
-    def apply(self, op: tuple) -> None:
+    def apply(self, op: _Op) -> None:
         kind, path, arg = op
         if kind == "create":
             self.files[path] = arg
@@ -98,7 +104,7 @@ class SimFs:
     def __init__(self) -> None:
         self._visible = _Namespace()
         self._durable = _Namespace()
-        self._journal: list[tuple] = []
+        self._journal: list[_Op] = []
         self._fds: dict[int, _Handle] = {}
 
     # -- the port: descriptors -----------------------------------------------------------
@@ -257,7 +263,7 @@ class SimFs:
             raise _error(errno.EISDIR if self._is_dir(key) else errno.ENOENT, path)
         return inode
 
-    def _change(self, op: tuple) -> None:
+    def _change(self, op: _Op) -> None:
         self._visible.apply(op)
         self._journal.append(op)
 
