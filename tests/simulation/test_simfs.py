@@ -275,15 +275,27 @@ def test_after_a_power_loss_unflushed_records_are_gone() -> None:
     assert again.recovery_info.reason is None
 
 
-def test_a_flushed_truncation_across_segments_recovers_with_nothing_to_cut() -> None:
+def flush_through_jobs(log: SegmentLog) -> None:
+    """Deferred mode: the flush policy asks for a sync; run every job it hands out."""
+    log.maybe_flush(0)
+    while (job := log.take_sync_job()) is not None:
+        job.run()
+        log.sync_done(job)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_flushed_truncation_across_segments_recovers_with_nothing_to_cut(defer: bool) -> None:
     fs = fresh()
-    log = SegmentLog(D, segment_bytes=100, fs=fs)
+    log = SegmentLog(D, flush_messages=1, segment_bytes=100, defer_sync=defer, fs=fs)
+    flush = flush_through_jobs if defer else SegmentLog.flush
+    flush(log)
     for value in values(12):
         log.append(0, [value], 0)
+        flush(log)
     assert len(fs.listdir(D)) > 2
     log.truncate_to(1)  # deletes the later segments (two records fill one)
     log.append(0, values(1, 50), 0)  # no roll, no new epoch: only a flush syncs the directory
-    log.flush()
+    flush(log)
     written = log.read(0, 100)
     fs.power_loss()
     again = SegmentLog(D, fs=fs)
