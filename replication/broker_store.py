@@ -6,18 +6,19 @@
 
 Every method does its own I/O at once, on the caller's thread; the broker runtime calls the
 slow ones (`write_hwm_checkpoint`) on its storage thread. With `defer_sync=True` the logs
-it opens hand their fsyncs out as jobs (log.py, "Storage port").
+it opens hand their fsyncs out as jobs (log.py, "Storage port"). All I/O goes through `fs`
+(replication/fs.py), the real OS unless the simulator passes its own.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from replication.fs import OS_FS, Fs
 from replication.segment_log import (
     DEFAULT_SEGMENT_BYTES,
     Fsync,
@@ -42,15 +43,16 @@ class BrokerStore:
     """Owns a broker's data directory; opens each partition's log at most once."""
 
     def __init__(
-        self, data_dir: Path, log_config: LogConfig | None = None, *, fsync: Fsync = os.fsync,
-        defer_sync: bool = False,
+        self, data_dir: Path, log_config: LogConfig | None = None, *,
+        fsync: Fsync | None = None, defer_sync: bool = False, fs: Fs = OS_FS,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.log_config = log_config or LogConfig()
-        self._fsync = fsync
+        self._fs = fs
+        self._fsync = fs.fsync if fsync is None else fsync
         self.defer_sync = defer_sync
         self._logs: dict[tuple[str, int], SegmentLog] = {}
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        fs.makedirs(self.data_dir)
 
     def open_log(self, topic: str, partition: int) -> SegmentLog:
         """The partition's log, recovered on first open (see its recovery_info)."""
@@ -66,6 +68,7 @@ class BrokerStore:
                 cfg.segment_bytes,
                 fsync=self._fsync,
                 defer_sync=self.defer_sync,
+                fs=self._fs,
             )
         return self._logs[key]
 
@@ -79,14 +82,16 @@ class BrokerStore:
 
     def write_clean_marker(self, broker_epoch: int) -> None:
         """Call after every log is flushed: the next start then counts as clean."""
-        atomic_write_json(self.data_dir / CLEAN_MARKER, {"broker_epoch": broker_epoch}, self._fsync)
+        atomic_write_json(
+            self._fs, self.data_dir / CLEAN_MARKER, {"broker_epoch": broker_epoch}, self._fsync
+        )
 
     def read_and_delete_clean_marker(self) -> int | None:
         """The broker epoch of the last clean shutdown, or None; the marker is then gone
         durably, so a crash from now on is an unclean shutdown."""
         path = self.data_dir / CLEAN_MARKER
         try:
-            text = path.read_text()
+            text = self._fs.read_bytes(path).decode()
         except FileNotFoundError:
             return None
         try:
@@ -97,21 +102,23 @@ class BrokerStore:
             raise ValueError(
                 f'{path}: malformed clean-shutdown marker, expected {{"broker_epoch": N}}: {exc}'
             ) from exc
-        path.unlink()
-        fsync_dir(self.data_dir, self._fsync)
+        self._fs.unlink(path)
+        fsync_dir(self._fs, self.data_dir, self._fsync)
         return epoch
 
     # -- high-watermark checkpoint ---------------------------------------------------------
 
     def write_hwm_checkpoint(self, hwms: Mapping[str, int]) -> None:
         """{"topic-partition": hwm}, as Broker.hwm_snapshot gives it and the file holds it."""
-        atomic_write_json(self.data_dir / HWM_CHECKPOINT, dict(sorted(hwms.items())), self._fsync)
+        atomic_write_json(
+            self._fs, self.data_dir / HWM_CHECKPOINT, dict(sorted(hwms.items())), self._fsync
+        )
 
     def read_hwm_checkpoint(self) -> dict[str, int]:
         """{"topic-partition": hwm}; empty if there is no checkpoint yet."""
         path = self.data_dir / HWM_CHECKPOINT
         try:
-            raw = json.loads(path.read_text())
+            raw = json.loads(self._fs.read_bytes(path).decode())
         except FileNotFoundError:
             return {}
         except ValueError as exc:

@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from replication.fs import OS_FS, Fs
 from replication.log import Record
 
 HEADER = struct.Struct(">II")
@@ -81,19 +82,21 @@ def iter_buffer(
         next_offset, min_epoch, pos = offset + 1, epoch, end
 
 
-def iter_records(path: Path) -> Iterator[Record]:
+def iter_records(path: Path, fs: Fs = OS_FS) -> Iterator[Record]:
     """The records of a segment file, up to its first torn or corrupt record."""
-    for record, _, _ in iter_buffer(Path(path).read_bytes(), base_offset_of(Path(path))):
+    for record, _, _ in iter_buffer(fs.read_bytes(path), base_offset_of(Path(path))):
         yield record
 
 
-def scan_segment(path: Path, min_epoch: int = 0) -> tuple[list[Record], int, int]:
+def scan_segment(
+    path: Path, min_epoch: int = 0, fs: Fs = OS_FS
+) -> tuple[list[Record], int, int]:
     """Recovery scan: (records, valid_bytes, file_size).
 
     The first record must carry the base offset in the file name (when it has one) and no
     record may have an epoch below min_epoch (the last epoch of the previous segment).
     """
-    data = Path(path).read_bytes()
+    data = fs.read_bytes(path)
     records, valid = [], 0
     for record, _, end in iter_buffer(data, base_offset_of(Path(path)), min_epoch):
         records.append(record)

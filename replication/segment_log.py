@@ -15,6 +15,10 @@ holds duplicates of the file descriptors to sync (so the log may close or roll i
 paths of the directory and checkpoint to write, and runs on whatever thread the runtime
 chooses. Opening a log then asks for a sync from offset 0: nothing of a recovered log is
 revealed until whatever survived in the page cache is durable, as the inline open ensures.
+
+Every file and directory operation goes through `fs` (replication/fs.py): the real OS by
+default, an in-memory lossy filesystem in the simulator (simulation/simfs.py). `fsync`, when
+given, replaces `fs.fsync` for every fsync (of files and of directories).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replication.fs import OS_FS, Fs
 from replication.log import EpochCache, Log, Record
 from replication.segment_format import (
     HEADER,
@@ -64,38 +69,41 @@ class RecoveryInfo:
     reason: str | None = None
 
 
-def fsync_dir(path: Path, fsync: Fsync = os.fsync) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def fsync_dir(fs: Fs, path: Path, fsync: Fsync) -> None:
+    fd = fs.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fsync(fd)
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
-def atomic_write_json(path: Path, obj: Any, fsync: Fsync = os.fsync) -> None:
+def atomic_write_json(fs: Fs, path: Path, obj: Any, fsync: Fsync) -> None:
     """Replace `path` so that a crash leaves either the old or the new content, durably."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fd, json.dumps(obj).encode(), 0)
+        _write_all(fs, fd, json.dumps(obj).encode(), 0)
         fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent, fsync)
+        fs.close(fd)
+    fs.replace(tmp, path)
+    fsync_dir(fs, path.parent, fsync)
 
 
-def _write_all(fd: int, data: bytes, position: int) -> None:
+def _write_all(fs: Fs, fd: int, data: bytes, position: int) -> None:
     view = memoryview(data)
     while view:
-        n = os.pwrite(fd, view, position)
+        n = fs.pwrite(fd, view, position)
         view, position = view[n:], position + n
 
 
 class _Segment:
     """One segment file and the positions of its records."""
 
-    def __init__(self, path: Path, base: int, records: Sequence[Record], size: int) -> None:
+    def __init__(
+        self, fs: Fs, path: Path, base: int, records: Sequence[Record], size: int
+    ) -> None:
+        self.fs = fs
         self.path = path
         self.base = base
         self.size = size
@@ -112,12 +120,12 @@ class _Segment:
 
     def open(self) -> int:
         if self.fd is None:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.fd = self.fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         return self.fd
 
     def close(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)
+            self.fs.close(self.fd)
             self.fd = None
 
     def read(self, offset: int, max_records: int) -> list[Record]:
@@ -125,12 +133,12 @@ class _Segment:
         stop = min(len(self.positions), rel + max_records)
         start = self.positions[rel]
         end = self.positions[stop] if stop < len(self.positions) else self.size
-        fd = self.fd if self.fd is not None else os.open(self.path, os.O_RDONLY)
+        fd = self.fd if self.fd is not None else self.fs.open(self.path, os.O_RDONLY)
         try:
-            data = os.pread(fd, end - start, start)
+            data = self.fs.pread(fd, end - start, start)
         finally:
             if fd != self.fd:
-                os.close(fd)
+                self.fs.close(fd)
         records = [r for r, _, _ in iter_buffer(data, offset)]
         if len(records) != stop - rel:
             raise CorruptLogError(
@@ -150,18 +158,20 @@ class SegmentLog(Log):
         flush_ms: int | None = None,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         *,
-        fsync: Fsync = os.fsync,
+        fsync: Fsync | None = None,
         defer_sync: bool = False,
+        fs: Fs = OS_FS,
     ) -> None:
         if segment_bytes < 1:
             raise ValueError(f"segment.bytes must be >= 1, got {segment_bytes}")
         self.dir = Path(dir)
         self._segment_bytes = segment_bytes
-        self._fsync = fsync
+        self._fs = fs
+        self._fsync = fs.fsync if fsync is None else fsync
         self._data_dirty = False
         self._dir_dirty = False
         self._retired_fds: list[int] = []  # deferred: rolled segments awaiting their fsync
-        self.dir.mkdir(parents=True, exist_ok=True)
+        fs.makedirs(self.dir)
         segments, epochs, self.recovery_info, rewrite = self._recover()
         self._segments = segments
         self._bases = [s.base for s in segments]
@@ -196,9 +206,9 @@ class SegmentLog(Log):
         seg = self._active
         fd = seg.open()
         try:
-            _write_all(fd, buf, seg.size)
+            _write_all(self._fs, fd, buf, seg.size)
         except OSError:
-            os.ftruncate(fd, seg.size)  # leave no partial append behind
+            self._fs.ftruncate(fd, seg.size)  # leave no partial append behind
             raise
         seg.positions.extend(seg.size + p for p in positions)
         seg.size += len(buf)
@@ -219,14 +229,14 @@ class SegmentLog(Log):
         i = bisect.bisect_right(self._bases, offset) - 1
         for seg in self._segments[i + 1 :]:
             seg.close()
-            seg.path.unlink()
+            self._fs.unlink(seg.path)
             self._dir_dirty = True
         del self._segments[i + 1 :], self._bases[i + 1 :]
         seg = self._segments[i]
         rel = offset - seg.base
         seg.size = seg.positions[rel]
         del seg.positions[rel:]
-        os.ftruncate(seg.open(), seg.size)
+        self._fs.ftruncate(seg.open(), seg.size)
         self._data_dirty = True
 
     def _sync(self) -> None:
@@ -234,17 +244,17 @@ class SegmentLog(Log):
             try:
                 self._fsync(fd)
             finally:
-                os.close(fd)
+                self._fs.close(fd)
         self._retired_fds = []
         if self._data_dirty or self._job is not None:  # a job out may not have run yet
             self._fsync(self._active.open())
             self._data_dirty = False
         if self._dir_dirty:
-            fsync_dir(self.dir, self._fsync)
+            fsync_dir(self._fs, self.dir, self._fsync)
             self._dir_dirty = False
 
     def _epochs_changed(self) -> None:
-        atomic_write_json(self.dir / CHECKPOINT, self.epoch_entries(), self._fsync)
+        atomic_write_json(self._fs, self.dir / CHECKPOINT, self.epoch_entries(), self._fsync)
 
     def _prepare_sync(self, data: bool, epochs: list[tuple[int, int]] | None) -> Callable[[], None]:
         fds: list[int] = []
@@ -252,22 +262,22 @@ class SegmentLog(Log):
         if data:
             fds, self._retired_fds = self._retired_fds, []
             if self._data_dirty:
-                fds.append(os.dup(self._active.open()))
+                fds.append(self._fs.dup(self._active.open()))
                 self._data_dirty = False
             sync_dir, self._dir_dirty = self._dir_dirty, False
-        directory, fsync = self.dir, self._fsync
+        fs, directory, fsync = self._fs, self.dir, self._fsync
 
         def run() -> None:
             try:
                 for fd in fds:
                     fsync(fd)
                 if sync_dir:
-                    fsync_dir(directory, fsync)
+                    fsync_dir(fs, directory, fsync)
             finally:
                 for fd in fds:
-                    os.close(fd)
+                    fs.close(fd)
             if epochs is not None:
-                atomic_write_json(directory / CHECKPOINT, epochs, fsync)
+                atomic_write_json(fs, directory / CHECKPOINT, epochs, fsync)
 
         return run
 
@@ -278,7 +288,7 @@ class SegmentLog(Log):
         for seg in self._segments:
             seg.close()
         for fd in self._retired_fds:  # an unclean close: their fsync never happens
-            os.close(fd)
+            self._fs.close(fd)
         self._retired_fds = []
 
     # -- rolling and recovery ------------------------------------------------------------
@@ -288,27 +298,30 @@ class SegmentLog(Log):
         a sync is asked for, and nothing from the new segment on is settled before it)."""
         if self.defer_sync:
             if self._data_dirty:
-                self._retired_fds.append(os.dup(self._active.open()))
+                self._retired_fds.append(self._fs.dup(self._active.open()))
                 self._data_dirty = False
         else:
             self._sync()
         self._active.close()
         base = self.end_offset
-        seg = _Segment(self.dir / segment_name(base), base, [], 0)
-        os.ftruncate(seg.open(), 0)  # a stale file of that name holds nothing of this log
+        seg = _Segment(self._fs, self.dir / segment_name(base), base, [], 0)
+        self._fs.ftruncate(seg.open(), 0)  # a stale file of that name holds nothing of this log
         self._segments.append(seg)
         self._bases.append(base)
         if self.defer_sync:
             self._dir_dirty = True
             self._request_sync(base)
         else:
-            fsync_dir(self.dir, self._fsync)
+            fsync_dir(self._fs, self.dir, self._fsync)
             self._mark_flushed()
 
     def _recover(self) -> tuple[list[_Segment], list[tuple[int, int]], RecoveryInfo, bool]:
-        (self.dir / (CHECKPOINT + ".tmp")).unlink(missing_ok=True)
+        fs = self._fs
+        fs.unlink(self.dir / (CHECKPOINT + ".tmp"), missing_ok=True)
         files = sorted(
-            (base, p) for p in self.dir.iterdir() if (base := base_offset_of(p)) is not None
+            (base, p)
+            for p in (self.dir / name for name in fs.listdir(self.dir))
+            if (base := base_offset_of(p)) is not None
         )
         segments: list[_Segment] = []
         expected, min_epoch, truncated, deleted = 0, 0, 0, 0
@@ -317,24 +330,24 @@ class SegmentLog(Log):
         reason: str | None = None
         for i, (base, path) in enumerate(files):
             if broken or base != expected:
-                truncated += path.stat().st_size
-                path.unlink()
+                truncated += fs.size(path)
+                fs.unlink(path)
                 deleted, broken = deleted + 1, True
                 reason = reason or "discontinuous"  # a segment missing or out of place
                 continue
-            records, valid, size = scan_segment(path, min_epoch)
+            records, valid, size = scan_segment(path, min_epoch, fs)
             if valid < size:
-                reason = _break_reason(path, valid, size, last=i == len(files) - 1)
-                os.truncate(path, valid)
+                reason = _break_reason(fs, path, valid, size, last=i == len(files) - 1)
+                fs.truncate(path, valid)
                 truncated += size - valid
                 broken = True
-            segments.append(_Segment(path, base, records, valid))
+            segments.append(_Segment(fs, path, base, records, valid))
             for r in records:
                 derived.assign(r.epoch, r.offset)
             if records:
                 expected, min_epoch = records[-1].offset + 1, records[-1].epoch
         if not segments:
-            segments.append(_Segment(self.dir / segment_name(0), 0, [], 0))
+            segments.append(_Segment(fs, self.dir / segment_name(0), 0, [], 0))
         rebuilt, rewrite = self._reconcile_checkpoint(derived, segments[-1].next_offset)
         info = RecoveryInfo(truncated, segments[-1].next_offset, deleted, rebuilt, reason)
         return segments, derived.entries(), info, rewrite
@@ -343,7 +356,7 @@ class SegmentLog(Log):
         """Trust the records' epochs: the checkpoint is rewritten from them (by the caller)
         if it disagrees. Returns (whether it disagreed beyond dropping entries at or past the
         LEO, which recovery always does, as Kafka does; whether to rewrite it)."""
-        stored = _read_checkpoint(self.dir / CHECKPOINT)
+        stored = _read_checkpoint(self._fs, self.dir / CHECKPOINT)
         if stored is None:
             return False, bool(derived.entries())
         trimmed = EpochCache(stored)
@@ -352,7 +365,7 @@ class SegmentLog(Log):
         return trimmed.entries() != derived.entries(), rewrite
 
 
-def _break_reason(path: Path, valid: int, size: int, last: bool) -> str:
+def _break_reason(fs: Fs, path: Path, valid: int, size: int, last: bool) -> str:
     """Why a segment's records stop at byte `valid`: "torn-tail" when what follows is an
     incomplete record (or only zeroes) at the end of the last segment, as a crash mid-append
     leaves; "corrupt" when the bytes are wrong, not merely missing at the end: a complete
@@ -360,9 +373,11 @@ def _break_reason(path: Path, valid: int, size: int, last: bool) -> str:
     after it (bit rot, or a torn write that kept a later page of an append and lost an
     earlier one); "discontinuous" when a record with a good CRC does not continue the log
     (wrong offset, leader epoch going backwards: stale bytes of an undurable truncation)."""
-    with open(path, "rb") as f:
-        f.seek(valid)
-        rest = f.read(size - valid)
+    fd = fs.open(path, os.O_RDONLY)
+    try:
+        rest = fs.pread(fd, size - valid, valid)
+    finally:
+        fs.close(fd)
     if len(rest) < HEADER_SIZE or not any(rest):
         return "torn-tail" if last else "corrupt"
     length, crc = HEADER.unpack_from(rest)
@@ -375,9 +390,9 @@ def _break_reason(path: Path, valid: int, size: int, last: bool) -> str:
     return "discontinuous"
 
 
-def _read_checkpoint(path: Path) -> list[tuple[int, int]] | None:
+def _read_checkpoint(fs: Fs, path: Path) -> list[tuple[int, int]] | None:
     try:
-        text = path.read_text()
+        text = fs.read_bytes(path).decode()
     except FileNotFoundError:
         return None
     try:
