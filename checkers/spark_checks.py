@@ -712,7 +712,7 @@ def run(
             try:
                 raw, shares = spark_native.run(spark, ops_path, reads_path, acks, examples, how)
                 say(f"native checks in {shares} Spark tasks, each within "
-                                 f"{how.budget >> 20} MiB")
+                    f"{how.budget >> 20} MiB, reading {raw['row_groups_read']} row groups")
                 return native_checks.to_output(raw)
             except NativeCheckError as e:
                 if plan == "native":

@@ -146,6 +146,8 @@ pub struct History {
     /// Operations per (f, type) over every row asked for, the unpartitioned ones included.
     pub ops_by_f_type: BTreeMap<(u32, u32), u64>,
     pub n_reads: u64,
+    /// Row groups read, of both tables.
+    pub row_groups: usize,
 }
 
 /// Which partitions to load: those `p` with `p mod of == share`, and of those only `only`
@@ -455,7 +457,9 @@ pub fn load(
     };
     let reserved: u64 = partitions.values().map(|p| p.reads.capacity() as u64).sum();
     within(0, reserved)?; // known before reading a row
-    for batch in batches(ops, &OPS, t.ops_groups.wanted(wanted))? {
+    let (ops_groups, reads_groups) = (t.ops_groups.wanted(wanted), t.reads_groups.wanted(wanted));
+    let row_groups = ops_groups.len() + reads_groups.len();
+    for batch in batches(ops, &OPS, ops_groups)? {
         within(kept_ops, n_reads)?;
         let batch = batch?;
         let c = Cols {
@@ -527,7 +531,7 @@ pub fn load(
             });
         }
     }
-    for batch in batches(reads, &READS, t.reads_groups.wanted(wanted))? {
+    for batch in batches(reads, &READS, reads_groups)? {
         within(kept_ops, n_reads)?;
         let batch = batch?;
         let c = Cols {
@@ -574,5 +578,6 @@ pub fn load(
         partitions,
         ops_by_f_type,
         n_reads,
+        row_groups,
     })
 }

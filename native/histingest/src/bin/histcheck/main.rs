@@ -15,7 +15,8 @@
 //! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
 //! Exit 0: stdout is one JSON object:
 //!   {"anomalies": {name: [count, [example, ...]]}, "unread": [row, ...],
-//!    "complete_partitions": [p, ...], "stats": {...}}
+//!    "complete_partitions": [p, ...], "stats": {...}, "row_groups_read": N}
+//! (N: the row groups of both tables it read).
 //! Exit 2: usage, or a table that cannot be read (stderr says why).
 //! Exit 5: with `--memory-limit BYTES`, the rows of the partitions asked for would hold more
 //! than that (an estimate, checked as they load): nothing was checked.
@@ -159,6 +160,7 @@ struct Found {
     parts: BTreeMap<i32, Checked>,
     ops_by_f_type: BTreeMap<String, u64>,
     n_reads: u64,
+    row_groups: usize,
 }
 
 /// Check each partition of `h` on its own thread, the biggest first.
@@ -193,6 +195,7 @@ fn check_all(h: &load::History, threads: usize, found: &mut Found) {
         *found.ops_by_f_type.entry(key).or_insert(0) += n;
     }
     found.n_reads += h.n_reads;
+    found.row_groups += h.row_groups;
 }
 
 fn run(args: &Args) -> Result<Value, Failure> {
@@ -246,7 +249,7 @@ fn run(args: &Args) -> Result<Value, Failure> {
     });
     Ok(
         json!({"anomalies": anomalies, "unread": unread, "complete_partitions": complete,
-              "stats": stats}),
+              "stats": stats, "row_groups_read": found.row_groups}),
     )
 }
 
