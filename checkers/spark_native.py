@@ -8,14 +8,16 @@ TASK_MEMORY_FRACTION of this machine's available memory divided among the tasks 
 once, and `histcheck` stops as it loads once its rows would pass it (ShareTooBigError).
 
 On tables clustered by partition (what ingest.py writes: each row group of one partition),
-each task reads only its share's row groups, and checks its partitions one at a time (waves
+each task reads only its share's row groups and checks its partitions one at a time (waves
 of its one thread), so a task holds one partition's rows at most: too big then means one
-partition is, and more shares would not help. On other tables (written before the
-clustering) each task reads both tables whole and holds its whole share, so the check is
-tried once more in MAX_SHARES_PER_CORE times as many shares (a history of many partitions
-fits that way). If a share is still too big, spark_checks.run leaves the check to the SQL
-plans, as it does when a task cannot run `histcheck` (not built on that executor); both said
-on stderr.
+partition is, and more shares would not help. Fewer do: the check is tried once more in one
+task with the whole budget, the partitions one after the other (the 100M-operation history
+of the benchmark, 3 partitions of some 14 GB each, is checked so on a 23 GB machine: two at
+once would not fit). On other tables (written before the clustering) each task reads both
+tables whole and holds its whole share, so the check is tried once more in
+MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way). If
+it is still too big, spark_checks.run leaves the check to the SQL plans, as it does when a
+task cannot run `histcheck` (not built on that executor); both said on stderr.
 
 The tasks read the tables from the same paths as Spark's own readers, so the tables must be
 where every executor sees them (as for the SQL plans: the checker's scratch folder on one
@@ -36,8 +38,9 @@ from checkers import native_checks
 from checkers.native_checks import NativeCheckError, ShareTooBigError
 from checkers.spark import task_failure
 
-# Of the memory available on this machine, what the concurrent tasks' rows may take.
-TASK_MEMORY_FRACTION = 0.5
+# Of the memory available on this machine, what the concurrent tasks' rows may take (the
+# rest: Spark's JVMs, about 4.5 GB for the driver at 100M operations, and the page cache).
+TASK_MEMORY_FRACTION = 0.7
 # The second try's shares per core, on tables not clustered by partition: there each share
 # reads both tables whole (keeping only its rows), and shares past the number of partitions
 # are empty, so more only add reading.
@@ -91,14 +94,17 @@ def _check_one(share: tuple[int, int], ops: str, reads: str, acks: str, examples
 def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,
         how: Plan) -> tuple[dict[str, Any], int]:
     """The merged raw output of the tasks (native_checks.merge), and how many shares it took:
-    how.shares, else (a share too big, on tables not clustered by partition)
-    MAX_SHARES_PER_CORE times as many."""
+    how.shares, else (a share too big) one with every task's budget on clustered tables, and
+    MAX_SHARES_PER_CORE times as many on others."""
     try:
         return _run(spark, ops_path, reads_path, acks, examples, how), how.shares
     except ShareTooBigError:
         if clustered(ops_path, reads_path):
-            raise  # one partition is too big: no number of shares makes it fit
-        more = Plan(how.shares * MAX_SHARES_PER_CORE, how.budget)
+            if how.shares == 1:
+                raise  # one partition alone is too big
+            more = Plan(1, how.budget * how.shares)
+        else:
+            more = Plan(how.shares * MAX_SHARES_PER_CORE, how.budget)
         return _run(spark, ops_path, reads_path, acks, examples, more), more.shares
 
 

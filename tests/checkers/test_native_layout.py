@@ -133,7 +133,8 @@ def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables,
                                                                           tmp_path,
                                                                           monkeypatch):
     """On clustered tables a task holds one partition at a time, so too big means one
-    partition is: no second try. On tables in history order, more shares may fit: tried."""
+    partition is: tried once more in one task with both tasks' memory (one partition at a
+    time in all), never in more shares. On tables in history order, more shares may fit."""
     tries = []
     run_once = spark_native._run
     monkeypatch.setattr(spark_native, "_run",
@@ -141,7 +142,24 @@ def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables,
     tiny = spark_native.Plan(2, 1000)
     with pytest.raises(native_checks.ShareTooBigError):
         spark_native.run(spark, tables.ops_path, tables.reads_path, "all", EXAMPLES, tiny)
-    assert tries == [2]
+    assert tries == [2, 1]
+    tries.clear()
+    # the least memory limit one task needs, taking the partitions one at a time
+    lo, hi = 1000, 1 << 34
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
+                                      threads=1, memory_limit=mid)
+            hi = mid
+        except native_checks.ShareTooBigError:
+            lo = mid
+    # each of two tasks short of it, the two budgets together enough: the second try checks
+    out, shares = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
+                                   EXAMPLES, spark_native.Plan(2, hi * 3 // 4))
+    assert (tries, shares) == ([2, 1], 1)
+    whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
+    assert out == whole
     tries.clear()
     ops, reads = _in_history_order(tables, tmp_path / "ordered")
     with pytest.raises(native_checks.ShareTooBigError):
