@@ -218,8 +218,16 @@ impl Span {
     /// or not known.
     fn single(&self) -> Result<Option<i32>, ()> {
         match *self {
-            Span::Known { lo: None, hi: None, nulls: true } => Ok(None),
-            Span::Known { lo: Some(lo), hi: Some(hi), nulls: false } if lo == hi => Ok(Some(lo)),
+            Span::Known {
+                lo: None,
+                hi: None,
+                nulls: true,
+            } => Ok(None),
+            Span::Known {
+                lo: Some(lo),
+                hi: Some(hi),
+                nulls: false,
+            } if lo == hi => Ok(Some(lo)),
             _ => Err(()),
         }
     }

@@ -127,13 +127,22 @@ fn parse_args() -> Result<Args, String> {
 /// a wave's, not the share's; else the whole share at once.
 fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
     let w = &args.wanted;
-    let whole = || Wanted { share: w.share, of: w.of, only: None, unpartitioned: w.share == 0 };
+    let whole = || Wanted {
+        share: w.share,
+        of: w.of,
+        only: None,
+        unpartitioned: w.share == 0,
+    };
     let (Some(op_rows), Some(read_rows)) = (ops.rows_by_partition(), reads.rows_by_partition())
     else {
         return vec![whole()];
     };
     let mut sizes: BTreeMap<i32, usize> = BTreeMap::new();
-    for (&p, &n) in op_rows.iter().chain(&read_rows).filter(|(&p, _)| w.partition(p)) {
+    for (&p, &n) in op_rows
+        .iter()
+        .chain(&read_rows)
+        .filter(|(&p, _)| w.partition(p))
+    {
         *sizes.entry(p).or_insert(0) += n;
     }
     let mut order: Vec<(i32, usize)> = sizes.into_iter().collect();
@@ -149,7 +158,10 @@ fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
         .collect();
     match out.first_mut() {
         Some(first) => first.unpartitioned = w.share == 0,
-        None => out.push(Wanted { only: Some(Default::default()), ..whole() }),
+        None => out.push(Wanted {
+            only: Some(Default::default()),
+            ..whole()
+        }),
     }
     out
 }
@@ -212,7 +224,13 @@ fn run(args: &Args) -> Result<Value, Failure> {
     let (mut loading, mut checking) = (0.0, 0.0);
     for wanted in waves(args, &ops_groups, &reads_groups) {
         let t = std::time::Instant::now();
-        let h = load(&tables, &args.acks, &wanted, args.memory_limit, reads_of.as_ref())?;
+        let h = load(
+            &tables,
+            &args.acks,
+            &wanted,
+            args.memory_limit,
+            reads_of.as_ref(),
+        )?;
         loading += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         check_all(&h, args.threads, &mut found);
@@ -235,7 +253,11 @@ fn run(args: &Args) -> Result<Value, Failure> {
         anomalies.insert(name.to_string(), json!([all.len(), examples]));
     }
     let unread: Vec<&Value> = results.iter().flat_map(|(_, c)| &c.unread).collect();
-    let complete: Vec<i32> = results.iter().filter(|(_, c)| c.complete).map(|(p, _)| **p).collect();
+    let complete: Vec<i32> = results
+        .iter()
+        .filter(|(_, c)| c.complete)
+        .map(|(p, _)| **p)
+        .collect();
     let mut acked = Map::new();
     for (p, c) in results.iter().filter(|(_, c)| c.acked > 0) {
         acked.insert(p.to_string(), json!(c.acked));
