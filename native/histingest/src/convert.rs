@@ -26,10 +26,7 @@ struct Process {
 }
 
 fn echo(op: &Op) -> Echo {
-    let value = op
-        .value
-        .map(|v| v.to_string())
-        .or_else(|| op.value_json.clone());
+    let value = op.value.map(|v| v.to_string()).or_else(|| op.value_json.clone());
     (op.partition, value, op.offset, op.txn)
 }
 
@@ -98,10 +95,7 @@ impl Converter {
         }
         let p = &mut self.processes[id as usize];
         if p.retired.is_some_and(|txn| txn.is_none() || txn != op.txn) {
-            return unsure(
-                op.line,
-                format!("process {} used after an info", op.process),
-            );
+            return unsure(op.line, format!("process {} used after an info", op.process));
         }
         let mut last = p.last_time;
         if let Some(txn) = op.txn {
