@@ -92,12 +92,12 @@ def _check_one(share: tuple[int, int], ops: str, reads: str, acks: str, examples
 
 
 def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,
-        how: Plan) -> tuple[dict[str, Any], int]:
-    """The merged raw output of the tasks (native_checks.merge), and how many shares it took:
-    how.shares, else (a share too big) one with every task's budget on clustered tables, and
-    MAX_SHARES_PER_CORE times as many on others."""
+        how: Plan) -> tuple[dict[str, Any], Plan]:
+    """The merged raw output of the tasks (native_checks.merge), and the plan it took: `how`,
+    else (a share too big) one share with every task's budget on clustered tables, and
+    MAX_SHARES_PER_CORE times as many shares on others."""
     try:
-        return _run(spark, ops_path, reads_path, acks, examples, how), how.shares
+        return _run(spark, ops_path, reads_path, acks, examples, how), how
     except ShareTooBigError:
         if clustered(ops_path, reads_path):
             if how.shares == 1:
@@ -105,7 +105,7 @@ def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, exampl
             more = Plan(1, how.budget * how.shares)
         else:
             more = Plan(how.shares * MAX_SHARES_PER_CORE, how.budget)
-        return _run(spark, ops_path, reads_path, acks, examples, more), more.shares
+        return _run(spark, ops_path, reads_path, acks, examples, more), more
 
 
 def _run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,

@@ -111,9 +111,9 @@ def test_each_spark_task_reads_only_its_share(tables, spark, tmp_path):
     same rows in history order each reads every row group that holds any of its partitions
     (most of them: together far more than the tables hold)."""
     how = spark_native.Plan(2, 1 << 40)
-    clustered, shares = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
-                                         EXAMPLES, how)
-    assert shares == 2
+    clustered, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
+                                       EXAMPLES, how)
+    assert took == how
     assert clustered["row_groups_read"] == (_row_groups(tables.ops_path)
                                             + _row_groups(tables.reads_path))
     ops, reads = _in_history_order(tables, tmp_path / "ordered")
@@ -155,9 +155,9 @@ def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables,
         except native_checks.ShareTooBigError:
             lo = mid
     # each of two tasks short of it, the two budgets together enough: the second try checks
-    out, shares = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
-                                   EXAMPLES, spark_native.Plan(2, hi * 3 // 4))
-    assert (tries, shares) == ([2, 1], 1)
+    out, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
+                                 EXAMPLES, spark_native.Plan(2, hi * 3 // 4))
+    assert (tries, took) == ([2, 1], spark_native.Plan(1, hi * 3 // 4 * 2))
     whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
     assert out == whole
     tries.clear()
