@@ -49,19 +49,21 @@ def binary(name: str = BINARY) -> str | None:
 
 def native_ingest(history: Path, ops_path: Path, reads_path: Path, max_line: int,
                   partitions: int | None,
-                  layout: tuple[int, int]) -> tuple[int, int, int | None]:
+                  layout: tuple[int, int] | None = None) -> tuple[int, int, int | None]:
     """Write both tables: (ops, reads, the line number of a torn last line or None), or raise
     NativeUnsure (nothing useful written) when the exact path must read this history.
     `layout` is the exact path's (ROW_GROUP, BUFFERED): the tables' clustering by partition
-    (checkers/ingest.py), so that both paths write the same row groups."""
+    (checkers/ingest.py), so that both paths write the same row groups; None: histingest's
+    own, the same numbers."""
     program = binary()
     if program is None:
         raise NativeUnsure(f"{BINARY} is not built (make bootstrap builds it)")
     max_partition = 2**31 - 1 if partitions is None else partitions - 1
     cmd = [program, str(history), str(ops_path), str(reads_path),
            "--max-partition", str(max_partition), "--max-line", str(max_line),
-           "--threads", str(os.cpu_count() or 1),
-           "--row-group", str(layout[0]), "--buffered", str(layout[1])]
+           "--threads", str(os.cpu_count() or 1)]
+    if layout is not None:
+        cmd += ["--row-group", str(layout[0]), "--buffered", str(layout[1])]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
     if done.returncode == NO_SPACE:  # the environment's error, as on the exact path
