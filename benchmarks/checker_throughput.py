@@ -20,6 +20,10 @@ injected anomaly, and they must agree.
                            # workers on 127.0.0.1, instead of local[2]
     ... --history H.jsonl --injected '{"lost-write": 910, ...}'   # an existing history
     ... --tables DIR --injected ...   # existing ops/reads Parquet tables: no ingest stage
+    ... --before-tools /work/main/.venv/bin   # also, in the same run and Spark session, an
+                           # earlier build's histingest (tables in history order, before the
+                           # clustering by partition), the Spark check of its tables, and its
+                           # histcheck alone: "before" beside each "after" stage
 
 At the end it runs benchmarks/linearizability_bench.py's main() when that exists.
 """
@@ -36,6 +40,7 @@ import random
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,6 +56,7 @@ from checkers import (  # noqa: E402
     reference,
     spark_checks,
     spark_cluster,
+    spark_native,
 )
 from checkers.ingest import ingest  # noqa: E402
 from checkers.spark import get_session  # noqa: E402
@@ -218,6 +224,39 @@ def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any,
     return out, times
 
 
+def before(history: Path | None, tables: Path | None, work: Path, spark, n: int,
+           args: argparse.Namespace) -> tuple[dict[str, dict[str, int]], float, float]:
+    """The stages of an earlier build (args.before_tools), called as it was: its ingest
+    writes the tables in history order (each Spark task reads them whole), then the Spark
+    check of those tables and its histcheck alone. (found, ingest median, Spark median)."""
+    tools = args.before_tools
+    ingests: list[float] = []
+    t_ing = 0.0
+    if tables is None:
+        assert history is not None
+        tables = work / "tables-before"
+        tables.mkdir(exist_ok=True)
+        cmd = [str(tools / "histingest"), str(history), str(tables / "ops.parquet"),
+               str(tables / "reads.parquet"), "--threads", str(os.cpu_count() or 1)]
+        _, ingests = _runs(args, subprocess.run, cmd, check=True, capture_output=True)
+        t_ing = stage("ingest, native, BEFORE (history order)", ingests, n)
+    ops, reads = tables / "ops.parquet", tables / "reads.parquet"
+    print(f"  (before: tables clustered by partition: {spark_native.clustered(ops, reads)})")
+    out, sparks = _runs(args, spark_checks.run, spark, ops, reads, "all", plan=args.spark_plan)
+    t_spark = stage("check, Spark, BEFORE (history order)", sparks, n)
+    found = {"Spark before": summary(out)}
+    if ingests:
+        stage("end to end, BEFORE", [a + b for a, b in zip(ingests, sparks, strict=True)], n)
+    if not args.no_native:
+        cmd = [str(tools / "histcheck"), str(ops), str(reads), "--acks", "all", "--examples",
+               "8"]
+        _, natives = _runs(args, subprocess.run, cmd, check=True, capture_output=True)
+        stage("check, histcheck alone, BEFORE", natives, n)
+    if tables.name == "tables-before":
+        shutil.rmtree(tables)
+    return found, t_ing, t_spark
+
+
 def bench(history: Path | None, tables: Path | None, injected: dict[str, int], work: Path,
           spark, workers: list[int], args: argparse.Namespace) -> None:
     """Every stage of one history (or of its tables, already ingested), args.runs times."""
@@ -257,6 +296,13 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
     if ingests:
         stage("end to end: ingest + Spark check",
               [a + b for a, b in zip(ingests, sparks, strict=True)], n)  # fmt: skip
+    if args.before_tools:
+        found_before, ing_before, spark_before = before(
+            history, args.tables and args.before_tables, work, spark, n, args)
+        found |= found_before
+        ratio = f"ingest {ing_before / t_ing:.2f}x, " if ingests else ""
+        print(f"{'after over before (medians)':38s} {ratio}Spark check "
+              f"{spark_before / t_spark:.2f}x")
     if args.sql_too and args.spark_plan != "sql":
         q_out, sqls = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all",
                             plan="sql")
@@ -351,6 +397,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sql-too", action="store_true",
                     help="also time Spark's SQL plans (the path past memory)")
     ap.add_argument("--no-linearizability", action="store_true")
+    ap.add_argument("--before-tools", type=Path, metavar="DIR",
+                    help="an earlier build's histingest and histcheck, timed in the same run")
+    ap.add_argument("--before-tables", type=Path, metavar="DIR",
+                    help="with --tables: that build's tables of the same history")
     args = ap.parse_args(argv)
     if (args.history or args.tables) and args.injected is None:
         ap.error("--history and --tables need --injected (the generator prints it)")

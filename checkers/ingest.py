@@ -16,8 +16,11 @@ order-dependent checks then become filters instead of a shuffle and sort of ever
         index/time/offset so checkers never have to pair them again.
 `reads` one row per record returned by an ok poll/final-poll.
 
-Only one batch of rows (plus one pending invocation per live process) is held in memory,
-so a history larger than memory converts.
+Both tables are clustered by Kafka partition: each row group holds one partition's rows (or
+only rows without a partition), in history order, so that its statistics name the partition
+and a reader of a share of the partitions (a Spark task's histcheck) reads only its row
+groups. At most BUFFERED rows per table (plus one pending invocation per live process) are
+held in memory, so a history larger than memory converts.
 
 The same pass validates the history contract (docs/architecture.md, "History"), line by
 line: every field has its type and range (integers fit 64 bits, partitions are
@@ -50,7 +53,12 @@ from checkers.exitcodes import UserError
 from checkers.native_ingest import NativeUnsure, native_ingest
 from control.files import file_kind
 
-BATCH_OPS = 50_000
+# The tables are clustered by Kafka partition (as native/histingest/src/tables.rs writes
+# them, by the same rule): rows are buffered per partition and a partition's buffer is a row
+# group once it holds ROW_GROUP rows; all buffers are written (rows without a partition
+# first, then by partition) once they hold BUFFERED rows together, and at the end.
+ROW_GROUP = 122_880
+BUFFERED = 4 * ROW_GROUP
 MAX_REPORTED_ERRORS = 20
 # A final read returns a whole partition in one line; anything longer is junk (and reading it
 # whole could exhaust memory).
@@ -228,31 +236,56 @@ def _create(path: Path) -> BinaryIO:
     return os.fdopen(fd, "wb")
 
 
+class _Clustered:
+    """One table's rows, buffered per Kafka partition (None: rows without one) and written
+    to `writer` as row groups of one partition each (the rule is at ROW_GROUP)."""
+
+    def __init__(self, writer: pq.ParquetWriter, schema: pa.Schema) -> None:
+        self.writer, self.schema = writer, schema
+        self.parts: dict[int | None, dict[str, list]] = {}
+        self.buffered = 0
+
+    def extend(self, key: int | None, rows: dict[str, list], n: int) -> None:
+        """Add n rows of one partition (a list per column), writing what falls due on the
+        way, row by row as histingest does."""
+        done = 0
+        while done < n:
+            part = self.parts.setdefault(key, {c: [] for c in self.schema.names})
+            take = min(n - done, ROW_GROUP - len(part["index"]), BUFFERED - self.buffered)
+            for c, values in rows.items():
+                part[c].extend(values[done:done + take])
+            done += take
+            self.buffered += take
+            if len(part["index"]) >= ROW_GROUP:
+                self.buffered -= ROW_GROUP
+                self._write(self.parts.pop(key))
+            elif self.buffered >= BUFFERED:
+                self.write_all()
+
+    def write_all(self) -> None:
+        for key in sorted(self.parts, key=lambda p: (p is not None, p or 0)):
+            self._write(self.parts[key])
+        self.parts, self.buffered = {}, 0
+
+    def _write(self, columns: dict[str, list]) -> None:
+        self.writer.write_table(pa.table(columns, schema=self.schema), row_group_size=ROW_GROUP)
+
+
 class _Batches:
-    """Column buffers for one batch of ops and reads, flushed to Parquet writers."""
+    """Both tables' buffers and Parquet writers."""
 
     def __init__(self, ops_path: Path, reads_path: Path) -> None:
         self.files = [_create(ops_path), _create(reads_path)]
-        self.ops_writer = pq.ParquetWriter(self.files[0], OPS_SCHEMA, compression="snappy")
-        self.reads_writer = pq.ParquetWriter(self.files[1], READS_SCHEMA, compression="snappy")
-        self._reset()
-
-    def _reset(self) -> None:
-        self.ops: dict[str, list] = {n: [] for n in OPS_SCHEMA.names}
-        self.reads: dict[str, list] = {n: [] for n in READS_SCHEMA.names}
-
-    def flush(self) -> None:
-        if self.ops["index"]:
-            self.ops_writer.write_table(pa.table(self.ops, schema=OPS_SCHEMA))
-        if self.reads["index"]:
-            self.reads_writer.write_table(pa.table(self.reads, schema=READS_SCHEMA))
-        self._reset()
+        self.ops = _Clustered(pq.ParquetWriter(self.files[0], OPS_SCHEMA, compression="snappy"),
+                              OPS_SCHEMA)
+        self.reads = _Clustered(
+            pq.ParquetWriter(self.files[1], READS_SCHEMA, compression="snappy"), READS_SCHEMA)
 
     def close(self) -> None:
         try:
-            self.flush()
-            self.ops_writer.close()
-            self.reads_writer.close()
+            for table in (self.ops, self.reads):
+                table.write_all()
+                table.writer.close()
         finally:
             for f in self.files:
                 f.close()
@@ -456,44 +489,22 @@ class _Converter:
         if self.b is None:  # validating only
             return
 
-        o = self.b.ops
-        o["index"].append(index)
-        o["time"].append(time)
-        o["process"].append(process)
-        o["type"].append(typ)
-        o["f"].append(f)
-        o["partition"].append(partition)
-        o["value"].append(int_value)
-        o["value_json"].append(value_json)
-        o["offset"].append(offset)
-        o["node"].append(node)
-        o["epoch"].append(epoch)
-        o["error"].append(error)
-        o["hwm"].append(hwm)
-        o["acks"].append(acks)
-        o["n_records"].append(None if records is None else len(records))
-        o["invoke_index"].append(inv[0])
-        o["invoke_time"].append(inv[1])
-        o["invoke_offset"].append(inv[2])
         prev_ack = (None, None)
         if typ == "ok" and f == "send" and offset is not None:
             prev_ack = self.last_ack.get((process, partition), prev_ack)
             self.last_ack[(process, partition)] = (index, offset)
-        o["prev_ack_op"].append(prev_ack[0])
-        o["prev_ack_offset"].append(prev_ack[1])
-        o["txn"].append(txn)
         prev_send: tuple[int | None, int | None, int | None] = (None, None, None)
         if f == "send" and typ in ("ok", "info"):
             prev_send = self.last_send.get((process, partition), prev_send)
             self.last_send[(process, partition)] = (index, offset, txn)
-        o["prev_send_op"].append(prev_send[0])
-        o["prev_send_offset"].append(prev_send[1])
-        o["prev_send_txn"].append(prev_send[2])
+        row = (index, time, process, typ, f, partition, int_value, value_json, offset, node,
+               epoch, error, hwm, acks, None if records is None else len(records), *inv,
+               *prev_ack, txn, *prev_send)
+        self.b.ops.extend(partition, {c: [v] for c, v in zip(OPS_SCHEMA.names, row,
+                                                             strict=True)}, 1)
         self.ops += 1
         if records:
             self._add_reads(records, index, process, partition, time, f, inv[1], inv[2])
-        if len(o["index"]) >= BATCH_OPS:
-            self.b.flush()
 
     @staticmethod
     def _records(op: dict, typ: str, f: str) -> list | None:
@@ -516,25 +527,17 @@ class _Converter:
 
     def _add_reads(self, records, index, process, partition, time, f, inv_time, from_offset):
         assert self.b is not None
-        r = self.b.reads
         n = len(records)
         key = (process, partition)
         prev_op, prev_offset = self.last_read.get(key, (None, None))
         offsets = [rec[0] for rec in records]
-        r["index"].extend([index] * n)
-        r["process"].extend([process] * n)
-        r["partition"].extend([partition] * n)
-        r["offset"].extend(offsets)
-        r["value"].extend(rec[1] for rec in records)
-        r["time"].extend([time] * n)
-        r["f"].extend([f] * n)
-        r["pos"].extend(range(n))
-        r["invoke_time"].extend([inv_time] * n)
-        r["from_offset"].extend([from_offset] * n)
-        r["prev_op"].append(prev_op)
-        r["prev_op"].extend([index] * (n - 1))
-        r["prev_offset"].append(prev_offset)
-        r["prev_offset"].extend(offsets[:-1])
+        self.b.reads.extend(partition, {
+            "index": [index] * n, "process": [process] * n, "partition": [partition] * n,
+            "offset": offsets, "value": [rec[1] for rec in records], "time": [time] * n,
+            "f": [f] * n, "pos": list(range(n)), "invoke_time": [inv_time] * n,
+            "from_offset": [from_offset] * n, "prev_op": [prev_op] + [index] * (n - 1),
+            "prev_offset": [prev_offset] + offsets[:-1],
+        }, n)
         self.last_read[key] = (index, offsets[-1])
         self.reads += n
 
@@ -636,7 +639,8 @@ def ingest(history: Path, out_dir: Path, partitions: int | None = None, *,
     if native:
         try:
             result.ops, result.reads, torn = native_ingest(
-                history, result.ops_path, result.reads_path, MAX_LINE_BYTES, partitions)
+                history, result.ops_path, result.reads_path, MAX_LINE_BYTES, partitions,
+                (ROW_GROUP, BUFFERED))
             if torn is not None:
                 result.notes.append(_truncated_note(history, (torn, _torn_reason(history))))
             return result

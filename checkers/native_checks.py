@@ -11,7 +11,10 @@ and the rows without a partition are counted by share 0 alone. The Spark checker
 
 It holds the rows of the partitions it checks in memory (about 4 GB for 10M operations and
 18M records read), so Spark's tasks give it a memory limit: past it, it stops as it loads
-(ShareTooBigError) and the SQL plans check instead.
+(ShareTooBigError) and the SQL plans check instead. On the tables ingest.py writes, clustered
+by partition, it reads only the row groups of its share (each output says how many it read,
+"row_groups_read") and loads and checks the share in waves of `threads` partitions, so a
+Spark task (one thread) holds one partition's rows at a time.
 tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
 """
 
@@ -87,6 +90,7 @@ def merge(shares: list[dict[str, Any]], examples: int) -> dict[str, Any]:
     stats["acked_by_partition"] = dict(sorted(stats["acked_by_partition"].items(),
                                               key=lambda kv: int(kv[0])))
     return {
+        "row_groups_read": sum(s.get("row_groups_read", 0) for s in shares),
         "anomalies": anomalies,
         # by partition, as one run lists them (stable: each partition's own order)
         "unread": sorted((u for s in shares for u in s["unread"]), key=lambda u: u[P]),

@@ -12,8 +12,8 @@ the tables never depend on which path wrote them (tests/checkers/test_checker_in
 the two paths to the same tables, on every anomaly scenario and on the benchmark's
 generator).
 
-Memory is bounded whatever the history's size: a few 4 MB blocks in flight, one row group
-per table being built, and the longest line with its records (a final read holds a whole
+Memory is bounded whatever the history's size: a few 4 MB blocks in flight, the rows
+buffered per table while they are clustered by partition (at most BUFFERED of checkers/ingest.py), and the longest line with its records (a final read holds a whole
 partition in one line: 15M records, 318 MB of JSON, take about 0.6 GB while it is read).
 
 A torn last line (no newline, not JSON: a crashed run) is skipped as on the exact path; the
@@ -48,9 +48,13 @@ def binary(name: str = BINARY) -> str | None:
 
 
 def native_ingest(history: Path, ops_path: Path, reads_path: Path, max_line: int,
-                  partitions: int | None) -> tuple[int, int, int | None]:
+                  partitions: int | None,
+                  layout: tuple[int, int] | None = None) -> tuple[int, int, int | None]:
     """Write both tables: (ops, reads, the line number of a torn last line or None), or raise
-    NativeUnsure (nothing useful written) when the exact path must read this history."""
+    NativeUnsure (nothing useful written) when the exact path must read this history.
+    `layout` is the exact path's (ROW_GROUP, BUFFERED): the tables' clustering by partition
+    (checkers/ingest.py), so that both paths write the same row groups; None: histingest's
+    own, the same numbers."""
     program = binary()
     if program is None:
         raise NativeUnsure(f"{BINARY} is not built (make bootstrap builds it)")
@@ -58,6 +62,8 @@ def native_ingest(history: Path, ops_path: Path, reads_path: Path, max_line: int
     cmd = [program, str(history), str(ops_path), str(reads_path),
            "--max-partition", str(max_partition), "--max-line", str(max_line),
            "--threads", str(os.cpu_count() or 1)]
+    if layout is not None:
+        cmd += ["--row-group", str(layout[0]), "--buffered", str(layout[1])]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
     if done.returncode == NO_SPACE:  # the environment's error, as on the exact path

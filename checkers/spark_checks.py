@@ -710,9 +710,9 @@ def run(
         else:
             started = time.perf_counter()
             try:
-                raw, shares = spark_native.run(spark, ops_path, reads_path, acks, examples, how)
-                say(f"native checks in {shares} Spark tasks, each within "
-                                 f"{how.budget >> 20} MiB")
+                raw, took = spark_native.run(spark, ops_path, reads_path, acks, examples, how)
+                say(f"native checks in {took.shares} Spark tasks, each within "
+                    f"{took.budget >> 20} MiB, reading {raw['row_groups_read']} row groups")
                 return native_checks.to_output(raw)
             except NativeCheckError as e:
                 if plan == "native":

@@ -33,7 +33,9 @@ def test_tables_hold_every_op_and_record(tmp_path):
     res = ingest(run / "history.jsonl", tmp_path / "pq")
     ops = pq.read_table(res.ops_path).to_pylist()
     reads = pq.read_table(res.reads_path).to_pylist()
-    assert [o["index"] for o in ops] == list(range(7))
+    # clustered: the nemesis op (no partition) first, then partition 0 in history order
+    assert [o["index"] for o in ops] == [4, 0, 1, 2, 3, 5, 6]
+    ops.sort(key=lambda o: o["index"])
     ack = ops[1]
     assert (ack["type"], ack["offset"], ack["invoke_index"], ack["process"]) == ("ok", 0, 0, "1")
     assert json.loads(ops[4]["value_json"]) == {"nodes": ["n2"]}
@@ -43,15 +45,56 @@ def test_tables_hold_every_op_and_record(tmp_path):
     assert reads[0]["invoke_time"] == ops[5]["time"]
 
 
-def test_streams_in_bounded_batches(tmp_path, monkeypatch):
-    monkeypatch.setattr(ingest_mod, "BATCH_OPS", 10)
+def _partitions_by_row_group(path: Path) -> list[tuple[int | None, int | None, int]]:
+    """Each row group's partition statistics: (min, max, rows)."""
+    meta = pq.ParquetFile(path).metadata
+    col = meta.schema.names.index("partition")
+    out = []
+    for i in range(meta.num_row_groups):
+        rg = meta.row_group(i)
+        st = rg.column(col).statistics
+        assert st is not None and st.has_null_count, (path.name, i)
+        lo, hi = (st.min, st.max) if st.has_min_max else (None, None)
+        if st.null_count:
+            assert (lo, hi) == (None, None), (path.name, i, "partitioned and unpartitioned rows")
+        out.append((lo, hi, rg.num_rows))
+    return out
+
+
+def _assert_clustered(res, row_group: int) -> None:
+    """Each row group of both tables holds one partition (or only rows without one), at most
+    `row_group` rows, and each partition's rows come in history order."""
+    for path in (res.ops_path, res.reads_path):
+        groups = _partitions_by_row_group(path)
+        assert all(lo == hi and n <= row_group for lo, hi, n in groups), (path.name, groups)
+        t = pq.read_table(path, columns=["partition", "index"]).to_pylist()
+        for p in {r["partition"] for r in t}:
+            idx = [r["index"] for r in t if r["partition"] == p]
+            assert idx == sorted(idx), (path.name, p)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_streams_in_bounded_row_groups_of_one_partition(tmp_path, monkeypatch, native):
+    """Both paths buffer per partition and write row groups of one partition: a partition's
+    buffer at ROW_GROUP rows, every buffer at BUFFERED rows together."""
+    monkeypatch.setattr(ingest_mod, "ROW_GROUP", 10)
+    monkeypatch.setattr(ingest_mod, "BUFFERED", 25)
     h = History()
     for i in range(100):
-        h.send(i % 3, i % 2, i, i // 2)
+        h.send(i % 2, i % 3, i, i // 3)
+    h.nemesis("start-kill", {"nodes": ["n2"]})
+    h.final(9, 1, [(o, v) for v, o in zip(range(1, 100, 3), range(40), strict=False)])
     run = h.write(tmp_path)
-    res = ingest(run / "history.jsonl", tmp_path / "pq", native=False)
-    meta = pq.ParquetFile(res.ops_path).metadata
-    assert meta.num_rows == 200 and meta.num_row_groups == 20
+    res = ingest(run / "history.jsonl", tmp_path / "pq", native=native)
+    assert res.path == "native" or not native
+    # 100 sends (invoke, ok) round the 3 partitions: the buffers fill together, so all are
+    # written each time 25 are buffered (groups of 8 or 9 rows); the nemesis op alone
+    groups = _partitions_by_row_group(res.ops_path)
+    assert sum(n for *_, n in groups) == 203 and len(groups) >= 203 // 9
+    assert [n for lo, _, n in groups if lo is None] == [1]
+    # the final read of 33 records in one line: partition 1's buffer full three times
+    assert _partitions_by_row_group(res.reads_path) == [(1, 1, 10)] * 3 + [(1, 1, 3)]
+    _assert_clustered(res, 10)
 
 
 def test_corrupt_middle_line_is_reported_with_its_line_number(tmp_path):
@@ -115,6 +158,24 @@ def test_native_path_on_a_workload_shaped_history(tmp_path):
     generate(tmp_path / "history.jsonl", 300_000)
     native = ingest(tmp_path / "history.jsonl", tmp_path / "native")
     assert native.path == "native" and native.ops >= 300_000 and native.reads > 500_000
+    _assert_clustered(native, ingest_mod.ROW_GROUP)
+    _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
+
+
+def test_both_paths_cluster_alike_when_buffers_fill(tmp_path, monkeypatch):
+    """Small row groups and buffers, so that both of the clustering's rules (a partition's
+    buffer full, all buffers full) fire thousands of times, in the ops and in the reads (a
+    final read of a whole partition, larger than any buffer, among them): the native and
+    exact tables are still the same, row for row."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from checker_throughput import generate
+
+    monkeypatch.setattr(ingest_mod, "ROW_GROUP", 1000)
+    monkeypatch.setattr(ingest_mod, "BUFFERED", 2500)
+    generate(tmp_path / "history.jsonl", 60_000)
+    native = ingest(tmp_path / "history.jsonl", tmp_path / "native")
+    assert native.path == "native"
+    _assert_clustered(native, 1000)
     _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
 
 

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from checkers import ingest as ingest_mod
 from checkers.ingest import MAX_LINE_BYTES, HistoryError, ingest
 from checkers.native_ingest import NativeUnsure, binary, native_ingest
 
@@ -82,6 +83,10 @@ def histories(draw) -> list[str]:
     return lines
 
 
+# (ROW_GROUP, BUFFERED) of the tables' clustering by partition, small (checkers/ingest.py)
+TINY_LAYOUT = (3, 7)
+
+
 def _write(tmp: Path, lines: list[str]) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "history.jsonl"
@@ -100,12 +105,15 @@ def _compare(tmp: Path, lines: list[str]) -> str:
     (tmp / "native").mkdir()
     try:
         native_ingest(history, tmp / "native" / "ops.parquet", tmp / "native" / "reads.parquet",
-                      MAX_LINE_BYTES, 2)
+                      MAX_LINE_BYTES, 2, TINY_LAYOUT)
         native = True
     except NativeUnsure:
         native = False
     try:
-        ingest(history, tmp / "exact", 2, native=False)
+        with pytest.MonkeyPatch.context() as mp:  # row groups of a few rows: the clustering
+            mp.setattr(ingest_mod, "ROW_GROUP", TINY_LAYOUT[0])  # rules fire in most examples
+            mp.setattr(ingest_mod, "BUFFERED", TINY_LAYOUT[1])
+            ingest(history, tmp / "exact", 2, native=False)
     except HistoryError:
         assert not native, "the native reader converted a history the exact path refuses"
         return "neither"
@@ -144,12 +152,12 @@ def test_a_difference_in_the_tables_is_seen(tmp_path, monkeypatch):
     """The must-fail twin: a native table that differs from the exact one fails _compare."""
     real = native_ingest
 
-    def off_by_one(history, ops, reads, max_line, partitions):
+    def off_by_one(history, ops, reads, max_line, partitions, layout):
         lines = history.read_text().splitlines()
         lines[1] = lines[1].replace('"epoch": 1', '"epoch": 2')
         other = history.with_name("other.jsonl")
         other.write_text("\n".join(lines) + "\n")
-        return real(other, ops, reads, max_line, partitions)
+        return real(other, ops, reads, max_line, partitions, layout)
 
     monkeypatch.setitem(globals(), "native_ingest", off_by_one)
     with pytest.raises(AssertionError):

@@ -17,7 +17,9 @@
 //!   writers  batches -> Parquet (snappy), one thread per table
 //!
 //! Usage: histingest HISTORY OPS.parquet READS.parquet --max-partition N --max-line BYTES
-//!        [--threads N]
+//!        [--threads N] [--row-group ROWS] [--buffered ROWS]
+//! The tables are clustered by Kafka partition (tables.rs): `--row-group` and `--buffered`
+//! set its rule (checkers/ingest.py passes its ROW_GROUP and BUFFERED).
 //! Exit 0: stdout is {"ops": N, "reads": M, "torn_line": L or null} (a last line without a
 //! newline that is not JSON: the caller decides whether it is a crashed run's torn tail).
 //! Exit 3: unsure, stderr says why (and which line). Exit 4: no space left on the device.
@@ -41,7 +43,7 @@ use std::thread;
 
 use convert::Converter;
 use parse::{parse_block, Parsed};
-use tables::Tables;
+use tables::{Layout, Tables};
 
 // Millions of small strings and vectors go between threads: the system allocator was a sixth
 // of the time.
@@ -85,6 +87,7 @@ struct Args {
     max_partition: i64,
     max_line: usize,
     threads: usize,
+    layout: Layout,
 }
 
 fn args() -> Result<Args, String> {
@@ -94,6 +97,10 @@ fn args() -> Result<Args, String> {
     let mut threads = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    let mut layout = Layout {
+        row_group: tables::ROW_GROUP,
+        buffered: tables::BUFFERED,
+    };
     let mut it = std::env::args_os().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| -> Result<String, String> {
@@ -113,14 +120,25 @@ fn args() -> Result<Args, String> {
             Some("--threads") => {
                 threads = value("--threads")?.parse().map_err(|e| format!("{e}"))?
             }
+            Some("--row-group") => {
+                layout.row_group = value("--row-group")?.parse().map_err(|e| format!("{e}"))?
+            }
+            Some("--buffered") => {
+                layout.buffered = value("--buffered")?.parse().map_err(|e| format!("{e}"))?
+            }
             _ => positional.push(PathBuf::from(a)),
         }
     }
     let [history, ops, reads]: [PathBuf; 3] = positional.try_into().map_err(|_| {
-        "usage: histingest HISTORY OPS READS [--max-partition N] [--max-line B] [--threads N]"
+        "usage: histingest HISTORY OPS READS [--max-partition N] [--max-line B] [--threads N] \
+         [--row-group ROWS] [--buffered ROWS]"
             .to_string()
     })?;
+    if layout.row_group == 0 || layout.buffered <= layout.row_group {
+        return Err("want 0 < --row-group < --buffered".to_string());
+    }
     Ok(Args {
+        layout,
         history,
         ops,
         reads,
@@ -278,7 +296,7 @@ type ParsedBlock = (u64, Result<Vec<Parsed>, Failure>);
 
 fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
     let file = File::open(&a.history)?;
-    let mut tables = Tables::create(&a.ops, &a.reads)?;
+    let mut tables = Tables::create(&a.ops, &a.reads, a.layout)?;
     let parsers = a.threads;
     let (block_tx, block_rx) = sync_channel::<Result<Block, Failure>>(IN_FLIGHT);
     let (parsed_tx, parsed_rx) = sync_channel::<ParsedBlock>(IN_FLIGHT + parsers);

@@ -1,6 +1,16 @@
 //! The two tables (`checkers/ingest.py`'s OPS_SCHEMA and READS_SCHEMA, column for column),
 //! built in batches of one row group and written to Parquet by a thread per table.
+//!
+//! Clustered by Kafka partition: each row group holds the rows of one partition (or only
+//! rows without one), so its statistics name that partition and a reader of some partitions
+//! (a Spark task's `histcheck --share`) skips the other row groups unread. Each table
+//! buffers rows per partition, in history order, and writes a partition's buffer as a row
+//! group when it holds `row_group` rows, or every buffer (rows without a partition first,
+//! then by partition) when they hold `buffered` rows together, and at the end.
+//! `checkers/ingest.py`'s `_Clustered` follows the same rule, so both paths write the same
+//! rows in the same order.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -19,8 +29,15 @@ use parquet::schema::types::ColumnPath;
 use crate::parse::Op;
 use crate::Failure;
 
-/// Rows per row group (DuckDB's default, which the checks were tuned on).
-const ROW_GROUP: usize = 122_880;
+/// Rows per row group, at most, and a partition buffer's rows that make it a row group
+/// (`--row-group`; checkers/ingest.py's ROW_GROUP, which it passes).
+pub const ROW_GROUP: usize = 122_880;
+/// Rows buffered per table over all partitions before every buffer is written
+/// (`--buffered`; checkers/ingest.py's BUFFERED): what bounds the memory however many
+/// partitions.
+pub const BUFFERED: usize = 4 * ROW_GROUP;
+/// Rows each new partition buffer reserves room for (they grow to ROW_GROUP).
+const FIRST_ROOM: usize = 8192;
 /// Batches queued for each writer.
 const QUEUED: usize = 2;
 
@@ -107,13 +124,13 @@ fn create(path: &Path) -> Result<File, Failure> {
 }
 
 impl Writer {
-    fn start(path: &Path, schema: SchemaRef) -> Result<Writer, Failure> {
+    fn start(path: &Path, schema: SchemaRef, row_group: usize) -> Result<Writer, Failure> {
         let file = create(path)?;
         // Dictionaries only for the text columns (a few processes, types, fs, nodes): for the
         // integer columns, mostly distinct, trying one costs a fifth of the whole ingest.
         let mut props = WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
-            .set_max_row_group_size(ROW_GROUP)
+            .set_max_row_group_size(row_group)
             .set_dictionary_enabled(false);
         for field in schema
             .fields()
@@ -135,6 +152,7 @@ impl Writer {
             .spawn(move || -> Result<(), Failure> {
                 for batch in rx {
                     writer.write(&batch)?;
+                    writer.flush()?; // each batch its own row group: one partition's rows
                 }
                 writer.close()?;
                 Ok(())
@@ -214,15 +232,84 @@ struct ReadsBuilder {
     rows: usize,
 }
 
+/// When buffered rows become row groups (the module's doc).
+#[derive(Clone, Copy)]
+pub struct Layout {
+    pub row_group: usize,
+    pub buffered: usize,
+}
+
+/// A table's row builders, one per partition (None: rows without one), and its writer.
+struct Clustered<B> {
+    layout: Layout,
+    schema: SchemaRef,
+    writer: Writer,
+    parts: BTreeMap<Option<i32>, B>,
+    buffered: usize,
+    written: u64,
+}
+
+trait Rows {
+    fn new() -> Self;
+    fn rows(&self) -> usize;
+    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, Failure>;
+}
+
+impl<B: Rows> Clustered<B> {
+    fn create(path: &Path, columns: &[(&str, DataType)], layout: Layout) -> Result<Self, Failure> {
+        let schema = schema(columns);
+        Ok(Clustered {
+            layout,
+            writer: Writer::start(path, schema.clone(), layout.row_group)?,
+            schema,
+            parts: BTreeMap::new(),
+            buffered: 0,
+            written: 0,
+        })
+    }
+
+    fn builder(&mut self, key: Option<i32>) -> &mut B {
+        self.parts.entry(key).or_insert_with(B::new)
+    }
+
+    /// After a row was added to `key`'s builder: write what the rule says is due.
+    fn added(&mut self, key: Option<i32>) -> Result<(), Failure> {
+        self.buffered += 1;
+        self.written += 1;
+        let b = self.parts.get_mut(&key).expect("the builder just added to");
+        if b.rows() >= self.layout.row_group {
+            let batch = b.finish(&self.schema)?;
+            self.buffered -= batch.num_rows();
+            return self.writer.send(batch);
+        }
+        if self.buffered >= self.layout.buffered {
+            return self.write_all();
+        }
+        Ok(())
+    }
+
+    /// Every builder's rows, rows without a partition first, then by partition.
+    fn write_all(&mut self) -> Result<(), Failure> {
+        for b in self.parts.values_mut().filter(|b| b.rows() > 0) {
+            let batch = b.finish(&self.schema)?;
+            self.writer.send(batch)?;
+        }
+        self.buffered = 0;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<u64, Failure> {
+        let last = self.write_all();
+        let closed = self.writer.finish();
+        last?;
+        closed?;
+        Ok(self.written)
+    }
+}
+
 pub struct Tables {
-    ops_schema: SchemaRef,
-    reads_schema: SchemaRef,
-    ops_writer: Writer,
-    reads_writer: Writer,
-    ops: OpsBuilder,
-    reads: ReadsBuilder,
-    n_ops: u64,
-    n_reads: u64,
+    ops: Clustered<OpsBuilder>,
+    reads: Clustered<ReadsBuilder>,
 }
 
 fn i64s(n: usize) -> Int64Builder {
@@ -233,9 +320,13 @@ fn strs(n: usize) -> StringBuilder {
     StringBuilder::with_capacity(n, n * 8)
 }
 
-impl OpsBuilder {
+impl Rows for OpsBuilder {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
     fn new() -> Self {
-        let n = ROW_GROUP;
+        let n = FIRST_ROOM;
         OpsBuilder {
             index: i64s(n),
             time: i64s(n),
@@ -302,21 +393,26 @@ fn batch(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch, Fail
         .map_err(|e| Failure::Io(std::io::Error::other(e.to_string())))
 }
 
-impl ReadsBuilder {
+impl Rows for ReadsBuilder {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+
     fn new() -> Self {
+        let n = FIRST_ROOM;
         ReadsBuilder {
-            index: i64s(ROW_GROUP),
-            process: StringBuilder::with_capacity(ROW_GROUP, ROW_GROUP * 4),
-            partition: Int32Builder::with_capacity(ROW_GROUP),
-            offset: i64s(ROW_GROUP),
-            value: i64s(ROW_GROUP),
-            time: i64s(ROW_GROUP),
-            f: StringBuilder::with_capacity(ROW_GROUP, ROW_GROUP * 6),
-            pos: Int32Builder::with_capacity(ROW_GROUP),
-            invoke_time: i64s(ROW_GROUP),
-            from_offset: i64s(ROW_GROUP),
-            prev_op: i64s(ROW_GROUP),
-            prev_offset: i64s(ROW_GROUP),
+            index: i64s(n),
+            process: StringBuilder::with_capacity(n, n * 4),
+            partition: Int32Builder::with_capacity(n),
+            offset: i64s(n),
+            value: i64s(n),
+            time: i64s(n),
+            f: StringBuilder::with_capacity(n, n * 6),
+            pos: Int32Builder::with_capacity(n),
+            invoke_time: i64s(n),
+            from_offset: i64s(n),
+            prev_op: i64s(n),
+            prev_offset: i64s(n),
             rows: 0,
         }
     }
@@ -342,23 +438,15 @@ impl ReadsBuilder {
 }
 
 impl Tables {
-    pub fn create(ops: &Path, reads: &Path) -> Result<Tables, Failure> {
-        let ops_schema = schema(&OPS_COLUMNS);
-        let reads_schema = schema(&READS_COLUMNS);
+    pub fn create(ops: &Path, reads: &Path, layout: Layout) -> Result<Tables, Failure> {
         Ok(Tables {
-            ops_writer: Writer::start(ops, ops_schema.clone())?,
-            reads_writer: Writer::start(reads, reads_schema.clone())?,
-            ops_schema,
-            reads_schema,
-            ops: OpsBuilder::new(),
-            reads: ReadsBuilder::new(),
-            n_ops: 0,
-            n_reads: 0,
+            ops: Clustered::create(ops, &OPS_COLUMNS, layout)?,
+            reads: Clustered::create(reads, &READS_COLUMNS, layout)?,
         })
     }
 
     pub fn op(&mut self, op: &Op, row: &OpRow) -> Result<(), Failure> {
-        let b = &mut self.ops;
+        let b = self.ops.builder(op.partition);
         b.index.append_value(op.index);
         b.time.append_value(op.time);
         b.process.append_value(&op.process);
@@ -387,12 +475,7 @@ impl Tables {
         b.prev_send_txn
             .append_option(row.prev_send.and_then(|s| s.2));
         b.rows += 1;
-        self.n_ops += 1;
-        if b.rows >= ROW_GROUP {
-            let batch = b.finish(&self.ops_schema)?;
-            self.ops_writer.send(batch)?;
-        }
-        Ok(())
+        self.ops.added(op.partition)
     }
 
     /// One row per record of an ok read, linked each to the one before it.
@@ -406,7 +489,7 @@ impl Tables {
     ) -> Result<(), Failure> {
         let mut prev = prev.map_or((None, None), |(o, off)| (Some(o), Some(off)));
         for (pos, &(offset, value)) in records.iter().enumerate() {
-            let b = &mut self.reads;
+            let b = self.reads.builder(op.partition);
             b.index.append_value(op.index);
             b.process.append_value(&op.process);
             b.partition.append_option(op.partition);
@@ -421,29 +504,15 @@ impl Tables {
             b.prev_offset.append_option(prev.1);
             prev = (Some(op.index), Some(offset));
             b.rows += 1;
-            if b.rows >= ROW_GROUP {
-                let batch = b.finish(&self.reads_schema)?;
-                self.reads_writer.send(batch)?;
-            }
+            self.reads.added(op.partition)?;
         }
-        self.n_reads += records.len() as u64;
         Ok(())
     }
 
-    /// Flush the last batches, close both files: (ops, reads).
-    pub fn finish(mut self) -> Result<(u64, u64), Failure> {
-        if self.ops.rows > 0 {
-            let batch = self.ops.finish(&self.ops_schema)?;
-            self.ops_writer.send(batch)?;
-        }
-        if self.reads.rows > 0 {
-            let batch = self.reads.finish(&self.reads_schema)?;
-            self.reads_writer.send(batch)?;
-        }
-        let ops = self.ops_writer.finish();
-        let reads = self.reads_writer.finish();
-        ops?;
-        reads?;
-        Ok((self.n_ops, self.n_reads))
+    /// Write the last rows, close both files: (ops, reads).
+    pub fn finish(self) -> Result<(u64, u64), Failure> {
+        let ops = self.ops.finish();
+        let reads = self.reads.finish();
+        Ok((ops?, reads?))
     }
 }

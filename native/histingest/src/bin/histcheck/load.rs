@@ -3,10 +3,17 @@
 //! Only the columns the checks use are read, each cast to the type the ingest writes, so
 //! tables written by either ingest path (histingest or checkers/ingest.py) load alike. Text
 //! is interned: the checks compare small ids, and the output turns them back into text.
+//!
+//! Only the row groups that may hold a wanted partition are read: the ingest clusters the
+//! tables by partition (native/histingest/src/tables.rs), so each row group's statistics
+//! name its one partition, and a share of the partitions reads only its own row groups.
+//! Row groups without statistics, or of several partitions (tables written before the
+//! clustering), are read and filtered row by row.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
@@ -14,6 +21,8 @@ use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
+use parquet::file::statistics::Statistics;
 use rustc_hash::FxHashMap;
 
 /// Interned text: each distinct string once, named by its position.
@@ -137,24 +146,137 @@ pub struct History {
     /// Operations per (f, type) over every row asked for, the unpartitioned ones included.
     pub ops_by_f_type: BTreeMap<(u32, u32), u64>,
     pub n_reads: u64,
+    /// Row groups read, of both tables.
+    pub row_groups: usize,
 }
 
-/// Which share of the partitions to load: those `p` with `p mod of == share`. Share 0 also
-/// counts the rows without a partition (nemesis operations) in the statistics, so that
-/// shares 0..of together count every row once.
+/// Which partitions to load: those `p` with `p mod of == share`, and of those only `only`
+/// when given (one wave of a share, checked before the next is loaded). `unpartitioned`:
+/// also count the rows without a partition (nemesis operations) in the statistics, which
+/// one load of share 0 does, so that all the loads together count every row once.
 pub struct Wanted {
     pub share: i32,
     pub of: i32,
+    pub only: Option<BTreeSet<i32>>,
+    pub unpartitioned: bool,
 }
 
 impl Wanted {
-    fn partition(&self, p: i32) -> bool {
-        p.rem_euclid(self.of) == self.share
+    pub fn partition(&self, p: i32) -> bool {
+        p.rem_euclid(self.of) == self.share && self.only.as_ref().is_none_or(|o| o.contains(&p))
     }
 
     fn unpartitioned(&self) -> bool {
-        self.share == 0
+        self.unpartitioned
     }
+
+    /// Whether a row group of these partitions may hold a wanted row.
+    fn any(&self, span: &Span) -> bool {
+        let Span::Known { lo, hi, nulls } = *span else {
+            return true;
+        };
+        if nulls && self.unpartitioned() {
+            return true;
+        }
+        let Some((lo, hi)) = lo.zip(hi) else {
+            return false; // only rows without a partition
+        };
+        match &self.only {
+            Some(only) => only.range(lo..=hi).any(|&p| self.partition(p)),
+            None if (hi as i64 - lo as i64) >= self.of as i64 => true,
+            None => (lo..=hi).any(|p| self.partition(p)),
+        }
+    }
+}
+
+/// What a row group's statistics say of its partition column.
+pub enum Span {
+    Unknown,
+    Known {
+        lo: Option<i32>,
+        hi: Option<i32>,
+        nulls: bool,
+    },
+}
+
+impl Span {
+    fn of(rg: &RowGroupMetaData, column: usize) -> Span {
+        match rg.column(column).statistics() {
+            Some(Statistics::Int32(s)) => match s.null_count_opt() {
+                Some(n) => Span::Known {
+                    lo: s.min_opt().copied(),
+                    hi: s.max_opt().copied(),
+                    nulls: n > 0,
+                },
+                None => Span::Unknown,
+            },
+            _ => Span::Unknown,
+        }
+    }
+
+    /// The one partition of a clustered row group (None: rows without one); Err: several,
+    /// or not known.
+    fn single(&self) -> Result<Option<i32>, ()> {
+        match *self {
+            Span::Known {
+                lo: None,
+                hi: None,
+                nulls: true,
+            } => Ok(None),
+            Span::Known {
+                lo: Some(lo),
+                hi: Some(hi),
+                nulls: false,
+            } if lo == hi => Ok(Some(lo)),
+            _ => Err(()),
+        }
+    }
+}
+
+/// A table's row groups: each one's partition statistics and rows.
+pub struct Groups {
+    pub spans: Vec<(Span, usize)>,
+}
+
+impl Groups {
+    pub fn read(path: &Path) -> Res<Groups> {
+        let meta = metadata(path)?;
+        let schema = meta.file_metadata().schema_descr();
+        let column = (0..schema.num_columns())
+            .find(|&i| schema.column(i).name() == "partition")
+            .ok_or_else(|| format!("{}: no column partition", path.display()))?;
+        let spans = meta
+            .row_groups()
+            .iter()
+            .map(|rg| (Span::of(rg, column), rg.num_rows() as usize))
+            .collect();
+        Ok(Groups { spans })
+    }
+
+    /// Rows per partition when every row group holds one partition (or only rows without
+    /// one); None for a table that is not clustered so.
+    pub fn rows_by_partition(&self) -> Option<BTreeMap<i32, usize>> {
+        let mut rows = BTreeMap::new();
+        for (span, n) in &self.spans {
+            if let Some(p) = span.single().ok()? {
+                *rows.entry(p).or_insert(0) += n;
+            }
+        }
+        Some(rows)
+    }
+
+    fn wanted(&self, wanted: &Wanted) -> Vec<usize> {
+        (0..self.spans.len())
+            .filter(|&i| wanted.any(&self.spans[i].0))
+            .collect()
+    }
+}
+
+fn metadata(path: &Path) -> Res<Arc<ParquetMetaData>> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("{}: not a Parquet table ({e})", path.display()))?;
+    Ok(builder.metadata().clone())
 }
 
 const OPS: [&str; 18] = [
@@ -207,13 +329,19 @@ impl From<String> for Failure {
     }
 }
 
-/// Memory held per row kept, twice its size: the vectors grow by doubling, and the checks
-/// build maps of about the same size again (measured: 3.6 GB at peak for 5M completed
-/// operations and 18M records read, against 2.1 GB of rows).
-const OP_BYTES: u64 = 2 * std::mem::size_of::<Op>() as u64;
-const READ_BYTES: u64 = 2 * std::mem::size_of::<Read>() as u64;
+/// Memory held per row kept, 2.3 times its size: the operations' vector grows by doubling
+/// (the records' is sized once on clustered tables), and the checks build maps of about the
+/// same size again. Measured on the benchmark's generator, one partition alone (`--share
+/// 0/3 --threads 1`): 1.41 GB at peak for 1.67M completed operations and 6.06M records read
+/// (10M operations in all), 14.3 GB for 16.7M and 60.6M (100M), 2.26-2.30 times the rows.
+const OP_BYTES: u64 = 23 * std::mem::size_of::<Op>() as u64 / 10;
+const READ_BYTES: u64 = 23 * std::mem::size_of::<Read>() as u64 / 10;
 
-fn batches(path: &Path, columns: &[&str]) -> Res<impl Iterator<Item = Res<RecordBatch>>> {
+fn batches(
+    path: &Path,
+    columns: &[&str],
+    row_groups: Vec<usize>,
+) -> Res<impl Iterator<Item = Res<RecordBatch>>> {
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| format!("{}: not a Parquet table ({e})", path.display()))?;
@@ -228,6 +356,7 @@ fn batches(path: &Path, columns: &[&str]) -> Res<impl Iterator<Item = Res<Record
     let mask = ProjectionMask::leaves(schema, leaves);
     let reader = builder
         .with_projection(mask)
+        .with_row_groups(row_groups)
         .with_batch_size(64 * 1024)
         .build()
         .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -292,15 +421,26 @@ fn required(v: Opt<i64>, what: &str, path: &Path) -> Res<i64> {
         .ok_or_else(|| format!("{}: a row without {what}", path.display()))
 }
 
-/// Loads the rows of the partitions `wanted`, or stops with `Failure::TooBig` as soon as they
-/// would hold more than `limit` bytes (checked after each batch of rows).
+/// The two tables' row groups.
+pub struct Tables<'a> {
+    pub ops: &'a Path,
+    pub reads: &'a Path,
+    pub ops_groups: &'a Groups,
+    pub reads_groups: &'a Groups,
+}
+
+/// Loads the rows of the partitions `wanted` (from the row groups that may hold them), or
+/// stops with `Failure::TooBig` as soon as they would hold more than `limit` bytes (checked
+/// after each batch of rows). `reads_of`: each partition's records read, when known, to
+/// size its vector once.
 pub fn load(
-    ops: &Path,
-    reads: &Path,
+    t: &Tables,
     default_acks: &str,
     wanted: &Wanted,
     limit: Option<u64>,
+    reads_of: Option<&BTreeMap<i32, usize>>,
 ) -> Result<History, Failure> {
+    let (ops, reads) = (t.ops, t.reads);
     let mut strings = Strings::default();
     let words = Words {
         ok: strings.id("ok"),
@@ -313,13 +453,23 @@ pub fn load(
         default_acks: strings.id(default_acks),
     };
     let mut partitions: BTreeMap<i32, Partition> = BTreeMap::new();
+    for (&p, &n) in reads_of.into_iter().flatten() {
+        if wanted.partition(p) {
+            let part = partitions.entry(p).or_default();
+            part.reads.reserve_exact(n);
+        }
+    }
     let mut ops_by_f_type = BTreeMap::new();
     let (mut kept_ops, mut n_reads) = (0u64, 0u64);
     let within = |ops: u64, reads: u64| match limit {
         Some(l) if ops * OP_BYTES + reads * READ_BYTES > l => Err(Failure::TooBig { limit: l }),
         _ => Ok(()),
     };
-    for batch in batches(ops, &OPS)? {
+    let reserved: u64 = partitions.values().map(|p| p.reads.capacity() as u64).sum();
+    within(0, reserved)?; // known before reading a row
+    let (ops_groups, reads_groups) = (t.ops_groups.wanted(wanted), t.reads_groups.wanted(wanted));
+    let row_groups = ops_groups.len() + reads_groups.len();
+    for batch in batches(ops, &OPS, ops_groups)? {
         within(kept_ops, n_reads)?;
         let batch = batch?;
         let c = Cols {
@@ -391,7 +541,7 @@ pub fn load(
             });
         }
     }
-    for batch in batches(reads, &READS)? {
+    for batch in batches(reads, &READS, reads_groups)? {
         within(kept_ops, n_reads)?;
         let batch = batch?;
         let c = Cols {
@@ -438,5 +588,6 @@ pub fn load(
         partitions,
         ops_by_f_type,
         n_reads,
+        row_groups,
     })
 }

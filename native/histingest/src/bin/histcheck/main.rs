@@ -9,10 +9,14 @@
 //! Usage: histcheck OPS.parquet READS.parquet --acks ACKS --examples N
 //!        [--share R/K] [--threads N] [--memory-limit BYTES]
 //! `--share R/K` checks only the partitions p with p mod K == R (default 0/1: all of them).
+//! On tables clustered by partition (load.rs) it reads only those partitions' row groups,
+//! and loads and checks them in waves of `--threads` partitions, so it holds one wave's rows
+//! at a time (and `--memory-limit` bounds a wave).
 //! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
 //! Exit 0: stdout is one JSON object:
 //!   {"anomalies": {name: [count, [example, ...]]}, "unread": [row, ...],
-//!    "complete_partitions": [p, ...], "stats": {...}}
+//!    "complete_partitions": [p, ...], "stats": {...}, "row_groups_read": N}
+//! (N: the row groups of both tables it read).
 //! Exit 2: usage, or a table that cannot be read (stderr says why).
 //! Exit 5: with `--memory-limit BYTES`, the rows of the partitions asked for would hold more
 //! than that (an estimate, checked as they load): nothing was checked.
@@ -33,7 +37,7 @@ use std::thread;
 use serde_json::{json, Map, Value};
 
 use checks::{check, Checked, Ctx, NAMES};
-use load::{load, Failure, Wanted};
+use load::{load, Failure, Groups, Tables, Wanted};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -71,7 +75,12 @@ fn parse_args() -> Result<Args, String> {
     let reads = PathBuf::from(it.next().ok_or(usage)?);
     let mut acks = None;
     let mut examples = None;
-    let mut wanted = Wanted { share: 0, of: 1 };
+    let mut wanted = Wanted {
+        share: 0,
+        of: 1,
+        only: None,
+        unpartitioned: true,
+    };
     let mut threads = thread::available_parallelism().map_or(1, |n| n.get());
     let mut memory_limit = None;
     while let Some(flag) = it.next() {
@@ -90,7 +99,12 @@ fn parse_args() -> Result<Args, String> {
                         if k < 1 || r < 0 || r >= k {
                             return Err(format!("--share {v:.40}: want R/K with 0 <= R < K"));
                         }
-                        wanted = Wanted { share: r, of: k };
+                        wanted = Wanted {
+                            share: r,
+                            of: k,
+                            only: None,
+                            unpartitioned: r == 0,
+                        };
                     }
                 }
             }
@@ -108,24 +122,68 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-fn run(args: &Args) -> Result<Value, Failure> {
-    let started = std::time::Instant::now();
-    let h = load(
-        &args.ops,
-        &args.reads,
-        &args.acks,
-        &args.wanted,
-        args.memory_limit,
-    )?;
-    let loaded = started.elapsed();
+/// The loads that check the share asked for, one after the other: on clustered tables
+/// (load.rs), waves of `threads` partitions, the biggest first, so that the memory held is
+/// a wave's, not the share's; else the whole share at once.
+fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
+    let w = &args.wanted;
+    let whole = || Wanted {
+        share: w.share,
+        of: w.of,
+        only: None,
+        unpartitioned: w.share == 0,
+    };
+    let (Some(op_rows), Some(read_rows)) = (ops.rows_by_partition(), reads.rows_by_partition())
+    else {
+        return vec![whole()];
+    };
+    let mut sizes: BTreeMap<i32, usize> = BTreeMap::new();
+    for (&p, &n) in op_rows
+        .iter()
+        .chain(&read_rows)
+        .filter(|(&p, _)| w.partition(p))
+    {
+        *sizes.entry(p).or_insert(0) += n;
+    }
+    let mut order: Vec<(i32, usize)> = sizes.into_iter().collect();
+    order.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
+    let mut out: Vec<Wanted> = order
+        .chunks(args.threads)
+        .map(|c| Wanted {
+            share: w.share,
+            of: w.of,
+            only: Some(c.iter().map(|&(p, _)| p).collect()),
+            unpartitioned: false,
+        })
+        .collect();
+    match out.first_mut() {
+        Some(first) => first.unpartitioned = w.share == 0,
+        None => out.push(Wanted {
+            only: Some(Default::default()),
+            ..whole()
+        }),
+    }
+    out
+}
+
+/// What the waves found, merged: each partition's results, and the statistics.
+#[derive(Default)]
+struct Found {
+    parts: BTreeMap<i32, Checked>,
+    ops_by_f_type: BTreeMap<String, u64>,
+    n_reads: u64,
+    row_groups: usize,
+}
+
+/// Check each partition of `h` on its own thread, the biggest first.
+fn check_all(h: &load::History, threads: usize, found: &mut Found) {
     let parts: Vec<(&i32, &load::Partition)> = h.partitions.iter().collect();
-    // Biggest partitions first, each taken by the next free thread.
     let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(parts[i].1.ops.len() + parts[i].1.reads.len()));
     let results: Mutex<Vec<Option<Checked>>> = Mutex::new((0..parts.len()).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     thread::scope(|s| {
-        for _ in 0..args.threads.min(parts.len()) {
+        for _ in 0..threads.min(parts.len()) {
             s.spawn(|| {
                 while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let (&p, part) = parts[i];
@@ -140,52 +198,80 @@ fn run(args: &Args) -> Result<Value, Failure> {
             });
         }
     });
+    let results = results.into_inner().unwrap();
+    for ((&p, _), c) in parts.iter().zip(results) {
+        found.parts.insert(p, c.expect("every partition checked"));
+    }
+    for (&(f, t), &n) in &h.ops_by_f_type {
+        let key = format!("{}:{}", h.strings.name(f), h.strings.name(t));
+        *found.ops_by_f_type.entry(key).or_insert(0) += n;
+    }
+    found.n_reads += h.n_reads;
+    found.row_groups += h.row_groups;
+}
+
+fn run(args: &Args) -> Result<Value, Failure> {
+    let started = std::time::Instant::now();
+    let (ops_groups, reads_groups) = (Groups::read(&args.ops)?, Groups::read(&args.reads)?);
+    let tables = Tables {
+        ops: &args.ops,
+        reads: &args.reads,
+        ops_groups: &ops_groups,
+        reads_groups: &reads_groups,
+    };
+    let reads_of = reads_groups.rows_by_partition();
+    let mut found = Found::default();
+    let (mut loading, mut checking) = (0.0, 0.0);
+    for wanted in waves(args, &ops_groups, &reads_groups) {
+        let t = std::time::Instant::now();
+        let h = load(
+            &tables,
+            &args.acks,
+            &wanted,
+            args.memory_limit,
+            reads_of.as_ref(),
+        )?;
+        loading += t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        check_all(&h, args.threads, &mut found);
+        checking += t.elapsed().as_secs_f64();
+    }
     if std::env::var_os("HISTCHECK_TIMES").is_some() {
         eprintln!(
-            "histcheck: load {:.2}s, check {:.2}s",
-            loaded.as_secs_f64(),
-            (started.elapsed() - loaded).as_secs_f64()
+            "histcheck: load {loading:.2}s, check {checking:.2}s, {:.2}s in all",
+            started.elapsed().as_secs_f64()
         );
     }
-    let results: Vec<Checked> = results
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|c| c.expect("every partition checked"))
-        .collect();
+    let results: Vec<(&i32, &Checked)> = found.parts.iter().collect();
 
     let mut anomalies = Map::new();
     for (n, name) in NAMES.iter().enumerate() {
-        let mut all: Vec<&(Vec<i64>, Value)> = results.iter().flat_map(|c| &c.found[n]).collect();
+        let mut all: Vec<&(Vec<i64>, Value)> =
+            results.iter().flat_map(|(_, c)| &c.found[n]).collect();
         all.sort_by(|a, b| a.0.cmp(&b.0)); // stable: ties keep a partition's own order
         let examples: Vec<&Value> = all.iter().take(args.examples).map(|e| &e.1).collect();
         anomalies.insert(name.to_string(), json!([all.len(), examples]));
     }
-    let unread: Vec<&Value> = results.iter().flat_map(|c| &c.unread).collect();
-    let complete: Vec<i32> = parts
+    let unread: Vec<&Value> = results.iter().flat_map(|(_, c)| &c.unread).collect();
+    let complete: Vec<i32> = results
         .iter()
-        .zip(&results)
         .filter(|(_, c)| c.complete)
-        .map(|((p, _), _)| **p)
+        .map(|(p, _)| **p)
         .collect();
-    let mut by_f_type = BTreeMap::new();
-    for (&(f, t), &n) in &h.ops_by_f_type {
-        by_f_type.insert(format!("{}:{}", h.strings.name(f), h.strings.name(t)), n);
-    }
     let mut acked = Map::new();
-    for ((p, _), c) in parts.iter().zip(&results).filter(|(_, c)| c.acked > 0) {
+    for (p, c) in results.iter().filter(|(_, c)| c.acked > 0) {
         acked.insert(p.to_string(), json!(c.acked));
     }
     let stats = json!({
-        "ops": h.ops_by_f_type.values().sum::<u64>(),
-        "ops_by_f_type": by_f_type,
-        "reads": h.n_reads,
+        "ops": found.ops_by_f_type.values().sum::<u64>(),
+        "ops_by_f_type": found.ops_by_f_type,
+        "reads": found.n_reads,
         "acked_by_partition": acked,
-        "info_sends_read": results.iter().map(|c| c.info_read).sum::<u64>(),
+        "info_sends_read": results.iter().map(|(_, c)| c.info_read).sum::<u64>(),
     });
     Ok(
         json!({"anomalies": anomalies, "unread": unread, "complete_partitions": complete,
-              "stats": stats}),
+              "stats": stats, "row_groups_read": found.row_groups}),
     )
 }
 

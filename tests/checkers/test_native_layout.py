@@ -1,0 +1,167 @@
+"""The tables clustered by Kafka partition, as the native checks read them: a share of the
+partitions (a Spark task's) reads only its own row groups, and a share too big on clustered
+tables is not tried again in more shares (checkers/spark_native.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from checkers import ingest as ingest_mod
+from checkers import native_checks, spark_native
+from checkers.ingest import ingest
+
+pytestmark = pytest.mark.skipif(native_checks.binary() is None,
+                                reason="histcheck is not built: make bootstrap builds it")
+EXAMPLES = 3
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    """The benchmark's generator (3 partitions, injected anomalies), ingested in row groups
+    of 1,000 rows: tens of row groups per partition."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from checker_throughput import generate
+
+    work = tmp_path_factory.mktemp("layout")
+    generate(work / "history.jsonl", 30_000)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ingest_mod, "ROW_GROUP", 1000)
+        mp.setattr(ingest_mod, "BUFFERED", 2500)
+        ing = ingest(work / "history.jsonl", work / "clustered")
+    assert ing.path == "native"
+    return ing
+
+
+def _row_groups(path: Path, partition: int | None = None) -> int:
+    """Row groups of a table (of one partition, by their statistics, when given)."""
+    meta = pq.ParquetFile(path).metadata
+    if partition is None:
+        return meta.num_row_groups
+    col = meta.schema.names.index("partition")
+    return sum(1 for i in range(meta.num_row_groups)
+               if (s := meta.row_group(i).column(col).statistics).has_min_max
+               and s.min == s.max == partition)
+
+
+def _may_hold(path: Path, share: tuple[int, int]) -> int:
+    """Row groups whose partition statistics do not rule out share r/k (share 0 also reads
+    those with rows without a partition)."""
+    meta = pq.ParquetFile(path).metadata
+    col = meta.schema.names.index("partition")
+    r, k = share
+    n = 0
+    for i in range(meta.num_row_groups):
+        s = meta.row_group(i).column(col).statistics
+        nulls = s.null_count > 0 and r == 0
+        n += nulls or (s.has_min_max and any(p % k == r for p in range(s.min, s.max + 1)))
+    return n
+
+
+def _in_history_order(ing, out: Path) -> tuple[Path, Path]:
+    """The same rows as one table in history order, 1,000 rows per row group: the layout
+    before the clustering, where every row group holds every partition."""
+    out.mkdir()
+    paths = []
+    for src in (ing.ops_path, ing.reads_path):
+        t = pq.read_table(src)
+        t = t.take(pc.sort_indices(t, [("index", "ascending"), ("pos", "ascending")]
+                                   if "pos" in t.column_names else [("index", "ascending")]))
+        pq.write_table(t, out / src.name, row_group_size=1000)
+        paths.append(out / src.name)
+    assert not spark_native.clustered(*paths)
+    return paths[0], paths[1]
+
+
+def test_a_share_reads_only_the_row_groups_of_its_partitions(tables):
+    assert spark_native.clustered(tables.ops_path, tables.reads_path)
+    total = _row_groups(tables.ops_path) + _row_groups(tables.reads_path)
+    outs = [native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
+                                      (p, 3), threads=1) for p in range(3)]
+    for p, out in enumerate(outs):
+        mine = _row_groups(tables.ops_path, p) + _row_groups(tables.reads_path, p)
+        # share 0 also counts the rows without a partition (the nemesis's)
+        nemesis = _row_groups(tables.ops_path) - sum(_row_groups(tables.ops_path, q)
+                                                     for q in range(3)) if p == 0 else 0
+        assert out["row_groups_read"] == mine + nemesis < total / 2
+    assert sum(o["row_groups_read"] for o in outs) == total
+
+
+def test_clustered_and_history_ordered_tables_check_alike(tables, tmp_path):
+    """histcheck still reads tables written before the clustering (each share reading them
+    whole), with the same results, for every share and for the whole."""
+    ops, reads = _in_history_order(tables, tmp_path / "ordered")
+    for share in [(0, 1), (0, 2), (1, 2)]:
+        a = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
+                                      share, threads=1)
+        b = native_checks.check_share(ops, reads, "all", EXAMPLES, share, threads=2)
+        assert b.pop("row_groups_read") == _may_hold(ops, share) + _may_hold(reads, share)
+        a.pop("row_groups_read")
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.spark
+def test_each_spark_task_reads_only_its_share(tables, spark, tmp_path):
+    """Two tasks over clustered tables read every row group once between them; over the
+    same rows in history order each reads every row group that holds any of its partitions
+    (most of them: together far more than the tables hold)."""
+    how = spark_native.Plan(2, 1 << 40)
+    clustered, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
+                                       EXAMPLES, how)
+    assert took == how
+    assert clustered["row_groups_read"] == (_row_groups(tables.ops_path)
+                                            + _row_groups(tables.reads_path))
+    ops, reads = _in_history_order(tables, tmp_path / "ordered")
+    ordered, _ = spark_native.run(spark, ops, reads, "all", EXAMPLES, how)
+    assert ordered["row_groups_read"] == sum(_may_hold(t, (r, 2)) for t in (ops, reads)
+                                             for r in range(2)) > 1.5 * (_row_groups(ops)
+                                                                         + _row_groups(reads))
+    whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
+    for out in (clustered, ordered):
+        out.pop("row_groups_read")
+    whole.pop("row_groups_read")
+    assert clustered == ordered == whole
+
+
+@pytest.mark.spark
+def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables, spark,
+                                                                          tmp_path,
+                                                                          monkeypatch):
+    """On clustered tables a task holds one partition at a time, so too big means one
+    partition is: tried once more in one task with both tasks' memory (one partition at a
+    time in all), never in more shares. On tables in history order, more shares may fit."""
+    tries = []
+    run_once = spark_native._run
+    monkeypatch.setattr(spark_native, "_run",
+                        lambda *a: tries.append(a[-1].shares) or run_once(*a))
+    tiny = spark_native.Plan(2, 1000)
+    with pytest.raises(native_checks.ShareTooBigError):
+        spark_native.run(spark, tables.ops_path, tables.reads_path, "all", EXAMPLES, tiny)
+    assert tries == [2, 1]
+    tries.clear()
+    # the least memory limit one task needs, taking the partitions one at a time
+    lo, hi = 1000, 1 << 34
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
+                                      threads=1, memory_limit=mid)
+            hi = mid
+        except native_checks.ShareTooBigError:
+            lo = mid
+    # each of two tasks short of it, the two budgets together enough: the second try checks
+    out, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
+                                 EXAMPLES, spark_native.Plan(2, hi * 3 // 4))
+    assert (tries, took) == ([2, 1], spark_native.Plan(1, hi * 3 // 4 * 2))
+    whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
+    assert out == whole
+    tries.clear()
+    ops, reads = _in_history_order(tables, tmp_path / "ordered")
+    with pytest.raises(native_checks.ShareTooBigError):
+        spark_native.run(spark, ops, reads, "all", EXAMPLES, tiny)
+    assert tries == [2, 2 * spark_native.MAX_SHARES_PER_CORE]
