@@ -143,6 +143,8 @@ class Connection:
         except TimeoutError as e:
             raise ConnectionLost(f"no answer from {self.address} within {timeout}s") from e
         except OSError as e:
+            if _cancelling():  # the connection closed as this request was cancelled (a loop
+                raise asyncio.CancelledError from e  # shutting down): it ends cancelled
             raise ConnectionLost(f"{self.address}: {e}") from e
         finally:
             self._waiting.pop(rid, None)
@@ -222,3 +224,10 @@ async def serve(address: str, on_request: Callable[[Request, Respond], Awaitable
             writer.close()
 
     return await asyncio.start_server(client, host, port, reuse_address=True)
+
+
+def _cancelling() -> bool:
+    """Whether the running task has been asked to stop: asyncio.wait_for hands back the inner
+    future's exception instead of the cancellation when both arrive in one loop turn."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -534,7 +534,9 @@ def test_a_writers_kernel_cached_pages_do_not_survive_a_power_loss(fs: Mount, wr
         assert (fs.mnt / "log").stat().st_size == 105_000
         os.kill(proc.pid, signal.SIGKILL if writer == "killed" else signal.SIGSTOP)
         lost = fs.client.lose_unsynced()  # not waiting for the writer to be gone
-        assert lost["files"] == {"/log": 100_000}
+        # The count may miss pages FUSE still had in flight when syncfs returned (they are
+        # dropped all the same, after the reply: docs/lazyfs.md, "Limits"); the loss may not.
+        assert set(lost["files"]) <= {"/log"} and lost["files"].get("/log", 0) <= 100_000
         assert (fs.mnt / "log").stat().st_size == 5000
         fs.write("log", b"N" * 10, flags=os.O_APPEND)  # while a stopped writer still lives
     finally:
