@@ -46,9 +46,10 @@ def place_libs(host: Host, local: Path, version: str) -> PurePosixPath:
     folder = libs_dir(host, version)
     there = remote_jars(host, folder)
     here = {p.name: p.stat().st_size for p in sorted(local.iterdir()) if p.is_file()}
-    for name, size in here.items():
-        if there.get(name) != size:
-            host.remote.put(local / name, folder / name)
+    missing = [(local / name, folder / name) for name, size in here.items()
+               if there.get(name) != size]
+    if missing:
+        host.remote.put_all(missing)
     stale = sorted(set(there) - set(here))
     if stale:
         host.remote.run(["rm", "-f", "--", *(str(folder / n) for n in stale)])

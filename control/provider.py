@@ -58,11 +58,7 @@ class InventoryProvider(SshProvider):
         self.python = shared_value(self.inventory, self.entries, "python")
 
     def toxiproxy_server(self) -> str:
-        found = {e.toxiproxy for e in self.entries}
-        if len(found) != 1:
-            raise InventoryError(f"{self.inventory}: toxiproxy must be one path for all the "
-                                 "hosts a run uses (set it in [defaults])")
-        return found.pop()
+        return shared_value(self.inventory, self.entries, "toxiproxy")
 
     def kafka(self, hosts: list[Host], version: str, libs: Path) -> tuple[str, dict[str, str]]:
         """Each host's JVM checked, the classpath copied over SSH (control/kafka_hosts.py)."""
@@ -73,7 +69,7 @@ class InventoryProvider(SshProvider):
 
 
 def shared_value(inventory: Path, entries: Sequence[HostEntry], key: str) -> str:
-    """The one value of `key` (python, java) of the hosts used: a cluster starts every node
+    """The one value of `key` (python, java, toxiproxy) of the hosts used: a cluster starts every node
     the same way."""
     found = {getattr(e, key) for e in entries}
     if len(found) != 1 or "" in found:

@@ -14,6 +14,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -413,6 +414,12 @@ done
             sftp.put(str(local), str(remote_path))
             if mode is not None:
                 sftp.chmod(str(remote_path), mode)
+
+    def put_all(self, files: Iterable[tuple[Path, str | PurePosixPath]]) -> None:
+        """Copy each (local, remote path) pair, in one SFTP session."""
+        with self._sftp() as sftp:
+            for local, remote_path in files:
+                sftp.put(str(local), str(remote_path))
 
     def get(self, remote_path: str | PurePosixPath, local: Path) -> None:
         local.parent.mkdir(parents=True, exist_ok=True)

@@ -49,6 +49,7 @@ from typing import Any
 
 from replication.log import MemoryLog, Record
 from replication.segment_format import encoded_size
+from replication.segment_log import RecoveryInfo
 from simulation.network import Latency
 
 # Whether the logs have the storage port (replication/log.py's defer_sync).
@@ -73,14 +74,6 @@ def _raise_eio(*_args: Any) -> Any:
     raise _eio()
 
 
-@dataclass(frozen=True)
-class Recovered:
-    """What opening a log cut off (SegmentLog's RecoveryInfo, as far as the simulator has it)."""
-
-    truncated_bytes: int
-    reason: str | None
-
-
 # The MemoryLog primitives that read or write the files (see replication/log.py's Log).
 _IO_PRIMITIVES = ("_store", "_load", "_drop_from", "_sync")
 
@@ -103,7 +96,7 @@ class SimLog(MemoryLog):
         self._segment_fill = 0  # bytes in the active segment
         self.lost_under_process = False  # a page-cache loss happened while this was open
         self.torn_bytes = 0  # a torn tail that recovery cuts off at the next open
-        self.recovery_info = Recovered(0, None)  # what the last open cut off
+        self.recovery_info = RecoveryInfo(0, 0, 0, False)  # what the last open cut off
         self.fsyncs = 0
         # The lowest offset whose record changed other than by an append (a truncation, a
         # loss, a recovery) since the invariant monitor last looked (simulation/invariants.py)
@@ -269,7 +262,9 @@ class NodeDisk:
         elif key not in self._open:
             torn = log.reopen()
         self._open.add(key)
-        log.recovery_info = Recovered(torn, "torn-tail" if torn else None)
+        # SegmentLog's report of an open; a torn tail is the only cut the simulated disk makes
+        log.recovery_info = RecoveryInfo(torn, log.end_offset, 0, False,
+                                         "torn-tail" if torn else None)
         return log
 
     def process_died(self) -> None:
