@@ -368,6 +368,28 @@ class Remote:
         result = self.run(["kill", f"-{signame}", f"-{pid}"], timeout=30, check=False)
         return result.ok
 
+    def stop_daemon(self, name: str, timeout: float = 10.0) -> bool:
+        """SIGTERM the daemon's process group and wait until it is gone; SIGKILL after timeout.
+
+        Returns only once the daemon has ended, so a caller may start it again at once.
+        True if it had to be killed.
+        """
+        pid = self.pid(name)
+        if pid is None:
+            return False
+        p = shlex.quote(str(pid))
+        script = (
+            f"kill -TERM -{p} 2>/dev/null; "
+            f"for i in $(seq {max(1, round(timeout * 10))}); do "
+            f"grep -qv '^[0-9]* (.*) Z' /proc/{p}/stat 2>/dev/null || exit 0; sleep 0.1; done; "
+            f"kill -KILL -{p} 2>/dev/null; exit 1"
+        )
+        killed = not self.run(["sh", "-c", script], timeout=timeout + 30, check=False).ok
+        if killed:  # SIGKILL is delivered at once; wait until the kernel has reaped it
+            self.run(["sh", "-c", f"while grep -qv '^[0-9]* (.*) Z' /proc/{p}/stat 2>/dev/null;"
+                     " do sleep 0.05; done"], timeout=30, check=False)
+        return killed
+
     def stop_all(self, timeout: float = 10.0) -> list[str]:
         """SIGTERM every daemon started here, SIGKILL what is left after timeout.
 

@@ -245,7 +245,7 @@ def start(host: Host, binary: str, seed: int = 0, timeout: float = 20.0) -> None
 
 
 def stop(host: Host) -> None:
-    host.remote.signal(DAEMON, "TERM")
+    host.remote.stop_daemon(DAEMON)
 
 
 def ensure_proxies(host: Host, proxies: Sequence[Mapping[str, str]]) -> None:

@@ -69,7 +69,7 @@ def degrade(host: Host, kind: str, s: Mapping[str, float], python: str, seed: in
 def restore(host: Host) -> None:
     """Undo every link fault on host; safe when none was applied."""
     iptables.heal(host, CHAIN)
-    host.remote.signal(DAEMON, "TERM")
+    host.remote.stop_daemon(DAEMON)
 
 
 def heal(hosts: Sequence[Host]) -> None:

@@ -179,6 +179,18 @@ def test_stop_all_kills_what_ignores_sigterm(hosts):
     assert n3.run(["ls", str(hosts[2].run_dir)]).stdout == ""
 
 
+def test_stop_daemon_returns_only_once_the_daemon_has_ended(hosts):
+    n3 = hosts[2].remote
+    log = hosts[2].log_dir / "slow.log"
+    # Takes 0.5 s to end after SIGTERM: a stop that only signalled would return before it.
+    n3.start_daemon("slow", ["sh", "-c", "trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.1; done"],
+                    log)  # fmt: skip
+    assert n3.stop_daemon("slow") is False and not n3.is_running("slow")
+    n3.start_daemon("slow", ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"], log)
+    assert n3.stop_daemon("slow", timeout=0.5) is True and not n3.is_running("slow")
+    assert n3.stop_daemon("slow") is False  # not running: nothing to do
+
+
 def test_daemon_name_is_validated(hosts):
     with pytest.raises(ValueError, match="daemon name"):
         hosts[0].remote.start_daemon("../x", ["true"], "/tmp/x.log")
