@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
+from checkers.exitcodes import Exit
 from harness.campaign import run_campaign
 from harness.commands.argtypes import parse_duration, systems
 from harness.report.nightly import compare_nights
@@ -30,10 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Exit 1 on a regression night, or on a New finding (one no earlier night of this
-    campaign had) in an `expect = "no-loss"` config, so a cron job or CI can alert on it."""
+    campaign had) in an `expect = "no-loss"` config, so a cron job or CI can alert on it;
+    else 3 when a cell could not be run or checked, 2 when one is unknown, 0 on a pass."""
     folder = run_campaign(args.file, args.resume, args.time_budget,
                           seeds=args.seeds, only=args.only, systems=args.systems)
     state = json.loads((Path(folder) / "campaign.json").read_text())
     diff = compare_nights(Path(folder))
-    new_bad = diff is not None and bool(diff.new_in_no_loss)
-    return 1 if state.get("verdict") == "regression" or new_bad else 0
+    return night_exit(state, new_bad=diff is not None and bool(diff.new_in_no_loss))
+
+
+def night_exit(state: dict[str, Any], *, new_bad: bool) -> Exit:
+    """The exit code of a finished night: a night whose every run errored is no pass."""
+    if state.get("verdict") == "regression" or new_bad:
+        return Exit.INVALID
+    outcomes = {cell.get("outcome") for cell in state.get("cells", [])}
+    if "error" in outcomes:
+        return Exit.ERROR
+    return Exit.UNKNOWN if "unknown" in outcomes else Exit.VALID

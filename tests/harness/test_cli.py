@@ -120,6 +120,18 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 1
     (night / "campaign.json").write_text('{"verdict": "pass"}')
     assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 0
+    calls.pop()
+    # a night none of whose cells could run is no pass, nor is one with an unknown verdict
+    (night / "campaign.json").write_text(
+        '{"verdict": "errors", "cells": [{"outcome": "error"}, {"outcome": "unknown"}]}')
+    assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 3
+    calls.pop()
+    (night / "campaign.json").write_text('{"verdict": "errors", "cells": [{"outcome": "ok"}, '
+                                         '{"outcome": "unknown"}]}')
+    assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 2
+    calls.pop()
+    (night / "campaign.json").write_text('{"verdict": "pass", "cells": [{"outcome": "ok"}]}')
+    assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 0
     assert calls.pop() == (Path("c.toml"), False, None,
                            {"seeds": "1-10", "only": ["safe"], "systems": None})
     assert cli.main(["campaign", "c.toml", "--systems", "sim,kafka:3.9.1"]) == 0
