@@ -242,10 +242,13 @@ class Client:
     # ---- fetch -----------------------------------------------------------------------------------
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 1000,
-                    refresh: bool = False) -> ConsumerFetchReply:
+                    refresh: bool = False, min_records: int = 1,
+                    max_wait_ms: int = 0) -> ConsumerFetchReply:
         """Records below the HWM from `offset`, as (offset, value) pairs, with the HWM, the log
         end, the leader and its epoch. Retries errors that a metadata refresh can cure (moved
-        leader, fenced epoch, lagging new leader) until the request timeout."""
+        leader, fenced epoch, lagging new leader) until the request timeout. `max_wait_ms` > 0
+        makes it a long poll: the leader holds it until `min_records` are committed past
+        `offset` or the wait is over (ConsumerFetchRequest)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
         while True:
@@ -254,7 +257,8 @@ class Client:
                 state = await self.partition_state(topic, partition, refresh)
             try:
                 _, address = self._leader_of(state)
-                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state.leader_epoch)
+                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state.leader_epoch,
+                                           min_records, max_wait_ms)
                 reply = await self.pool.get(address).request(msg, max(0.05, deadline - loop.time()))
             except ConnectFailed:
                 reply = ErrorReply(E.NOT_LEADER)

@@ -18,6 +18,19 @@ from replication.net import Pool
 from workloads.history import EncodedList, HistoryWriter, ProcessPool
 
 INDETERMINATE_READ = {"NETWORK_ERROR", "REQUEST_TIMED_OUT"}
+# How long a send waits for others to share its produce request: librdkafka's default and, since
+# Kafka 4.0, the Java producer's (KIP-1030). The producers' send slots are 3.3 ms apart at the
+# validation campaign's 300/s, so 5 ms batches two sends a request where 1 ms batched none; a
+# simulated run then has 40 % fewer messages (docs/simulation.md, "Speed").
+LINGER_MS = 5
+# A consumer's poll is a long poll (Kafka's fetch.min.bytes and fetch.max.wait.ms, in records):
+# the leader answers once a full fetch (POLL_MAX_RECORDS) is committed past the offset, or after
+# POLL_MAX_WAIT_MS (checked at its 20 ms ticks) with what there is. Consumers used to poll again
+# at once after records and 20 ms after an empty answer: a third of their polls came back empty,
+# most others with a record or two, and the polls took a quarter of a simulated run's time.
+POLL_MAX_RECORDS = 500
+POLL_MAX_WAIT_MS = 50
+RESEEK = 0.05  # a poll's chance to re-read an earlier stretch first, as a restarted consumer would
 _MAX_KEPT = 2_000_000  # offsets per partition whose poll JSON is kept (_poll_records)
 
 
@@ -81,7 +94,7 @@ class KafkaWorkload:
 
     def _client(self) -> Client:
         pool = None if self.pool_factory is None else self.pool_factory()
-        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=1,
+        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=LINGER_MS,
                       pool=pool)
 
     async def connect(self) -> None:
@@ -133,13 +146,13 @@ class KafkaWorkload:
         partition = index % self.p.partitions
         while loop.time() < stop:
             partition = (partition + 1) % self.p.partitions
-            if self.rng.random() < 0.05:
-                # Re-seek: read an earlier stretch again, as a restarted consumer would.
+            if self.rng.random() < RESEEK:
                 offsets[partition] = self.rng.randrange(offsets[partition] + 1)
             offset = offsets[partition]
             op = self.history.invoke(process, "poll", partition=partition, offset=offset)
             try:
-                reply = await client.fetch(self.p.topic, partition, offset, max_records=500)
+                reply = await client.fetch(self.p.topic, partition, offset, POLL_MAX_RECORDS,
+                                           min_records=POLL_MAX_RECORDS, max_wait_ms=POLL_MAX_WAIT_MS)
             except ClientError as e:
                 if e.error in INDETERMINATE_READ:
                     op.info(e.error)
@@ -153,8 +166,6 @@ class KafkaWorkload:
             self.stats["poll-ok"] += 1
             if records:
                 offsets[partition] = records[-1][0] + 1
-            else:
-                await asyncio.sleep(0.02)
 
     def _parse(self, pairs: tuple[tuple[int, str], ...]) -> list[list[int]]:
         """[[offset, int(value)]] of a poll's records. Consumers read most records many
