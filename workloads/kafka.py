@@ -11,9 +11,10 @@ import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from replication.client import Client, ClientError, ProduceError
-from replication.messages import ConsumerFetchReply
+from replication.messages import ConsumerFetchReply, ProduceReply
 from replication.net import Pool
 from workloads.history import EncodedList, HistoryWriter, ProcessPool
 
@@ -74,6 +75,73 @@ class _Ints(dict):
         return n
 
 
+class _Producer:
+    """One producer process until `stop`: wait for its send slot, send one value, record the
+    outcome, and again. Callbacks on the event loop (Client.send) rather than a coroutine: a
+    simulated run makes thousands of sends, and a coroutine paid a future and a task wake-up
+    for each wait. `finished` is done when the producer stops; cancelling it (the run is
+    cancelled) stops it, and a send still in flight is then left pending, as a cancelled
+    coroutine left it (the history's close completes it). An exception in the callbacks (a
+    bug) ends the producer and is raised by `finished`."""
+
+    def __init__(self, workload: KafkaWorkload, client: Client, index: int, stop: float) -> None:
+        self.w = workload
+        self.client = client
+        self.stop = stop
+        self.loop = asyncio.get_running_loop()
+        self.process = workload.pool.new()
+        self.pace = Pacer(workload.p, index, self.loop.time())
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.op: Any = None
+        self._guarded(self._next)
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        if self.finished.done():  # cancelled: the run is over
+            return
+        try:
+            step(*args)
+        except Exception as e:
+            self.finished.set_exception(e)
+
+    def _next(self) -> None:
+        now = self.loop.time()
+        if now >= self.stop:
+            self.finished.set_result(None)
+            return
+        delay = self.pace.delay(now)
+        if delay > 0:
+            self.loop.call_later(delay, self._guarded, self._send)
+        else:
+            self._send()
+
+    def _send(self) -> None:
+        w = self.w
+        self.pace.advance(self.loop.time())
+        value = next(w.values)
+        partition = value % w.p.partitions
+        self.op = w.history.invoke(self.process, "send", partition=partition, value=value)
+        self.client.send(w.p.topic, partition, str(value), w.p.acks,
+                         lambda outcome: self._guarded(self._sent, outcome))
+
+    def _sent(self, outcome: ProduceReply | ProduceError) -> None:
+        w = self.w
+        if isinstance(outcome, ProduceError):
+            if outcome.definite:
+                self.op.fail(outcome.error)
+                w.stats["send-fail"] += 1
+            else:
+                self.op.info(outcome.error)
+                w.stats["send-info"] += 1
+                self.process = w.pool.retire(self.process)
+        else:
+            fields = {"node": outcome.node, "epoch": outcome.leader_epoch}
+            if outcome.offset is not None:
+                fields["offset"] = outcome.offset
+            self.op.ok(**fields)
+            w.stats["send-ok"] += 1
+        self._next()
+
+
 class KafkaWorkload:
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
                  pool_factory: Callable[[], Pool] | None = None) -> None:
@@ -104,40 +172,11 @@ class KafkaWorkload:
         client = self._client()
         stop = asyncio.get_running_loop().time() + duration_s
         try:
-            tasks = [self._producer(client, i, stop) for i in range(self.p.producers)]
+            tasks: list = [_Producer(self, client, i, stop).finished for i in range(self.p.producers)]
             tasks += [self._consumer(client, i, stop) for i in range(self.p.consumers)]
             await asyncio.gather(*tasks)
         finally:
             await client.close()
-
-    async def _producer(self, client: Client, index: int, stop: float) -> None:
-        loop = asyncio.get_running_loop()
-        process = self.pool.new()
-        pace = Pacer(self.p, index, loop.time())
-        while loop.time() < stop:
-            delay = pace.delay(loop.time())
-            if delay > 0:
-                await asyncio.sleep(delay)
-            pace.advance(loop.time())
-            value = next(self.values)
-            partition = value % self.p.partitions
-            op = self.history.invoke(process, "send", partition=partition, value=value)
-            try:
-                ack = await client.produce(self.p.topic, partition, str(value), self.p.acks)
-            except ProduceError as e:
-                if e.definite:
-                    op.fail(e.error)
-                    self.stats["send-fail"] += 1
-                else:
-                    op.info(e.error)
-                    self.stats["send-info"] += 1
-                    process = self.pool.retire(process)
-                continue
-            fields = {"node": ack.node, "epoch": ack.leader_epoch}
-            if ack.offset is not None:
-                fields["offset"] = ack.offset
-            op.ok(**fields)
-            self.stats["send-ok"] += 1
 
     async def _consumer(self, client: Client, index: int, stop: float) -> None:
         loop = asyncio.get_running_loop()
