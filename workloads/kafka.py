@@ -28,9 +28,10 @@ LINGER_MS = 5
 # the leader answers once a full fetch (POLL_MAX_RECORDS) is committed past the offset, or after
 # POLL_MAX_WAIT_MS (checked at its 20 ms ticks) with what there is. Consumers used to poll again
 # at once after records and 20 ms after an empty answer: a third of their polls came back empty,
-# most others with a record or two, and the polls took a quarter of a simulated run's time.
+# most others with a record or two, and the polls took a quarter of a simulated run's time. A
+# 50 ms wait was cheaper still, but its fewer polls saw fewer stale reads (docs/simulation.md).
 POLL_MAX_RECORDS = 500
-POLL_MAX_WAIT_MS = 50
+POLL_MAX_WAIT_MS = 20
 RESEEK = 0.05  # a poll's chance to re-read an earlier stretch first, as a restarted consumer would
 _MAX_KEPT = 2_000_000  # offsets per partition whose poll JSON is kept (_poll_records)
 
