@@ -11,6 +11,7 @@ metadata (`ClusterMetadata`, `PartitionState`), one `ProduceReply` per acknowled
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from replication import errors as E
@@ -44,10 +45,14 @@ class ProduceError(ClientError):
         self.definite = definite
 
 
+# What a send's callback gets: the acknowledgement, or the ProduceError that says it failed.
+Sent = Callable[["ProduceReply | ProduceError"], None]
+
+
 @dataclass
 class _Batch:
     values: list[str] = field(default_factory=list)
-    futures: list[asyncio.Future] = field(default_factory=list)
+    callbacks: list[Sent] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
 
 
@@ -138,17 +143,24 @@ class Client:
     async def produce(self, topic: str, partition: int, value: str, acks: str = "all") -> ProduceReply:
         """Acknowledged: the value's offset (None with acks=0), the leader's epoch and id;
         raises ProduceError otherwise."""
+        fut = asyncio.get_running_loop().create_future()
+        self.send(topic, partition, value, acks, _settle(fut))
+        return await fut
+
+    def send(self, topic: str, partition: int, value: str, acks: str, sent: Sent) -> None:
+        """`produce` without a coroutine: `sent(the ProduceReply or the ProduceError)` is called
+        once, later, from the event loop (never if the loop shuts down first). A simulated
+        producer sends thousands a run, and a future and a task wake-up per send cost more
+        than the callback."""
         key = (topic, partition, str(acks))
         batch = self._batches.get(key)
         if batch is None:
             batch = self._batches[key] = _Batch()
             batch.timer = asyncio.get_running_loop().call_later(self.linger_s, self._flush, key)
-        fut = asyncio.get_running_loop().create_future()
         batch.values.append(str(value))
-        batch.futures.append(fut)
+        batch.callbacks.append(sent)
         if len(batch.values) >= self.max_batch:
             self._flush(key)
-        return await fut
 
     def _flush(self, key: tuple[str, int, str]) -> None:
         batch = self._batches.pop(key, None)
@@ -169,19 +181,17 @@ class Client:
             loop.create_task(self._send_batch(batch, msg, deadline))
             return
         # The usual case, a known leader, sends without a task of its own and settles the batch
-        # from the answer's callback; only a retry takes a task (_send_batch). A task per batch
-        # was the largest single cost of a simulated produce under PyPy. (A real connection's
-        # request is a coroutine, which ensure_future wraps in a task as before.)
-        answer = asyncio.ensure_future(self.pool.get(address).request(msg, self.request_timeout_s))
-        answer.add_done_callback(lambda done: self._first_answer(batch, msg, deadline, done))
+        # from the answer's callback (Connection.call); only a retry takes a task (_send_batch).
+        # A task per batch was the largest single cost of a simulated produce under PyPy. (A
+        # real connection's call runs its request coroutine in a task, as before.)
+        self.pool.get(address).call(msg, self.request_timeout_s,
+                                    lambda answer: self._first_answer(batch, msg, deadline, answer))
 
     def _first_answer(self, batch: _Batch, msg: ProduceRequest, deadline: float,
-                      answer: asyncio.Future) -> None:
-        if answer.cancelled():  # the loop is shutting down: as a cancelled _send_batch, no outcome
-            return
-        error = answer.exception()
+                      answer: object) -> None:
+        """The answer to a batch's first attempt, or the connection error it met."""
         try:
-            outcome = _produce_outcome(answer.result() if error is None else error)
+            outcome = _produce_outcome(answer)
         except ProduceError as e:
             _fail(batch, e)
             return
@@ -242,10 +252,13 @@ class Client:
     # ---- fetch -----------------------------------------------------------------------------------
 
     async def fetch(self, topic: str, partition: int, offset: int, max_records: int = 1000,
-                    refresh: bool = False) -> ConsumerFetchReply:
+                    refresh: bool = False, min_records: int = 1,
+                    max_wait_ms: int = 0) -> ConsumerFetchReply:
         """Records below the HWM from `offset`, as (offset, value) pairs, with the HWM, the log
         end, the leader and its epoch. Retries errors that a metadata refresh can cure (moved
-        leader, fenced epoch, lagging new leader) until the request timeout."""
+        leader, fenced epoch, lagging new leader) until the request timeout. `max_wait_ms` > 0
+        makes it a long poll: the leader holds it until `min_records` are committed past
+        `offset` or the wait is over (ConsumerFetchRequest)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
         while True:
@@ -254,7 +267,8 @@ class Client:
                 state = await self.partition_state(topic, partition, refresh)
             try:
                 _, address = self._leader_of(state)
-                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state.leader_epoch)
+                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state.leader_epoch,
+                                           min_records, max_wait_ms)
                 reply = await self.pool.get(address).request(msg, max(0.05, deadline - loop.time()))
             except ConnectFailed:
                 reply = ErrorReply(E.NOT_LEADER)
@@ -291,15 +305,25 @@ def _acknowledge(batch: _Batch, reply: ProduceReply) -> None:
     """Each value of the batch gets its own acknowledgement: its offset is the first's plus
     its place in the batch."""
     first = reply.offset
-    for i, f in enumerate(batch.futures):
-        if not f.done():
-            f.set_result(ProduceReply(None if first is None else first + i, reply.leader_epoch, reply.node))
+    for i, sent in enumerate(batch.callbacks):
+        sent(ProduceReply(None if first is None else first + i, reply.leader_epoch, reply.node))
 
 
 def _fail(batch: _Batch, e: ProduceError) -> None:
-    for f in batch.futures:
-        if not f.done():
-            f.set_exception(ProduceError(e.error, e.definite, str(e)))
+    for sent in batch.callbacks:
+        sent(ProduceError(e.error, e.definite, str(e)))
+
+
+def _settle(fut: asyncio.Future) -> Sent:
+    """A send's callback that settles `fut` (unless it was cancelled meanwhile)."""
+    def sent(outcome: ProduceReply | ProduceError) -> None:
+        if fut.done():
+            return
+        if isinstance(outcome, ProduceError):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    return sent
 
 
 def _find_partition(metadata: ClusterMetadata, topic: str, partition: int) -> PartitionState:

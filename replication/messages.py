@@ -632,9 +632,15 @@ class FetchRequest(Request):
         return _or_error(d, ok)
 
 
+MAX_READ_WAIT_MS = 30_000  # the longest a consumer's long poll may be held at the leader
+
+
 @_msg()
 class ConsumerFetchRequest(Request):
-    """A consumer's read below the HWM; `leader_epoch` (KIP-320) is checked when given."""
+    """A consumer's read below the HWM; `leader_epoch` (KIP-320) is checked when given. A
+    long poll (Kafka's fetch.min.bytes and fetch.max.wait.ms, counted in records): with
+    `max_wait_ms` > 0 the leader holds the read until `min_records` (at most `max_records`)
+    are below its HWM, or until the wait is over, and then answers with what there is."""
 
     TYPE = "fetch"
     topic: str
@@ -642,6 +648,8 @@ class ConsumerFetchRequest(Request):
     offset: int
     max_records: int | None = None  # None: 1000
     leader_epoch: int | None = None
+    min_records: int = 1
+    max_wait_ms: int = 0
 
     def to_wire(self) -> dict:
         d: dict = {"type": self.TYPE, "topic": self.topic, "partition": self.partition, "offset": self.offset}
@@ -649,13 +657,21 @@ class ConsumerFetchRequest(Request):
             d["max_records"] = self.max_records
         if self.leader_epoch is not None:
             d["leader_epoch"] = self.leader_epoch
+        if self.max_wait_ms:
+            d["min_records"] = self.min_records
+            d["max_wait_ms"] = self.max_wait_ms
         return d
 
     @classmethod
     def from_wire(cls, d: Mapping) -> ConsumerFetchRequest:
         t = cls.TYPE
+        min_records, max_wait_ms = _int(d, "min_records", t, 1), _int(d, "max_wait_ms", t, 0)
+        if min_records < 1 or not 0 <= max_wait_ms <= MAX_READ_WAIT_MS:
+            raise MalformedMessage(f"{t}: min_records must be >= 1 and max_wait_ms within "
+                                   f"0..{MAX_READ_WAIT_MS}, got {min_records} and {max_wait_ms}")
         return cls(_str(d, "topic", t), _int(d, "partition", t), _int(d, "offset", t),
-                   _opt_int(d, "max_records", t), _opt_int(d, "leader_epoch", t))
+                   _opt_int(d, "max_records", t), _opt_int(d, "leader_epoch", t),
+                   min_records, max_wait_ms)
 
     @classmethod
     def reply_from_wire(cls, d: Mapping) -> Message:

@@ -154,6 +154,17 @@ class Connection:
         except MalformedMessage as e:
             raise ConnectionLost(f"malformed answer from {self.address}: {e}") from e
 
+    def call(self, msg: Request, timeout: float, on_done: Callable[[Any], None]) -> None:
+        """`request` in a task of its own, with a callback: on_done(the answer, or the
+        ConnectionLost or other exception it raised) once, unless the task is cancelled (a loop
+        shutting down). The simulated network's Connection has the same method, without the
+        task."""
+        def finished(task: asyncio.Task) -> None:
+            if not task.cancelled():
+                error = task.exception()
+                on_done(task.result() if error is None else error)
+        asyncio.get_running_loop().create_task(self.request(msg, timeout)).add_done_callback(finished)
+
     def send_nowait(self, msg: Request) -> None:
         """Fire and forget (acks=0): written if connected, no answer expected."""
         if self.connected:

@@ -71,6 +71,15 @@ class ParkedFetch:
     deadline: int
 
 
+@dataclass
+class ParkedRead:
+    """A consumer's long poll held until enough records are committed, or its deadline."""
+
+    token: object
+    msg: ConsumerFetchRequest
+    deadline: int
+
+
 class Replica:
     def __init__(self, broker_id: int, topic: str, partition: int, log: Log, hwm: int = 0) -> None:
         self.broker_id = broker_id
@@ -97,6 +106,7 @@ class Replica:
         self.reconciled = False
         self.pending: list[PendingProduce] = []
         self.parked: list[ParkedFetch] = []
+        self.parked_reads: list[ParkedRead] = []
         # follower
         self.fetch_in_flight = False
         self.fetch_backoff_until = 0
@@ -234,7 +244,8 @@ class Replica:
         """Leadership lost: appended-but-unacknowledged records may or may not survive."""
         out: list[Output] = [Reply(p.token, ErrorReply(error, appended=True)) for p in self.pending]
         out += [Reply(f.token, ErrorReply(error)) for f in self.parked]
-        self.pending, self.parked = [], []
+        out += [Reply(r.token, ErrorReply(error)) for r in self.parked_reads]
+        self.pending, self.parked, self.parked_reads = [], [], []
         self.role = Role.NONE
         return out
 
@@ -289,6 +300,9 @@ class Replica:
         if self.role != Role.LEADER:
             return [Reply(token, self._not_leader())]
         if isinstance(msg, ConsumerFetchRequest):
+            if msg.max_wait_ms and self._read_waits(msg):
+                self.parked_reads.append(ParkedRead(token, msg, now + msg.max_wait_ms))
+                return []
             return [Reply(token, self._consumer_fetch(msg))]
         assert isinstance(msg, FetchRequest), msg
         epoch = self.leader_epoch if msg.leader_epoch is None else msg.leader_epoch
@@ -320,6 +334,16 @@ class Replica:
         return FetchReply(tuple(records), self.hwm, self.leader_epoch)
 
     def _consumer_fetch(self, msg: ConsumerFetchRequest) -> ErrorReply | ConsumerFetchReply:
+        refused = self._read_refused(msg)
+        if refused is not None:
+            return refused
+        offset = msg.offset
+        limit = min(_max_records(msg), self.hwm - offset)
+        return ConsumerFetchReply(tuple(self.log.read_values(offset, limit)), self.hwm,
+                                  self.log.end_offset, self.leader_epoch, self.broker_id)
+
+    def _read_refused(self, msg: ConsumerFetchRequest) -> ErrorReply | None:
+        """Why a consumer's read gets an error instead of records; None: it may read."""
         epoch = msg.leader_epoch
         if epoch is not None and epoch < self.leader_epoch:
             return ErrorReply(E.FENCED_LEADER_EPOCH)
@@ -331,13 +355,26 @@ class Replica:
             # serving reads before then could hide records the old leader had committed.
             # (And a log just opened serves nothing until recovery's sync has completed.)
             return ErrorReply(E.OFFSET_NOT_AVAILABLE, hwm=self.hwm)
-        offset = msg.offset
-        if offset < 0 or offset > self.hwm:
+        if msg.offset < 0 or msg.offset > self.hwm:
             return ErrorReply(E.OFFSET_OUT_OF_RANGE, hwm=self.hwm)
-        max_records = 1000 if msg.max_records is None else msg.max_records
-        limit = min(max_records, self.hwm - offset)
-        return ConsumerFetchReply(tuple(self.log.read_values(offset, limit)), self.hwm,
-                                  self.log.end_offset, self.leader_epoch, self.broker_id)
+        return None
+
+    def _read_waits(self, msg: ConsumerFetchRequest) -> bool:
+        """A long poll that may read but finds fewer than its `min_records` committed yet."""
+        short = self.hwm - msg.offset < min(msg.min_records, _max_records(msg))
+        return short and self._read_refused(msg) is None
+
+    def _wake_reads(self, now: int) -> list[Output]:
+        """Answer the held long polls that have enough records, or an error, or no more time."""
+        out: list[Output] = []
+        still: list[ParkedRead] = []
+        for r in self.parked_reads:
+            if now >= r.deadline or not self._read_waits(r.msg):
+                out.append(Reply(r.token, self._consumer_fetch(r.msg)))
+            else:
+                still.append(r)
+        self.parked_reads = still
+        return out
 
     def _follower_progress(self, replica: int, offset: int, now: int) -> list[Output]:
         """A fetch from `offset` confirms the follower holds everything below it (its LEO)."""
@@ -378,6 +415,8 @@ class Replica:
         if candidate <= self.hwm:
             return []
         self.hwm = candidate
+        if self.parked_reads:
+            return self._complete_acks() + self._wake_reads(now)
         return self._complete_acks()
 
     def _complete_acks(self) -> list[Output]:
@@ -522,6 +561,8 @@ class Replica:
                 self.pending = [p for p in self.pending if now < p.deadline]
                 out += [Reply(p.token, ErrorReply(E.REQUEST_TIMED_OUT, appended=True)) for p in expired]
             out += self._wake_parked(now)
+            if self.parked_reads:
+                out += self._wake_reads(now)
         self.log.maybe_flush(now)
         if self._progress_at is None or now - self._progress_at >= PROGRESS_MS:
             mark = (self.log.end_offset, self.hwm)
@@ -552,3 +593,6 @@ class Replica:
     def log_info(self) -> LogInfo:
         return LogInfo(self.topic, self.partition, self.log.latest_epoch(), self.log.end_offset)
 
+
+def _max_records(msg: ConsumerFetchRequest) -> int:
+    return 1000 if msg.max_records is None else msg.max_records

@@ -11,13 +11,28 @@ import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from replication.client import Client, ClientError, ProduceError
-from replication.messages import ConsumerFetchReply
+from replication.messages import ConsumerFetchReply, ProduceReply
 from replication.net import Pool
 from workloads.history import EncodedList, HistoryWriter, ProcessPool
 
 INDETERMINATE_READ = {"NETWORK_ERROR", "REQUEST_TIMED_OUT"}
+# How long a send waits for others to share its produce request: librdkafka's default and, since
+# Kafka 4.0, the Java producer's (KIP-1030). The producers' send slots are 3.3 ms apart at the
+# validation campaign's 300/s, so 5 ms batches two sends a request where 1 ms batched none; a
+# simulated run then has 40 % fewer messages (docs/simulation.md, "Speed").
+LINGER_MS = 5
+# A consumer's poll is a long poll (Kafka's fetch.min.bytes and fetch.max.wait.ms, in records):
+# the leader answers once a full fetch (POLL_MAX_RECORDS) is committed past the offset, or after
+# POLL_MAX_WAIT_MS (checked at its 20 ms ticks) with what there is. Consumers used to poll again
+# at once after records and 20 ms after an empty answer: a third of their polls came back empty,
+# most others with a record or two, and the polls took a quarter of a simulated run's time. A
+# 50 ms wait was cheaper still, but its fewer polls saw fewer stale reads (docs/simulation.md).
+POLL_MAX_RECORDS = 500
+POLL_MAX_WAIT_MS = 20
+RESEEK = 0.05  # a poll's chance to re-read an earlier stretch first, as a restarted consumer would
 _MAX_KEPT = 2_000_000  # offsets per partition whose poll JSON is kept (_poll_records)
 
 
@@ -61,6 +76,73 @@ class _Ints(dict):
         return n
 
 
+class _Producer:
+    """One producer process until `stop`: wait for its send slot, send one value, record the
+    outcome, and again. Callbacks on the event loop (Client.send) rather than a coroutine: a
+    simulated run makes thousands of sends, and a coroutine paid a future and a task wake-up
+    for each wait. `finished` is done when the producer stops; cancelling it (the run is
+    cancelled) stops it, and a send still in flight is then left pending, as a cancelled
+    coroutine left it (the history's close completes it). An exception in the callbacks (a
+    bug) ends the producer and is raised by `finished`."""
+
+    def __init__(self, workload: KafkaWorkload, client: Client, index: int, stop: float) -> None:
+        self.w = workload
+        self.client = client
+        self.stop = stop
+        self.loop = asyncio.get_running_loop()
+        self.process = workload.pool.new()
+        self.pace = Pacer(workload.p, index, self.loop.time())
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.op: Any = None
+        self._guarded(self._next)
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        if self.finished.done():  # cancelled: the run is over
+            return
+        try:
+            step(*args)
+        except Exception as e:
+            self.finished.set_exception(e)
+
+    def _next(self) -> None:
+        now = self.loop.time()
+        if now >= self.stop:
+            self.finished.set_result(None)
+            return
+        delay = self.pace.delay(now)
+        if delay > 0:
+            self.loop.call_later(delay, self._guarded, self._send)
+        else:
+            self._send()
+
+    def _send(self) -> None:
+        w = self.w
+        self.pace.advance(self.loop.time())
+        value = next(w.values)
+        partition = value % w.p.partitions
+        self.op = w.history.invoke(self.process, "send", partition=partition, value=value)
+        self.client.send(w.p.topic, partition, str(value), w.p.acks,
+                         lambda outcome: self._guarded(self._sent, outcome))
+
+    def _sent(self, outcome: ProduceReply | ProduceError) -> None:
+        w = self.w
+        if isinstance(outcome, ProduceError):
+            if outcome.definite:
+                self.op.fail(outcome.error)
+                w.stats["send-fail"] += 1
+            else:
+                self.op.info(outcome.error)
+                w.stats["send-info"] += 1
+                self.process = w.pool.retire(self.process)
+        else:
+            fields = {"node": outcome.node, "epoch": outcome.leader_epoch}
+            if outcome.offset is not None:
+                fields["offset"] = outcome.offset
+            self.op.ok(**fields)
+            w.stats["send-ok"] += 1
+        self._next()
+
+
 class KafkaWorkload:
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
                  pool_factory: Callable[[], Pool] | None = None) -> None:
@@ -81,7 +163,7 @@ class KafkaWorkload:
 
     def _client(self) -> Client:
         pool = None if self.pool_factory is None else self.pool_factory()
-        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=1,
+        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=LINGER_MS,
                       pool=pool)
 
     async def connect(self) -> None:
@@ -91,40 +173,11 @@ class KafkaWorkload:
         client = self._client()
         stop = asyncio.get_running_loop().time() + duration_s
         try:
-            tasks = [self._producer(client, i, stop) for i in range(self.p.producers)]
+            tasks: list = [_Producer(self, client, i, stop).finished for i in range(self.p.producers)]
             tasks += [self._consumer(client, i, stop) for i in range(self.p.consumers)]
             await asyncio.gather(*tasks)
         finally:
             await client.close()
-
-    async def _producer(self, client: Client, index: int, stop: float) -> None:
-        loop = asyncio.get_running_loop()
-        process = self.pool.new()
-        pace = Pacer(self.p, index, loop.time())
-        while loop.time() < stop:
-            delay = pace.delay(loop.time())
-            if delay > 0:
-                await asyncio.sleep(delay)
-            pace.advance(loop.time())
-            value = next(self.values)
-            partition = value % self.p.partitions
-            op = self.history.invoke(process, "send", partition=partition, value=value)
-            try:
-                ack = await client.produce(self.p.topic, partition, str(value), self.p.acks)
-            except ProduceError as e:
-                if e.definite:
-                    op.fail(e.error)
-                    self.stats["send-fail"] += 1
-                else:
-                    op.info(e.error)
-                    self.stats["send-info"] += 1
-                    process = self.pool.retire(process)
-                continue
-            fields = {"node": ack.node, "epoch": ack.leader_epoch}
-            if ack.offset is not None:
-                fields["offset"] = ack.offset
-            op.ok(**fields)
-            self.stats["send-ok"] += 1
 
     async def _consumer(self, client: Client, index: int, stop: float) -> None:
         loop = asyncio.get_running_loop()
@@ -133,13 +186,13 @@ class KafkaWorkload:
         partition = index % self.p.partitions
         while loop.time() < stop:
             partition = (partition + 1) % self.p.partitions
-            if self.rng.random() < 0.05:
-                # Re-seek: read an earlier stretch again, as a restarted consumer would.
+            if self.rng.random() < RESEEK:
                 offsets[partition] = self.rng.randrange(offsets[partition] + 1)
             offset = offsets[partition]
             op = self.history.invoke(process, "poll", partition=partition, offset=offset)
             try:
-                reply = await client.fetch(self.p.topic, partition, offset, max_records=500)
+                reply = await client.fetch(self.p.topic, partition, offset, POLL_MAX_RECORDS,
+                                           min_records=POLL_MAX_RECORDS, max_wait_ms=POLL_MAX_WAIT_MS)
             except ClientError as e:
                 if e.error in INDETERMINATE_READ:
                     op.info(e.error)
@@ -153,8 +206,6 @@ class KafkaWorkload:
             self.stats["poll-ok"] += 1
             if records:
                 offsets[partition] = records[-1][0] + 1
-            else:
-                await asyncio.sleep(0.02)
 
     def _parse(self, pairs: tuple[tuple[int, str], ...]) -> list[list[int]]:
         """[[offset, int(value)]] of a poll's records. Consumers read most records many

@@ -26,7 +26,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from workloads.history import HistoryWriter, ProcessPool
-from workloads.kafka import Pacer, WorkloadParams
+from workloads.kafka import LINGER_MS, Pacer, WorkloadParams
 
 _E = ck.KafkaError
 # Local errors: the record never left the client.
@@ -85,7 +85,7 @@ class RdKafkaWorkload:
     def producer_config(self) -> dict[str, Any]:
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "acks": self.p.acks,
-            "enable.idempotence": self.idempotence, "linger.ms": 1,
+            "enable.idempotence": self.idempotence, "linger.ms": LINGER_MS,
             "message.timeout.ms": self._timeout_ms, "request.timeout.ms": self._timeout_ms,
             "retry.backoff.ms": 50, "reconnect.backoff.max.ms": 1000,
             "topic.metadata.refresh.interval.ms": 1000, "log_level": 0,

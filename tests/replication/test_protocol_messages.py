@@ -68,6 +68,8 @@ REQUESTS = [
       "last_fetched_epoch": 1, "leader_epoch": 2}),
     (ConsumerFetchRequest("t", 0, 3, max_records=10, leader_epoch=2),
      {"type": "fetch", "topic": "t", "partition": 0, "offset": 3, "max_records": 10, "leader_epoch": 2}),
+    (ConsumerFetchRequest("t", 0, 3, min_records=5, max_wait_ms=50),
+     {"type": "fetch", "topic": "t", "partition": 0, "offset": 3, "min_records": 5, "max_wait_ms": 50}),
 ]
 
 REPLIES = [
@@ -133,6 +135,9 @@ def test_messages_are_values_of_their_class_not_dicts() -> None:
     ({"type": "alter-partition", "broker": 1, "broker_epoch": 1, "topic": "t", "partition": 0,
       "leader_epoch": 0, "partition_epoch": 0, "isr": "1,2"}, "must be a list"),
     ([1, 2], "must be a JSON object"),
+    ({"type": "fetch", "topic": "t", "partition": 0, "offset": 0, "max_wait_ms": 10**9},
+     "max_wait_ms within 0..30000"),
+    ({"type": "fetch", "topic": "t", "partition": 0, "offset": 0, "min_records": 0}, "min_records must be >= 1"),
 ])
 def test_malformed_requests_are_clear_errors(frame, complaint) -> None:
     with pytest.raises(MalformedMessage, match=complaint):

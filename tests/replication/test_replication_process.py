@@ -158,6 +158,32 @@ def test_the_produce_and_consume_commands_print_offset_and_value(cluster):
     assert unacked == "- 0\n"  # acks=0: nothing acknowledged, no offset
 
 
+def test_a_consumers_long_poll_is_held_by_the_leader_until_records_are_committed(cluster):
+    """Over real TCP: a poll past the HWM with max_wait_ms is answered when a produce commits,
+    not at once; a poll nobody produces for is answered empty after about its wait."""
+    async def scenario() -> tuple:
+        client = Client(cluster.address(2), request_timeout_s=8)
+        loop = asyncio.get_running_loop()
+        try:
+            await client.produce(TOPIC, 0, "1")
+            started = loop.time()
+            poll = loop.create_task(client.fetch(TOPIC, 0, 1, min_records=1, max_wait_ms=5000))
+            await asyncio.sleep(0.5)
+            held = not poll.done()
+            await client.produce(TOPIC, 0, "2")
+            reply = await poll
+            answered = loop.time() - started
+            quiet = loop.time()
+            empty = await client.fetch(TOPIC, 0, 2, min_records=1, max_wait_ms=300)
+            return held, reply, answered, empty, loop.time() - quiet
+        finally:
+            await client.close()
+    held, reply, answered, empty, waited = asyncio.run(scenario())
+    assert held, "the long poll was answered before anything was committed past its offset"
+    assert [v for _o, v in reply.records] == ["2"] and answered < 4
+    assert empty.records == () and 0.25 <= waited < 3
+
+
 def test_controller_restart_keeps_metadata_and_records(cluster):
     before = _describe(cluster)
 

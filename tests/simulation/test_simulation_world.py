@@ -23,8 +23,8 @@ from replication.config import NodeConfig
 from replication.messages import ClusterMetadata
 from simulation.run import run_simulation
 from simulation.world import World
-from workloads.history import read_history
-from workloads.kafka import WorkloadParams
+from workloads.history import HistoryWriter, read_history
+from workloads.kafka import KafkaWorkload, WorkloadParams
 
 ROOT = Path(replication.__file__).resolve().parent.parent
 # harness/profiles/fast.toml's timeouts, as campaigns/validation.toml runs them
@@ -420,3 +420,36 @@ def test_fsync_latency_delays_acks_only_under_a_flush_policy(tmp_path):
     assert median_ack_ms(SAFE, slow) < 10
     assert median_ack_ms({**SAFE, "flush.messages": 1}, DiskConfig(fsync=None)) < 10
     assert median_ack_ms({**SAFE, "flush.messages": 1}, slow) > 40
+
+
+def test_a_cancelled_workload_records_nothing_more_and_its_sends_in_flight_end_as_run_ended(tmp_path):
+    """The producers are callbacks on the loop, not tasks (workloads/kafka.py _Producer): when
+    the workload's run is cancelled mid-send, the answers still arriving must not complete
+    anything, and the history's close completes what was in flight as info/run-ended."""
+    world = World(seed=3, n_nodes=4, node_config=NodeConfig().with_overrides(SAFE))
+    world.start_all()
+    history = HistoryWriter(tmp_path / "history.jsonl", clock=world.loop.time_ns,
+                            background_fsync=False)
+    workload = KafkaWorkload(params(3, consumers=0), world.bootstrap(), history,
+                             pool_factory=world.pool)
+
+    async def main() -> int:
+        client = await _client_with_topic(world, "chaos")
+        await client.close()
+        run = asyncio.get_running_loop().create_task(workload.run(10.0))
+        await asyncio.sleep(1.0)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        written = history.count
+        await asyncio.sleep(1.0)  # answers to the sends in flight arrive now
+        assert history.count == written, "a cancelled producer went on recording"
+        return written
+
+    world.loop.run(main())
+    history.close()
+    ops = list(read_history(tmp_path / "history.jsonl"))
+    ended = [o for o in ops if o.get("error") == "run-ended"]
+    assert workload.stats["send-ok"] > 100 and ended, (workload.stats, len(ended))
+    assert len(ended) <= 16  # at most one in flight per producer
+    invokes = [o for o in ops if o["type"] == "invoke"]
+    assert len(invokes) == len(ops) - len(invokes)  # each invoke completed exactly once
