@@ -80,13 +80,13 @@ class ScheduleParams:
             raise ValueError(f"unknown fault kinds {bad}; known: {', '.join(KNOWN_FAULTS)}")
         if self.targets not in TARGET_MODES:
             raise ValueError(f"targets must be one of {TARGET_MODES}, got {self.targets!r}")
-        for kind in self.faults:  # a kind that cannot be aimed so says it now, not mid-run
-            lookup(kind).plan_target(random.Random(0), PlanParams(self.partitions, self.brokers,
-                                                                  self.targets))
         if min(self.time_limit, self.interval, self.duration) <= 0 or self.shrink_wait < 0:
             raise ValueError("time_limit, interval and duration must be > 0, shrink_wait >= 0")
         if self.partitions < 1 or self.brokers < 1 or not 0 <= self.shrink_first <= 1:
             raise ValueError("partitions and brokers must be >= 1, shrink_first in 0..1")
+        for kind in self.faults:  # a kind that cannot be aimed so says it now, not mid-run
+            lookup(kind).plan_target(random.Random(0), PlanParams(self.partitions, self.brokers,
+                                                                  self.targets))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
