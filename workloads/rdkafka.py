@@ -60,6 +60,10 @@ class RdKafkaWorkload:
         polls are transactions of one part, with their consumer's isolation level)."""
         return {}
 
+    def final_fields(self, partition: int) -> dict[str, Any]:
+        """Fields a final read carries besides its own: none here."""
+        return {}
+
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
                  idempotence: bool = True) -> None:
         self.p = params
@@ -286,7 +290,7 @@ class RdKafkaWorkload:
                     await asyncio.sleep(0.5)
                     continue
                 stable = previous == records
-                op.ok(records=records, hwm=hwm, complete=stable)
+                op.ok(records=records, hwm=hwm, complete=stable, **self.final_fields(partition))
                 if stable:
                     return True
                 previous = records

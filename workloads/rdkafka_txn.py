@@ -70,6 +70,7 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         kwargs["idempotence"] = True  # transactions need it (and acks=all)
         super().__init__(*args, **kwargs)
         self.uncommitted = uncommitted  # read-uncommitted consumers, beside the others
+        self.log_end: dict[int, int] = {}  # partition -> its high watermark, at the final read
         # a thread per client: a commit, like a group member's consume, blocks its thread
         self._threads.shutdown(wait=False)
         self._threads = ThreadPoolExecutor(
@@ -78,6 +79,10 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         self.txn_ids = itertools.count()
         self.stats.update({"txn-ok": 0, "txn-fail": 0, "txn-info": 0, "txn-aborted": 0,
                            "group-polls": 0, "rebalances": 0})
+
+    def final_fields(self, partition: int) -> dict[str, Any]:
+        end = self.log_end.get(partition)
+        return {} if end is None else {"log_end": end}
 
     def poll_fields(self, isolation: str | None) -> dict[str, Any]:
         return {"txn": next(self.txn_ids), "mop": 0, "isolation": isolation or COMMITTED}
@@ -205,6 +210,39 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         except ck.KafkaException as e:
             return "info", {"error": f"{why}, then abort: {_error_name(e.args[0])}"}
         return "fail", {"error": why}
+
+    # ---- the final read ----------------------------------------------------------------------
+
+    def _read_all(self, consumer: ck.Consumer, partition: int,
+                  budget_s: float) -> tuple[list[list[int]], int, str | None]:
+        """The partition read whole once no transaction is open on it: a read-committed read
+        ends at the last stable offset (what a read-committed consumer's watermark query
+        returns), which an open transaction holds below the high watermark until it commits,
+        is aborted, or times out (a producer left after an `info` never ends its own). Read
+        before that, committed records past it would be left unconfirmed. Until then the
+        attempt fails (OPEN_TRANSACTION) and the final read tries again.
+
+        The `hwm` it reports is the end of the data: the offset after the last record it
+        returned, once it read to the end with no transaction open. What lies past that
+        record are control records (commit and abort markers) and aborted records, which a
+        read-committed read never returns, so the checker, which takes a final read as
+        whole when its last record is just below `hwm`, would otherwise never take one
+        whole; the high watermark itself is `log_end`."""
+        tp = ck.TopicPartition(self.p.topic, partition)
+        timeout = min(5.0, max(budget_s, 0.5))
+        uncommitted = ck.Consumer({**self.consumer_config(), "isolation.level": UNCOMMITTED})
+        try:
+            _, stable = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+            _, hwm = uncommitted.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        except ck.KafkaException as e:
+            return [], 0, _error_name(e.args[0])
+        finally:
+            uncommitted.close()
+        if stable < hwm:
+            return [], stable, f"OPEN_TRANSACTION: last stable offset {stable} < hwm {hwm}"
+        records, _, error = super()._read_all(consumer, partition, budget_s)
+        self.log_end[partition] = hwm
+        return records, (records[-1][0] + 1 if records else 0), error
 
     # ---- a consumer group ------------------------------------------------------------------
 
