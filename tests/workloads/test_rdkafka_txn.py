@@ -65,6 +65,11 @@ def test_transactions_commit_whole_and_aborted_ones_stay_unread(tmp_path, versio
     assert group, "the consumer group's members polled"
     assert results["stats"]["transactions"]["transactions"] > len(by_txn)
     assert results["valid"] is True, results["anomalies"]
+    # the final read waited for open transactions and read each partition whole: what
+    # follows its last record are control records (commit and abort markers)
+    assert sorted(results["stats"]["complete_partitions"]) == [0, 1, 2], results["notes"]
+    assert all(op["hwm"] <= op["log_end"] for op in ops
+               if op["f"] == "final-poll" and op["type"] == "ok")
     # read-uncommitted consumers saw aborted records, and that is no anomaly for them
     uncommitted = results["stats"]["transactions"]["read_uncommitted"]
     assert uncommitted["records"] > 0 and uncommitted["aborted"] > 0, uncommitted
