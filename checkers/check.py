@@ -31,6 +31,7 @@ from checkers.forensics import forensics
 from checkers.ingest import ACKS, HistoryError, ingest
 from checkers.spark import get_session, resolve_master, say
 from checkers.trace import findings as invariant_findings
+from checkers.txn.consumers import committed_view
 from checkers.txn.hook import drop_witnessed, merge, transactional
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import (
@@ -262,7 +263,8 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
         os.chmod(scratch, 0o755)
         started = time.perf_counter()
         try:
-            ing = ingest(history, scratch, partitions)
+            # read-uncommitted polls are judged by their isolation level (checkers/txn)
+            ing = ingest(committed_view(history, scratch), scratch, partitions)
         except HistoryError as e:
             results = {
                 "history": history.name,

@@ -238,6 +238,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         # log: producers of single records and consumers (every system); txn: transactions
         # and read-committed consumers, Apache Kafka only (workloads/rdkafka_txn.py)
         "kind": _choice("log", "txn"),
+        # txn only: read-uncommitted consumers beside the read-committed ones (docs/kafka.md)
+        "uncommitted_consumers": _int(0, 1000),
     },
     "nemesis": {
         "faults": _names(KNOWN_FAULTS, "fault kinds"),
@@ -277,7 +279,8 @@ _MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
 # stored before a key existed leave it out.
 _OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
               ("checker", "spark_min_ops"), ("checker", "ww_deps"), ("kafka", "heap_mb"),
-              ("kafka", "controller_heap_mb"), ("workload", "idempotence"), ("workload", "kind")}
+              ("kafka", "controller_heap_mb"), ("workload", "idempotence"), ("workload", "kind"),
+              ("workload", "uncommitted_consumers")}
              | {("nemesis", k) for k in all_settings()})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
 _ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"},
@@ -724,6 +727,7 @@ class WorkloadSettings:
     final_read_timeout: float
     idempotence: bool = True
     kind: str = "log"
+    uncommitted_consumers: int = 0
 
 
 @dataclass(frozen=True)
@@ -840,7 +844,8 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
         workload=WorkloadSettings(str(w["acks"]), float(w["rate"]), int(w["producers"]),
                                   int(w["consumers"]), int(w["request_timeout_ms"]),
                                   float(w["final_read_timeout"]), bool(w.get("idempotence", True)),
-                                  str(w.get("kind", "log"))),
+                                  str(w.get("kind", "log")),
+                                  int(w.get("uncommitted_consumers", 0))),
         nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, s.default)) for k, s in all_settings().items()},

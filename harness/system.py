@@ -20,12 +20,17 @@ from harness.config import node_settings
 from harness.kafka_events import PartitionWatch, node_log_events
 from harness.test import Test
 from nemesis.faults import metadata_topology
-from nemesis.kinds.base import Topology
+from nemesis.kinds.base import NO_TRANSACTIONS, Topology
 from workloads import kafka_admin, topics
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 from workloads.rdkafka import RdKafkaWorkload
-from workloads.rdkafka_txn import RdKafkaTxnWorkload
+from workloads.rdkafka_txn import (
+    TXN_LOG,
+    RdKafkaTxnWorkload,
+    coordinator_partition,
+    transactional_id,
+)
 from workloads.sequence import Workload
 
 
@@ -116,7 +121,8 @@ class ApacheKafka:
     def workload(self, params: WorkloadParams, bootstrap: list[str],
                  history: HistoryWriter) -> Workload:
         if self.test.settings.workload.kind == "txn":
-            return RdKafkaTxnWorkload(params, bootstrap, history)
+            return RdKafkaTxnWorkload(params, bootstrap, history,
+                                      uncommitted=self.test.settings.workload.uncommitted_consumers)
         return RdKafkaWorkload(params, bootstrap, history,
                                idempotence=self.test.settings.workload.idempotence)
 
@@ -128,8 +134,19 @@ class ApacheKafka:
                 return None
             return next((p for p in states if p["partition"] == partition), None)
 
+        async def txn_state() -> dict[str, Any] | None:
+            """The log partition coordinating the workload's transactional ids (they all
+            hash alike while the log has one partition, as control.kafka sets it)."""
+            try:
+                states = await kafka_admin.describe_partitions(bootstrap, TXN_LOG)
+            except kafka_admin.KafkaAdminError:
+                return None  # not created before the first transactional producer
+            wanted = coordinator_partition(transactional_id(self.test.settings.seed, 0),
+                                           len(states))
+            return next((p for p in states if p["partition"] == wanted), None)
+
         brokers = {i: name for i, name in enumerate(nodes[1:], start=1)}
-        return Topology(tuple(nodes), nodes[0], brokers, partition_state)
+        return Topology(tuple(nodes), nodes[0], brokers, partition_state, txn_state=txn_state)
 
     async def observe(self, bootstrap: list[str], topic: str) -> None:
         self.watch = PartitionWatch(bootstrap, topic)
@@ -152,6 +169,13 @@ class ApacheKafka:
 def system_of(test: Test) -> System:
     """The system a test runs (a missing Kafka install is a one-line error here, before any
     host is made)."""
+    if test.settings.nemesis.targets == "txn-coordinator" and test.settings.workload.kind != "txn":
+        raise UserError("targets = 'txn-coordinator' aims at the transactions of "
+                        "workload.kind = 'txn'" if test.settings.system_kind == "kafka"
+                        else NO_TRANSACTIONS)
+    if test.settings.workload.uncommitted_consumers and test.settings.workload.kind != "txn":
+        raise UserError("workload.uncommitted_consumers reads transactions: it needs "
+                        "workload.kind = 'txn' (on Apache Kafka)")
     if test.settings.system_kind == "kafka":
         return ApacheKafka(test)
     if test.settings.workload.kind != "log":

@@ -45,8 +45,9 @@ def metadata_topology(nodes: list[str], bootstrap: list[str], topic: str,
 
 
 def _asking_once(topology: Topology) -> Topology:
-    """The topology for one fault's start: each partition's state is asked for once, so the
-    roles recorded (nemesis.roles) and the target resolved come from the same answer."""
+    """The topology for one fault's start: each partition's state (and the transaction
+    log's) is asked for once, so the roles recorded (nemesis.roles) and the target resolved
+    come from the same answer."""
     answers: dict[int, dict | None] = {}
 
     async def partition_state(partition: int) -> dict | None:
@@ -54,7 +55,17 @@ def _asking_once(topology: Topology) -> Topology:
             answers[partition] = await topology.partition_state(partition)
         return answers[partition]
 
-    return replace(topology, partition_state=partition_state)
+    if topology.txn_state is None:
+        return replace(topology, partition_state=partition_state)
+    asked_log = topology.txn_state
+    log: list[dict | None] = []
+
+    async def txn_state() -> dict | None:
+        if not log:
+            log.append(await asked_log())
+        return log[0]
+
+    return replace(topology, partition_state=partition_state, txn_state=txn_state)
 
 
 class Nemesis:

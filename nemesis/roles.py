@@ -13,6 +13,14 @@ member"). Roles are read off a partition's state (the one the fault aims at, els
     lagging-follower#k      the k-th other replica (out of sync)
     broker#k                the k-th broker that holds no replica of the partition
 
+A fault aimed at transactions (targets = "txn-coordinator") is read off the transaction log's
+partition that coordinates the workload's transactional ids instead (Apache Kafka only; a
+system without transactions refuses it, nemesis.kinds.base.NO_TRANSACTIONS):
+
+    txn-coordinator         the leader of that `__transaction_state` partition: the
+                            coordinator FindCoordinator names for the ids
+    txn-log-replica#k       the k-th other replica of that partition
+
 A role target ({"roles": {"nodes": [...]}} or {"roles": {"grudge": {role: [roles]}}}) is
 resolved against the live state when the fault starts. A fault aimed at the last ISR member
 waits up to LAST_MEMBER_WAIT_S for the ISR to shrink to one (another system may take longer to
@@ -25,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from nemesis.kinds.base import Resolved, Topology
+from nemesis.kinds.base import TXN_SELECTORS, Resolved, Topology
+from nemesis.kinds.partition import TXN_SHAPE
 from nemesis.schedule import RealisedFault, replay_entries
 
 LAST_MEMBER_WAIT_S = 10.0
@@ -38,6 +47,8 @@ _NEAREST = {
     "elr-member": ("lagging-follower", "isr-follower", "broker"),
     "lagging-follower": ("elr-member", "isr-follower", "broker"),
     "broker": ("lagging-follower", "elr-member", "isr-follower"),
+    "txn-coordinator": ("txn-log-replica", "broker"),
+    "txn-log-replica": ("broker",),
 }
 
 
@@ -67,6 +78,33 @@ def _part(broker: int, leader: int | None, isr: set[int], elr: set[int],
     if broker in elr:
         return "elr-member"
     return "lagging-follower" if broker in replicas else "broker"
+
+
+def txn_roles_in(topology: Topology, state: Mapping[str, Any] | None) -> dict[str, str]:
+    """node -> role as the transaction log's partition `state` makes it: its leader the
+    txn-coordinator, its other replicas txn-log-replica#k, the rest broker#k (None: unknown
+    now, every broker just a broker)."""
+    roles = {topology.controller: "controller"}
+    state = state or {}
+    leader, replicas = state.get("leader"), set(state.get("replicas") or ())
+    counts: dict[str, int] = {}
+    for broker in sorted(topology.brokers):
+        if broker == leader:
+            roles[topology.brokers[broker]] = "txn-coordinator"
+            continue
+        part = "txn-log-replica" if broker in replicas else "broker"
+        counts[part] = counts.get(part, 0) + 1
+        roles[topology.brokers[broker]] = f"{part}#{counts[part]}"
+    return roles
+
+
+def aims_at_transactions(target: Mapping[str, Any]) -> bool:
+    """Whether a target names the transaction coordinator or its log, by selector, shape or
+    role."""
+    spec = target.get("roles", {})
+    named = [*spec.get("nodes", ()), *spec.get("grudge", {})]
+    return (target.get("select") in TXN_SELECTORS or target.get("shape") == TXN_SHAPE
+            or any(r.startswith("txn-") for r in named))
 
 
 def role_target(resolved: Resolved, roles: Mapping[str, str]) -> dict[str, Any]:
@@ -117,7 +155,10 @@ def as_fixed(roles: Mapping[str, str], target: Mapping[str, Any]) -> dict[str, A
 
 
 async def roles_now(topology: Topology, target: Mapping[str, Any]) -> dict[str, str]:
-    """Every node's role now, for the partition the target aims at (else partition 0)."""
+    """Every node's role now, for the partition the target aims at (else partition 0), or
+    the transaction log's for a target aimed at transactions."""
+    if aims_at_transactions(target):
+        return txn_roles_in(topology, await topology.txn_log())
     return roles_in(topology, await topology.peek(target.get("partition", 0)))
 
 

@@ -84,6 +84,9 @@ class ScheduleParams:
             raise ValueError("time_limit, interval and duration must be > 0, shrink_wait >= 0")
         if self.partitions < 1 or self.brokers < 1 or not 0 <= self.shrink_first <= 1:
             raise ValueError("partitions and brokers must be >= 1, shrink_first in 0..1")
+        for kind in self.faults:  # a kind that cannot be aimed so says it now, not mid-run
+            lookup(kind).plan_target(random.Random(0), PlanParams(self.partitions, self.brokers,
+                                                                  self.targets))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -55,9 +55,13 @@ class RdKafkaWorkload:
 
     reports_hwm = True  # a poll's end is the high watermark (not so when read-committed)
 
-    def part(self) -> dict[str, Any]:
+    def poll_fields(self, isolation: str | None) -> dict[str, Any]:
         """Fields a poll carries besides its own: none here (a transactional workload's
-        polls are transactions of one part)."""
+        polls are transactions of one part, with their consumer's isolation level)."""
+        return {}
+
+    def final_fields(self, partition: int) -> dict[str, Any]:
+        """Fields a final read carries besides its own: none here."""
         return {}
 
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
@@ -194,9 +198,13 @@ class RdKafkaWorkload:
             return send_outcome(err.code(), not self.idempotence), {"error": _error_name(err)}
         return "ok", ({"offset": offset} if offset >= 0 else {})
 
-    async def _consumer(self, index: int, stop: float) -> None:
+    async def _consumer(self, index: int, stop: float, isolation: str | None = None) -> None:
+        """Polls partition by partition; `isolation` overrides the consumers' isolation.level."""
         loop = asyncio.get_running_loop()
-        consumer = ck.Consumer(self.consumer_config())
+        conf = self.consumer_config()
+        if isolation is not None:
+            conf["isolation.level"] = isolation
+        consumer = ck.Consumer(conf)
         process = self.pool.new()
         offsets = [0] * self.p.partitions
         partition = index % self.p.partitions
@@ -208,7 +216,7 @@ class RdKafkaWorkload:
                     offsets[partition] = self._rng.randrange(offsets[partition] + 1)
                 offset = offsets[partition]
                 op = self.history.invoke(process, "poll", partition=partition, offset=offset,
-                                         **self.part())
+                                         **self.poll_fields(isolation))
                 records, hwm, epoch, error = await self._blocking(
                     self._poll, consumer, partition, offset)
                 if error is not None:
@@ -282,7 +290,7 @@ class RdKafkaWorkload:
                     await asyncio.sleep(0.5)
                     continue
                 stable = previous == records
-                op.ok(records=records, hwm=hwm, complete=stable)
+                op.ok(records=records, hwm=hwm, complete=stable, **self.final_fields(partition))
                 if stable:
                     return True
                 previous = records

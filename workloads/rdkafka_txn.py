@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -39,6 +40,25 @@ from workloads.rdkafka import RdKafkaWorkload, _error_name
 ABORT_SHARE = 0.1  # transactions aborted on purpose
 MAX_PARTS = 3
 _TXN_TIMEOUT_MS = 10_000
+COMMITTED, UNCOMMITTED = "read_committed", "read_uncommitted"  # isolation.level, in polls
+GROUP = "harness-txn-group"
+TXN_LOG = "__transaction_state"  # Kafka's transaction log: its leaders are the coordinators
+
+
+def transactional_id(seed: int, client: int) -> str:
+    return f"harness-{seed}-{client}"
+
+
+def coordinator_partition(transactional_id: str, log_partitions: int) -> int:
+    """The transaction log partition whose leader coordinates `transactional_id`, as Kafka's
+    TransactionStateManager.partitionFor computes it: the abs of Java's String.hashCode,
+    modulo the log's partition count (FindCoordinator answers with that partition's leader)."""
+    data = transactional_id.encode("utf-16-be")  # Java hashes a String's UTF-16 code units
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % log_partitions
 
 
 class RdKafkaTxnWorkload(RdKafkaWorkload):
@@ -46,28 +66,34 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
 
     reports_hwm = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, uncommitted: int = 0, **kwargs: Any) -> None:
         kwargs["idempotence"] = True  # transactions need it (and acks=all)
         super().__init__(*args, **kwargs)
+        self.uncommitted = uncommitted  # read-uncommitted consumers, beside the others
+        self.log_end: dict[int, int] = {}  # partition -> its high watermark, at the final read
         # a thread per client: a commit, like a group member's consume, blocks its thread
         self._threads.shutdown(wait=False)
         self._threads = ThreadPoolExecutor(
-            max_workers=self.p.producers + self.p.consumers + self.p.partitions + 2,
+            max_workers=self.p.producers + self.p.consumers + uncommitted + self.p.partitions + 2,
             thread_name_prefix="rdkafka-txn")
         self.txn_ids = itertools.count()
         self.stats.update({"txn-ok": 0, "txn-fail": 0, "txn-info": 0, "txn-aborted": 0,
                            "group-polls": 0, "rebalances": 0})
 
-    def part(self) -> dict[str, Any]:
-        return {"txn": next(self.txn_ids), "mop": 0}
+    def final_fields(self, partition: int) -> dict[str, Any]:
+        end = self.log_end.get(partition)
+        return {} if end is None else {"log_end": end}
+
+    def poll_fields(self, isolation: str | None) -> dict[str, Any]:
+        return {"txn": next(self.txn_ids), "mop": 0, "isolation": isolation or COMMITTED}
 
     def consumer_config(self) -> dict[str, Any]:
-        return {**super().consumer_config(), "isolation.level": "read_committed"}
+        return {**super().consumer_config(), "isolation.level": COMMITTED}
 
     def transactional_config(self, client: int, generation: int) -> dict[str, Any]:
         conf = {k: v for k, v in self.producer_config().items() if k != "retries"}
         return {**conf, "enable.idempotence": True, "acks": "all",
-                "transactional.id": f"harness-{self.p.seed}-{client}",
+                "transactional.id": transactional_id(self.p.seed, client),
                 "transaction.timeout.ms": _TXN_TIMEOUT_MS,
                 "client.id": f"txn-{client}-{generation}"}
 
@@ -80,6 +106,8 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         tasks = [self._txn_client(i, stop) for i in range(self.p.producers)]
         tasks += [self._consumer(i, stop) for i in range((self.p.consumers + 1) // 2)]
         tasks += [self._group_member(i, stop) for i in range(self.p.consumers // 2)]
+        tasks += [self._consumer(self.p.consumers + i, stop, UNCOMMITTED)
+                  for i in range(self.uncommitted)]
         await asyncio.gather(*tasks)
 
     # ---- transactional producers -----------------------------------------------------------
@@ -160,6 +188,10 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
                 producer.produce(self.p.topic, str(v).encode(), partition=p,
                                  on_delivery=delivered)
             if abort:
+                # delivered first, so the aborted records are in the log (an abort purges
+                # what is still queued): read-committed consumers must skip them, and
+                # read-uncommitted ones may read them
+                producer.flush(timeout)
                 producer.abort_transaction(timeout)
                 return "fail", {"error": "aborted-on-purpose"}
             producer.commit_transaction(timeout)
@@ -179,27 +211,68 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
             return "info", {"error": f"{why}, then abort: {_error_name(e.args[0])}"}
         return "fail", {"error": why}
 
+    # ---- the final read ----------------------------------------------------------------------
+
+    def _read_all(self, consumer: ck.Consumer, partition: int,
+                  budget_s: float) -> tuple[list[list[int]], int, str | None]:
+        """The partition read whole once no transaction is open on it: a read-committed read
+        ends at the last stable offset (what a read-committed consumer's watermark query
+        returns), which an open transaction holds below the high watermark until it commits,
+        is aborted, or times out (a producer left after an `info` never ends its own). Read
+        before that, committed records past it would be left unconfirmed. Until then the
+        attempt fails (OPEN_TRANSACTION) and the final read tries again.
+
+        The `hwm` it reports is the end of the data: the offset after the last record it
+        returned, once it read to the end with no transaction open. What lies past that
+        record are control records (commit and abort markers) and aborted records, which a
+        read-committed read never returns, so the checker, which takes a final read as
+        whole when its last record is just below `hwm`, would otherwise never take one
+        whole; the high watermark itself is `log_end`."""
+        tp = ck.TopicPartition(self.p.topic, partition)
+        timeout = min(5.0, max(budget_s, 0.5))
+        uncommitted = ck.Consumer({**self.consumer_config(), "isolation.level": UNCOMMITTED})
+        try:
+            _, stable = consumer.get_watermark_offsets(tp, timeout=timeout, cached=False)
+            _, hwm = uncommitted.get_watermark_offsets(tp, timeout=timeout, cached=False)
+        except ck.KafkaException as e:
+            return [], 0, _error_name(e.args[0])
+        finally:
+            uncommitted.close()
+        if stable < hwm:
+            return [], stable, f"OPEN_TRANSACTION: last stable offset {stable} < hwm {hwm}"
+        records, _, error = super()._read_all(consumer, partition, budget_s)
+        self.log_end[partition] = hwm
+        return records, (records[-1][0] + 1 if records else 0), error
+
     # ---- a consumer group ------------------------------------------------------------------
 
     async def _group_member(self, index: int, stop: float) -> None:
+        """A member of one group that subscribes to the topic. Rebalances are cooperative
+        (KIP-429): a partition the member keeps is read on from where it was, under the same
+        process, so its polls are judged like any consumer's; a partition it gains starts a
+        new process, at the group's committed offset (auto-commit, and a commit of what was
+        returned as a partition is revoked)."""
         loop = asyncio.get_running_loop()
-        consumer = ck.Consumer({**self.consumer_config(), "group.id": "harness-txn-group",
+        consumer = ck.Consumer({**self.consumer_config(), "group.id": GROUP,
                                 "enable.auto.commit": True, "auto.offset.reset": "earliest",
                                 "enable.partition.eof": False,
+                                "partition.assignment.strategy": "cooperative-sticky",
                                 "client.id": f"group-member-{index}"})
-        rebalanced = [False]
+        moved: set[int] = set()
 
-        def moved(_consumer: ck.Consumer, _partitions: list[ck.TopicPartition]) -> None:
-            rebalanced[0] = True  # on this workload's thread, inside consume()
+        def rebalanced(_consumer: ck.Consumer, partitions: list[ck.TopicPartition]) -> None:
+            moved.update(tp.partition for tp in partitions)  # on this workload's thread
 
-        consumer.subscribe([self.p.topic], on_assign=moved, on_revoke=moved)
+        consumer.subscribe([self.p.topic], on_assign=rebalanced, on_revoke=rebalanced,
+                           on_lost=rebalanced)
         processes: dict[int, int] = {}
         try:
             while loop.time() < stop:
                 messages = await self._blocking(consumer.consume, 200, 0.5)
-                if rebalanced[0]:
-                    rebalanced[0] = False
-                    processes.clear()  # new names: no comparison across the rebalance
+                if moved:
+                    for p in moved:  # gained or lost: no comparison across the move
+                        processes.pop(p, None)
+                    moved.clear()
                     self.stats["rebalances"] += 1
                 self._write_group_poll(messages, processes)
         finally:
@@ -216,6 +289,7 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         for mop, (p, records) in enumerate(sorted(by_partition.items())):
             if p not in processes:
                 processes[p] = self.pool.new()
-            op = self.history.invoke(processes[p], "poll", partition=p, txn=tid, mop=mop)
+            op = self.history.invoke(processes[p], "poll", partition=p, txn=tid, mop=mop,
+                                     isolation=COMMITTED, group=GROUP)
             op.ok(records=records)
         self.stats["group-polls"] += 1

@@ -39,6 +39,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkers.txn.consumers import group_skips, judge_uncommitted, split
 from checkers.txn.graph import ALL, NAMES, PROCESS, REALTIME, WR, WW, Graph, components, cycle_in
 from checkers.txn.ops import Poll, Txn, base_process
 
@@ -53,7 +54,8 @@ CYCLES = (
     ("G1c-realtime", ALL, (REALTIME, WR)),
 )
 NAMES_FOUND = tuple(name for name, _, _ in CYCLES) + (
-    "precommitted-read", "torn-transaction", "poll-skip", "nonmonotonic-poll", "duplicate")
+    "precommitted-read", "torn-transaction", "poll-skip", "nonmonotonic-poll", "duplicate",
+    "int-poll-skip", "int-nonmonotonic-poll", "inconsistent-offsets")
 
 
 @dataclass
@@ -307,6 +309,7 @@ def analyse(txns: list[Txn], budget_s: float = 300.0, ww: bool = False) -> Findi
     dependencies from offsets)."""
     started = time.monotonic()
     findings = Findings()
+    txns, uncommitted = split(txns)  # read-uncommitted polls are judged apart (consumers.py)
     orders = Orders(txns)
     deps = Dependencies(txns, orders, ww)
     built = time.monotonic()
@@ -314,9 +317,12 @@ def analyse(txns: list[Txn], budget_s: float = 300.0, ww: bool = False) -> Findi
     precommitted_reads(txns, findings)
     torn_transactions(txns, findings)
     evidence(txns, orders, findings)
-    findings.stats = {"transactions": len(txns), "graph_nodes": len(deps.nodes),
-                      "graph_edges": deps.g.edges(), "graph_s": round(built - started, 3),
-                      "search_s": round(time.monotonic() - built, 3)}
+    findings.stats.update({"transactions": len(txns), "graph_nodes": len(deps.nodes),
+                           "graph_edges": deps.g.edges(), "graph_s": round(built - started, 3),
+                           "search_s": round(time.monotonic() - built, 3)})
+    if uncommitted:
+        judge_uncommitted(txns, uncommitted, findings)
+    group_skips(txns, findings)
     if not findings.complete:
         findings.notes.append(
             f"the transactional cycle search stopped after its budget of {budget_s:.0f} s: "

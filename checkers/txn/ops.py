@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+COMMITTED, UNCOMMITTED = "read_committed", "read_uncommitted"
+
 
 @dataclass(slots=True)
 class Send:
@@ -34,6 +36,9 @@ class Poll:
     process: str  # the part's process: a translation renames it when an assign resets a key
     final: bool = False  # a final-poll that completed: the partition's final state
     start: int | None = None  # the offset it asked for (a seek), when it named one
+    isolation: str = COMMITTED  # its consumer's isolation.level (a history's polls without
+    # one are read-committed: Jepsen's transactional consumers are)
+    group: str | None = None  # the consumer group whose member polled, if any
 
 
 @dataclass(slots=True)
@@ -116,7 +121,8 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
             final = op.get("f") == "final-poll" and kind == "ok" and op.get("complete") is True
             start = op.get("offset")
             t.polls.append(Poll(mop, int(op["partition"]), records, process, final,
-                                int(start) if start is not None else None))
+                                int(start) if start is not None else None,
+                                str(op.get("isolation", COMMITTED)), op.get("group")))
     after = max(txns, default=-1) + 1
     for t in loose.values():
         t.id += after

@@ -24,10 +24,16 @@ Grudge = grudges.Grudge
 # A resolved target: the node names hit, or for a partition the grudge applied.
 Resolved = list[str] | Grudge
 PICK_RANGE = 2**31
-TARGET_MODES = ("auto", "leader", "controller", "random", "majority")
+TARGET_MODES = ("auto", "leader", "controller", "random", "majority", "txn-coordinator")
 # Selectors aimed at one partition's replicas (their target carries "partition").
 PER_PARTITION = frozenset({"leader", "last-isr-member", "elr-members", "followers",
                            "isolate-leader"})
+# Selectors aimed at the transaction coordinator of the workload's transactional ids: the
+# leader of the `__transaction_state` partition they hash to, and that partition's replicas.
+TXN_SELECTORS = frozenset({"txn-coordinator", "txn-log-replicas"})
+NO_TRANSACTIONS = ("txn-coordinator targets need a transaction coordinator, and this system has "
+                   "no transactions (the embedded one): run on Apache Kafka "
+                   "(--set system.kind=kafka)")
 
 
 class World(Protocol):
@@ -75,6 +81,10 @@ class Topology:
     # The simulator's exact view of a partition, read without a message, so that recording
     # who played which part (nemesis.roles) leaves a simulated run as it was; None: ask.
     oracle: Callable[[int], Awaitable[dict | None]] | None = None
+    # The state of the transaction log's partition that coordinates the workload's
+    # transactional ids (its leader is their coordinator); None: the system has no
+    # transactions, and a target aimed at them is refused (NO_TRANSACTIONS).
+    txn_state: Callable[[], Awaitable[dict | None]] | None = None
 
     def nodes_of(self, broker_ids: Sequence[int]) -> list[str]:
         return [self.brokers[b] for b in broker_ids if b in self.brokers]
@@ -82,6 +92,13 @@ class Topology:
     async def peek(self, partition: int) -> dict | None:
         """The partition's state for recording roles: the oracle's, else the live metadata."""
         return await (self.oracle or self.partition_state)(partition)
+
+    async def txn_log(self) -> dict | None:
+        """The coordinating transaction log partition's state now (None: unknown now, as
+        before the first transactional producer made Kafka create the log)."""
+        if self.txn_state is None:
+            raise ValueError(NO_TRANSACTIONS)
+        return await self.txn_state()
 
 
 @dataclass(frozen=True)
@@ -124,12 +141,19 @@ class FaultKind:
             names = list(self.auto_targets)
             selector = rng.choices(names, weights=[self.auto_targets[n] for n in names])[0]
         else:
-            selector = self.mode_targets[params.targets]
+            selector = self.mode_target(params.targets)
         target: dict[str, Any] = {self.target_key: selector}
         if selector in PER_PARTITION:
             target["partition"] = rng.randrange(params.partitions)
         target["pick"] = rng.randrange(PICK_RANGE)
         return target
+
+    def mode_target(self, mode: str) -> str:
+        """The selector a targets mode means for this kind (ValueError: it has none)."""
+        if mode not in self.mode_targets:
+            raise ValueError(f"fault {self.name!r} cannot be aimed by targets = {mode!r}; "
+                             f"it takes {', '.join(['auto', *self.mode_targets])}")
+        return self.mode_targets[mode]
 
     @property
     def target_key(self) -> str:
@@ -179,6 +203,8 @@ async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> lis
         return topology.nodes_of([rng.choice(brokers)])
     if select == "majority":
         return topology.nodes_of(rng.sample(brokers, len(brokers) // 2 + 1))
+    if select in TXN_SELECTORS:
+        return _txn_nodes(topology, select, await topology.txn_log())
     if select not in PER_PARTITION:
         raise ValueError(f"unknown target {dict(target)}")
     state = await topology.partition_state(target.get("partition", 0))
@@ -196,6 +222,14 @@ async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> lis
             return []
         return topology.nodes_of([r for r in state["replicas"] if r != leader])
     raise ValueError(f"unknown target {dict(target)}")
+
+
+def _txn_nodes(topology: Topology, select: str, state: Mapping[str, Any] | None) -> list[str]:
+    if state is None or state.get("leader") is None:
+        return []
+    if select == "txn-coordinator":
+        return topology.nodes_of([state["leader"]])
+    return topology.nodes_of(state["replicas"])
 
 
 async def each(nodes: Resolved, action: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:

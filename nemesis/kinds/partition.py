@@ -7,10 +7,13 @@ import random
 from typing import Any
 
 from nemesis import partition as grudges
-from nemesis.kinds.base import FaultKind, Resolved, Topology, World
+from nemesis.kinds.base import FaultKind, PlanParams, Resolved, Topology, World
 from nemesis.kinds.registry import register
 from runformat import effects as fx
 
+# The transaction coordinator cut off from the data partitions' leaders (which its commit
+# markers must reach), while both still reach the controller, the clients and the rest.
+TXN_SHAPE = "txn-coordinator-from-leaders"
 SHAPES = {"isolate": grudges.isolate_one, "halves": grudges.halves,
           "majority-ring": grudges.majority_ring, "bridge": grudges.bridge}
 
@@ -24,11 +27,17 @@ class Partition(FaultKind):
     auto_targets = {"isolate": 2, "halves": 2, "majority-ring": 1, "bridge": 1,
                     "isolate-leader": 3, "isolate-controller": 1}
     mode_targets = {"leader": "isolate-leader", "controller": "isolate-controller",
-                    "random": "isolate", "majority": "halves"}
+                    "random": "isolate", "majority": "halves", "txn-coordinator": TXN_SHAPE}
 
     @property
     def target_key(self) -> str:
         return "shape"
+
+    def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
+        target = super().plan_target(rng, params)
+        if target["shape"] == TXN_SHAPE:
+            target["partitions"] = params.partitions  # whose leaders to cut it off from
+        return target
 
     async def resolve(self, topology: Topology, target) -> Resolved:
         if "fixed" in target:
@@ -39,6 +48,8 @@ class Partition(FaultKind):
             return SHAPES[shape](names, random.Random(target.get("pick", 0)))
         if shape == "isolate-controller":
             return grudges.isolate_node(names, topology.controller)
+        if shape == TXN_SHAPE:
+            return await coordinator_from_leaders(topology, target.get("partitions", 1))
         if shape == "isolate-leader":
             state = await topology.partition_state(target.get("partition", 0))
             if state is None or state["leader"] is None:
@@ -52,3 +63,19 @@ class Partition(FaultKind):
 
     async def heal(self, world: World, resolved: Resolved) -> None:
         await world.heal_partition()
+
+
+async def coordinator_from_leaders(topology: Topology, partitions: int) -> Resolved:
+    """The coordinator and the topic's partition leaders drop each other's packets. Where it
+    leads every partition itself, it is cut off from the other brokers instead (its log's
+    followers and the data partitions' followers). {} while it is unknown."""
+    log = await topology.txn_log()
+    if log is None or log.get("leader") is None:
+        return {}
+    coordinator = topology.brokers[log["leader"]]
+    states = [await topology.partition_state(p) for p in range(partitions)]
+    leaders = {topology.brokers[s["leader"]] for s in states
+               if s is not None and s.get("leader") is not None} - {coordinator}
+    others = leaders or set(topology.brokers.values()) - {coordinator}
+    # symmetric, as every grudge here: each side drops the other's packets
+    return {coordinator: frozenset(others), **{n: frozenset({coordinator}) for n in others}}

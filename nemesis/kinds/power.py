@@ -8,13 +8,23 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from nemesis.kinds.base import PICK_RANGE, FaultKind, PlanParams, Resolved, Topology, World, each
+from nemesis.kinds.base import (
+    PICK_RANGE,
+    FaultKind,
+    PlanParams,
+    Resolved,
+    Topology,
+    World,
+    each,
+    resolve_selector,
+)
 from nemesis.kinds.registry import register
 from runformat import effects as fx
 
 HOST_AUTO = {"leader": 4, "random-broker": 2, "controller": 1, "last-isr-member": 1,
              "elr-members": 1}
 HOST_MODES = {"leader": "leader", "controller": "controller", "random": "random-broker",
+              "txn-coordinator": "txn-coordinator",
               "majority": "random-broker"}
 
 
@@ -69,7 +79,8 @@ class TornPowerLoss(_PowerLoss):
 
 @register
 class Outage(_PowerLoss):
-    """A correlated outage: several broker hosts lose power together (a rack, a zone)."""
+    """A correlated outage: several broker hosts lose power together (a rack, a zone); aimed
+    at the transaction coordinator, every replica of its transaction log at once."""
 
     name = "outage"
     family = "outage"
@@ -77,12 +88,16 @@ class Outage(_PowerLoss):
     phrase = "{who} {loses} power together"
 
     def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
+        if params.targets == "txn-coordinator":
+            return {"select": "txn-log-replicas", "pick": rng.randrange(PICK_RANGE)}
         return {"count": rng.randint(min(2, params.brokers), params.brokers),
                 "pick": rng.randrange(PICK_RANGE)}
 
     async def resolve(self, topology: Topology, target) -> Resolved:
         if "fixed" in target:
             return await super().resolve(topology, target)
+        if "select" in target:
+            return await resolve_selector(topology, target)
         rng = random.Random(target.get("pick", 0))
         brokers = sorted(topology.brokers)
         return topology.nodes_of(rng.sample(brokers, min(target["count"], len(brokers))))

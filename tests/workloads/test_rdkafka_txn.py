@@ -1,6 +1,8 @@
 """The transactional workload (workloads/rdkafka_txn.py) on real Apache Kafka, end to end on
 namespace hosts: transactional producers, read-committed consumers per partition and in a
-group, the final read, the checker's transactional analysis. One short run; CPU is shared."""
+group, read-uncommitted consumers beside them, kills aimed at the transaction coordinator, the
+final read, the checker's transactional analysis. One short run by default (CPU is shared);
+the other fault mixes aimed at transactions run with -m slow."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from workloads.history import read_history
 
 RUN = ["system.kind=kafka", "nodes=4", "time_limit=20", "nemesis.interval=5",
        "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=100",
-       "workload.kind=txn", "workload.consumers=4", "nemesis.faults=['kill']",
+       "workload.kind=txn", "workload.consumers=4", "workload.uncommitted_consumers=2",
+       "nemesis.faults=['kill']", "nemesis.targets=txn-coordinator",
        "checker.allow=['stale-read']"]
 
 
@@ -62,3 +65,39 @@ def test_transactions_commit_whole_and_aborted_ones_stay_unread(tmp_path, versio
     assert group, "the consumer group's members polled"
     assert results["stats"]["transactions"]["transactions"] > len(by_txn)
     assert results["valid"] is True, results["anomalies"]
+    # the final read waited for open transactions and read each partition whole: what
+    # follows its last record are control records (commit and abort markers)
+    assert sorted(results["stats"]["complete_partitions"]) == [0, 1, 2], results["notes"]
+    assert all(op["hwm"] <= op["log_end"] for op in ops
+               if op["f"] == "final-poll" and op["type"] == "ok")
+    # read-uncommitted consumers saw aborted records, and that is no anomaly for them
+    uncommitted = results["stats"]["transactions"]["read_uncommitted"]
+    assert uncommitted["records"] > 0 and uncommitted["aborted"] > 0, uncommitted
+    assert_hit_the_coordinator(run_dir)
+
+
+def assert_hit_the_coordinator(run_dir) -> None:
+    """Every fault that started hit the node then leading the transaction log."""
+    faults = json.loads((run_dir / "schedule.json").read_text())["faults"]
+    started = [f for f in faults if f["outcome"] == "ok"]
+    assert started, faults
+    for f in started:
+        coordinator = [n for n, role in f["roles"].items() if role == "txn-coordinator"]
+        hit = f["resolved"].get("nodes") or sorted(f["resolved"]["grudge"])
+        assert coordinator and coordinator[0] in hit, f
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+@pytest.mark.slow
+@pytest.mark.parametrize(("version", "faults"), [("4.2.1", "partition"),
+                                                 ("3.9.1", "pause")])
+def test_transactions_under_faults_aimed_at_the_coordinator(tmp_path, version, faults):
+    if not kafka_install.is_installed(version):
+        pytest.fail(f"Kafka {version} is not installed: `make bootstrap` resolves it")
+    config = load_config(None, [*RUN, f"kafka.version={version}", "seed=4",
+                                f"nemesis.faults=['{faults}']", "topic.partitions=3"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True, results["anomalies"]
+    assert_hit_the_coordinator(run_dir)

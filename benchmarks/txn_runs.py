@@ -1,0 +1,80 @@
+"""One line per transactional run under a results root (docs/kafka.md's tables of
+campaigns/kafka-txn.toml): its cell, version and seed, the transactions committed, aborted
+and crashed, the faults that started (and on whom, by role), the verdict and the anomalies,
+what read-uncommitted consumers read of aborted transactions, the group's re-deliveries, and
+the longest stretch of the workload without a committed transaction (availability under the
+faults; not an anomaly).
+
+    .venv/bin/python benchmarks/txn_runs.py RESULTS_ROOT [--prefix kafka-txn-]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _commits(history: Path) -> tuple[dict[str, int], list[float]]:
+    """Transactions by outcome, and the times (s) their commits completed."""
+    outcome: dict[int, str] = {}
+    done: dict[int, float] = {}
+    first = None
+    with history.open() as fh:
+        for line in fh:
+            op = json.loads(line)
+            first = op["time"] if first is None else first
+            if op.get("f") == "send" and op["type"] != "invoke" and "txn" in op:
+                outcome[op["txn"]] = op["type"]
+                done[op["txn"]] = (op["time"] - first) / 1e9
+    counts = {k: list(outcome.values()).count(k) for k in ("ok", "fail", "info")}
+    return counts, sorted(done[t] for t, o in outcome.items() if o == "ok")
+
+
+def _longest_gap(times: list[float], end: float) -> float:
+    marks = [0.0, *times, end]
+    return max(b - a for a, b in zip(marks, marks[1:], strict=False))
+
+
+def _faults(schedule: dict) -> str:
+    out = []
+    for f in schedule["faults"]:
+        if f["outcome"] != "ok":
+            continue
+        roles = f.get("roles") or {}
+        hit = f["resolved"].get("nodes") or sorted(f["resolved"].get("grudge", {}))
+        out.append(f"{f['kind']}@{f['started_s']:.0f}s:"
+                   + "+".join(roles.get(n, n).split("#")[0] for n in hit))
+    return " ".join(out) or "-"
+
+
+def row(run: Path) -> dict | None:
+    try:
+        test = json.loads((run / "test.json").read_text())
+        results = json.loads((run / "results.json").read_text())
+        schedule = json.loads((run / "schedule.json").read_text())
+    except (OSError, ValueError):
+        return None
+    counts, commits = _commits(run / "history.jsonl")
+    stats = results.get("stats", {}).get("transactions", {})
+    found = {k: v["count"] for k, v in results["anomalies"].items() if v["count"]}
+    return {"run": run.parent.name, "seed": test["seed"],
+            "version": test["config"]["kafka"]["version"], **counts,
+            "faults": _faults(schedule), "valid": results["valid"], "anomalies": found,
+            "ru_aborted": stats.get("read_uncommitted", {}).get("aborted"),
+            "redelivered": stats.get("group_redelivered"),
+            "longest_gap_s": round(_longest_gap(commits, float(test["config"]["time_limit"])), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--prefix", default="kafka-txn-")
+    args = parser.parse_args()
+    for folder in sorted(args.root.glob(f"{args.prefix}*/*-s*")):
+        r = row(folder)
+        if r is not None:
+            print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
