@@ -38,6 +38,7 @@ replica (`NodeDisk.views`) and the metadata log's records (`metadata_records`,
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from simulation.network import Latency
 from simulation.simfs import SimFs
 
 DATA_DIR = PurePosixPath("/data")  # every node's data directory, on its own SimFs
+METADATA_PATH = DATA_DIR / METADATA_LOG  # the controller's metadata log
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class ObservedLog(SegmentLog):
     def __init__(self, *args: Any, view: LogView, **kwargs: Any) -> None:
         self.view: LogView | None = None  # none yet: the recovery's inline sync is noted below
         self._synced_opening = False
+        self._values: list[tuple[int, str]] = []  # read_values' pairs of the first records
         super().__init__(*args, **kwargs)
         view.recovered(self.read(0, self.end_offset), "open")
         if self._synced_opening:
@@ -157,8 +160,22 @@ class ObservedLog(SegmentLog):
         super()._store(records)
         self.view.records.extend(self._load(records[0].offset, len(records)))
 
+    def read_values(self, offset: int, max_records: int) -> list[tuple[int, str]]:
+        """`Log.read_values`, each record read through the log's read path only the first
+        time: consumers read the same records again and again, and decoding them each time
+        (as a real broker does) would be most of a simulated run's work."""
+        if not 0 <= offset <= self.end_offset or self._closed:
+            return super().read_values(offset, max_records)  # its errors
+        end = min(self.end_offset, offset + max(0, max_records))
+        values = self._values
+        if len(values) < end:
+            values += [(r.offset, r.value.decode("latin-1"))
+                       for r in self.read(len(values), end - len(values))]
+        return values[offset:end]
+
     def _drop_from(self, offset: int) -> None:
         super()._drop_from(offset)
+        del self._values[offset:]
         self.view.cut(offset)
 
     def _sync(self) -> None:
@@ -214,7 +231,7 @@ class NodeDisk:
     def metadata_file(self) -> MetadataFile:
         """A starting controller's metadata log."""
         self.fs.makedirs(DATA_DIR)
-        return MetadataFile(DATA_DIR / METADATA_LOG, self.fs)
+        return MetadataFile(METADATA_PATH, self.fs)
 
     def process_died(self) -> None:
         """The process is gone: its descriptors close, the page cache stays. If the page cache
@@ -283,16 +300,20 @@ class NodeDisk:
     def metadata_since(self, position: int) -> tuple[list[dict], int]:
         """The metadata records written from byte `position` on (a record boundary) and the
         position after them; from 0 again if the file is now shorter."""
-        path = DATA_DIR / METADATA_LOG
         try:
-            size = self.fs.size(path)
+            size = self.fs.size(METADATA_PATH)
         except FileNotFoundError:
             return [], 0
         if size == position:
             return [], position
         if size < position:
             position = 0
-        records, used = parse_records(self.fs.read_bytes(path)[position:], path)
+        fd = self.fs.open(METADATA_PATH, os.O_RDONLY)
+        try:
+            data = self.fs.pread(fd, size - position, position)
+        finally:
+            self.fs.close(fd)
+        records, used = parse_records(data, METADATA_PATH)
         return records, position + used
 
 

@@ -136,7 +136,14 @@ def _error(code: int, path: object = None) -> OSError:
 
 
 def _key(path: Path | str) -> str:
-    return str(PurePosixPath(path))
+    key = _KEYS.get(path)
+    if key is None:
+        key = _KEYS[path] = str(PurePosixPath(path))
+    return key
+
+
+# path -> its normal form: the storage code names the same few paths again and again
+_KEYS: dict[Path | str, str] = {}
 
 
 def _parent(key: str) -> str:
