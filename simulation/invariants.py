@@ -11,7 +11,8 @@ or one fault verb of the world (kill, power loss, page-cache loss, start, ...). 
 node.py and world.py call `stepped` / `fault` after each; nothing else changes the state the
 invariants read. The state is exact: the controller's live `Controller` (its partition
 states, brokers, fencing), each broker's live `Broker` and `Replica` objects, and each
-node's disk logs (whose records are the very objects the replicas hold).
+node's disk logs (`LogView`s, read off the simulated files through the real storage code,
+simulation/disk.py).
 
 The invariants are those of checkers/invariants.py, stated there once; this module only
 keeps the specification's auxiliary variables and decides *which* to evaluate after a step,
@@ -22,12 +23,17 @@ from what the step changed (`Invariant.reads`):
 - acknowledgements are seen as the broker answers a produce request (the leader's records
   at the acknowledged offsets, at acks=all or acks=1);
 - each replica's prefix agreement with the committed prefix is kept incrementally: an append
-  never changes it, a truncation or loss lowers it to where the log changed (SimLog's
-  `changed_from`), and it is extended -- comparing records, mostly by identity -- only when
-  someone needs it;
+  never changes it, a truncation, loss or recovery lowers it to where the log changed (the
+  view's `changed_from`), and it is extended -- comparing records -- only when someone needs
+  it;
 - a step that only appended records, advanced a follower's HWM within its agreed prefix, or
   changed nothing evaluates nothing. Everything else evaluates the invariants that read what
   it changed, on a snapshot built from the live objects (no copy of a log).
+
+One invariant is about the disk: SyncedRecordsSurvive (checkers/invariants.py,
+`synced_record_lost`), which each disk's `LogView` evaluates at every recovery of a log (an
+open, or the next recovery computed at a loss) and which is reported here when the view's
+change is seen.
 
 The first violation stops the run (it raises `InvariantViolation` out of the event loop at
 the next iteration; run_simulation catches it and writes what it has), unless `keep_going`:

@@ -276,12 +276,12 @@ class SimFs:
         """A scratch copy of the files and directories as they are now (page cache, durable
         state, pending namespace changes), with no descriptor open: nothing done to it
         changes this one."""
-        twins: dict[int, _Inode] = {}
+        twins: dict[_Inode, _Inode] = {}  # by identity: a renamed file is one inode
 
         def twin(inode: _Inode) -> _Inode:
-            if id(inode) not in twins:
-                twins[id(inode)] = inode.copy()
-            return twins[id(inode)]
+            if inode not in twins:
+                twins[inode] = inode.copy()
+            return twins[inode]
 
         out = SimFs()
         out._visible = _Namespace({k: twin(v) for k, v in self._visible.files.items()},
@@ -362,9 +362,9 @@ class SimFs:
         dropped = [_describe(op) for op in self._journal]
         self._journal.clear()
         files: dict[str, dict[str, int]] = {}
-        durable = set(map(id, self._durable.files.values()))
+        durable = set(self._durable.files.values())  # inodes, by identity
         for path, inode in sorted(self._visible.files.items()):
-            if id(inode) not in durable and inode.data:
+            if inode not in durable and inode.data:
                 files[path] = _lost(len(inode.data), 0)
         self._visible = self._durable.copy()
         for path, inode in sorted(self._durable.files.items()):
