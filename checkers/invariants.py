@@ -665,6 +665,28 @@ INVARIANTS: tuple[Invariant, ...] = (
 BY_NAME = {i.name: i for i in INVARIANTS}
 
 
+# ---- the disk (simulation only) -----------------------------------------------------------
+
+SYNCED_RECORDS_SURVIVE = "SyncedRecordsSurvive"
+SYNCED_RECORDS_SURVIVE_WORDS = " ".join("""
+    Extension (no spec property; checked only in simulation, which knows each replica's disk):
+    on each replica, a record whose fsync completed -- a sync of its log ran to the end, or
+    an inline flush returned, after the record was stored -- is in the log at its offset
+    after any kill, power loss and recovery, unless the log was truncated below it since.
+    """.split())
+
+
+def synced_record_lost(synced: int, before: Sequence[Any], after: Sequence[Any]) -> int | None:
+    """SyncedRecordsSurvive at one recovery of one replica's log: `before` is the log as its
+    last process had it (records by offset), `synced` how many of them had their fsync
+    complete, `after` what the recovery kept. The first offset below `synced` whose record
+    `after` does not hold (the same offset, epoch, timestamp and value), or None."""
+    for o in range(synced):
+        if o >= len(after) or not (after[o] is before[o] or after[o] == before[o]):
+            return o
+    return None
+
+
 def affected(tags: Iterable[str]) -> tuple[Invariant, ...]:
     """The invariants that read any of `tags`."""
     tags = frozenset(tags)

@@ -50,7 +50,7 @@ def controller_view(world: World, topic: str) -> Callable[[int], Awaitable[dict 
     straight off the simulated disk: no message, so the run is the same with or without it."""
 
     async def state(partition: int) -> dict | None:
-        for record in reversed(world.disks[world.controller].metadata):
+        for record in reversed(world.disks[world.controller].metadata_records()):
             s = record.get("state") if record.get("type") == "partition" else None
             if s is not None and (s["topic"], s["partition"]) == (topic, partition):
                 return s

@@ -60,17 +60,19 @@ class BrokerStore:
         if key not in self._logs:
             if not topic or "/" in topic or topic in (".", ".."):
                 raise ValueError(f"invalid topic name {topic!r}")
-            cfg = self.log_config
-            self._logs[key] = SegmentLog(
-                self.data_dir / f"{topic}-{partition}",
-                cfg.flush_messages,
-                cfg.flush_ms,
-                cfg.segment_bytes,
-                fsync=self._fsync,
-                defer_sync=self.defer_sync,
-                fs=self._fs,
-            )
+            self._logs[key] = self.new_log(key, self.data_dir / f"{topic}-{partition}")
         return self._logs[key]
+
+    def new_log(self, key: tuple[str, int], path: Path) -> SegmentLog:
+        """Open (recover) partition `key`'s log in `path` with this store's settings (the
+        simulator's store, simulation/disk.py, opens a subclass that it watches)."""
+        cfg = self.log_config
+        return SegmentLog(path, cfg.flush_messages, cfg.flush_ms, cfg.segment_bytes,
+                          fsync=self._fsync, defer_sync=self.defer_sync, fs=self._fs)
+
+    def open_keys(self) -> list[tuple[str, int]]:
+        """The partitions whose logs are open."""
+        return list(self._logs)
 
     def close(self, clean: bool) -> None:
         """Close every open log; clean closes flush them. The marker is separate."""

@@ -45,6 +45,7 @@ from typing import Any
 from replication.broker_store import BrokerStore, LogConfig
 from replication.config import NodeConfig
 from replication.driver import BrokerDriver, ControllerDriver, NodeDriver
+from replication.metadata_file import METADATA_LOG, MetadataFile
 from replication.net import ConnectionLost, Pool, Respond, serve
 from replication.outputs import Event
 
@@ -68,41 +69,6 @@ class EventLog:
 
     def close(self) -> None:
         self._file.close()
-
-
-class MetadataFile:
-    """The controller's metadata.log: a JSON record a line, each fsynced before append returns.
-    A torn last line (a crash mid-append, so never acknowledged) is cut off when it is read."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._file: Any = None
-
-    def read_metadata(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        lines = self.path.read_bytes().split(b"\n")
-        records, good = [], 0
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                if i == len(lines) - 1:
-                    break
-                raise SystemExit(f"{self.path}:{i + 1}: corrupt metadata record") from None
-            good += len(line) + 1
-        with open(self.path, "r+b") as f:
-            f.truncate(good)
-        return records
-
-    def append_metadata(self, record: dict) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a")
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
 
 
 class Runtime:
@@ -214,7 +180,7 @@ def controller_runtime(listen: str, data_dir: Path, config: NodeConfig) -> Runti
     """The controller's process: its metadata log in data_dir."""
     data_dir.mkdir(parents=True, exist_ok=True)
     runtime = Runtime(listen, EventLog(data_dir, "controller"))
-    runtime.driver = ControllerDriver(runtime, config, MetadataFile(data_dir / "metadata.log"))
+    runtime.driver = ControllerDriver(runtime, config, MetadataFile(data_dir / METADATA_LOG))
     return runtime
 
 

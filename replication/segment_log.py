@@ -82,7 +82,7 @@ def atomic_write_json(fs: Fs, path: Path, obj: Any, fsync: Fsync) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        _write_all(fs, fd, json.dumps(obj).encode(), 0)
+        write_all(fs, fd, json.dumps(obj).encode(), 0)
         fsync(fd)
     finally:
         fs.close(fd)
@@ -90,7 +90,7 @@ def atomic_write_json(fs: Fs, path: Path, obj: Any, fsync: Fsync) -> None:
     fsync_dir(fs, path.parent, fsync)
 
 
-def _write_all(fs: Fs, fd: int, data: bytes, position: int) -> None:
+def write_all(fs: Fs, fd: int, data: bytes, position: int) -> None:
     view = memoryview(data)
     while view:
         n = fs.pwrite(fd, view, position)
@@ -206,7 +206,7 @@ class SegmentLog(Log):
         seg = self._active
         fd = seg.open()
         try:
-            _write_all(self._fs, fd, buf, seg.size)
+            write_all(self._fs, fd, buf, seg.size)
         except OSError:
             self._fs.ftruncate(fd, seg.size)  # leave no partial append behind
             raise

@@ -1,7 +1,8 @@
 """The simulated world: the real protocol, client, workload and history in simulated time.
 
-One process, one thread, one seed. The unmodified sans-IO `Controller`/`Broker` (over
-`MemoryLog`s) driven by the node driver of real hosts (`replication/driver.py`), the asyncio
+One process, one thread, one seed. The unmodified sans-IO `Controller`/`Broker` driven by
+the node driver of real hosts (`replication/driver.py`) over their storage code of real hosts
+(`BrokerStore`, `SegmentLog`, the metadata file) on an in-memory lossy filesystem, the asyncio
 `Client` and `KafkaWorkload`, the run sequence (`workloads/sequence.py`) and `HistoryWriter`
 run on a deterministic virtual-time event loop; timers fire at their own times and nothing waits for
 the wall clock. Same seed + configuration + code: byte-identical history.jsonl and
@@ -16,8 +17,10 @@ Modules (bottom up):
   death (FIN/reset), pause, partitions as grudges (a stall, then TCP retransmission), link
   faults on what a host receives -- and `Pool`/`Connection` with replication/net.py's
   interface, passing message objects.
-- `disk`: per-node disks with the lossy filesystem's durability model (power loss, torn
-  writes, page-cache loss with EIO, clean-shutdown marker, HWM checkpoint, metadata log).
+- `simfs`: `SimFs`, an in-memory filesystem with the lossy filesystem's durability model
+  (power loss, torn writes, page-cache loss with EIO), the storage code's `Fs` port.
+- `disk`: per-node disks: one `SimFs` each, under the real storage code of brokers and the
+  controller; the log views the invariant monitor reads.
 - `node`: node processes, the port of the node driver (replication/driver.py) that drives the
   state machines on real hosts too: each host's own clock and timers, requests over the
   simulated network, fsyncs that block the loop, the storage port's job queue.

@@ -1,59 +1,60 @@
-"""Per-node simulated disks with the lossy filesystem's durability model (docs/lazyfs.md).
+"""A node's simulated disk: the storage code of real hosts over an in-memory lossy filesystem.
 
-A node's disk outlives its processes. It holds:
+A node's disk outlives its processes. It is one `SimFs` (simfs.py: lazyfs's durability model,
+docs/lazyfs.md), and each process of the node runs the real storage code over it, as on a
+host's data directory:
 
-- one `SimLog` per partition replica: a `MemoryLog` (flush.messages / flush.ms honoured by the
-  shared `Log` code) that also knows its byte sizes, rolls segments like `SegmentLog` (a roll
-  fsyncs), and can be torn or poisoned;
-- the clean-shutdown marker and the HWM checkpoint, written atomically and fsynced (so always
-  durable), as `BrokerStore` writes them;
-- the controller's metadata log, one record per `Persist`, fsynced before anything after it.
+- a broker opens a `BrokerStore` on /data (replication/broker_store.py): one `SegmentLog` per
+  partition replica (segment files, the leader-epoch checkpoint, recovery of torn, corrupt
+  and discontinuous tails on open), the clean-shutdown marker and the HWM checkpoint;
+- the controller's metadata log is a `MetadataFile` (replication/metadata_file.py), each
+  record fsynced before the append returns.
 
-What the faults do, as on the lossy filesystem:
+The faults are the filesystem's:
 
-- **kill** (SIGKILL): the page cache survives. The next open of a log recovers it the way
-  `SegmentLog` does on start: everything that survived is synced, epochs without records are
-  forgotten (`MemoryLog.restart`).
-- **power loss** (`lose_unsynced`): every log goes back to its last fsynced state; a truncation
-  not fsynced since is undone (`MemoryLog.lose_unflushed`). A log that was never fsynced would
-  be gone: in the current code a new log is fsynced when it is opened, so that is the same as
-  empty.
-- **torn power loss** (`torn`): as lazyfs's `prefix` mode, a uniformly random number of the
-  unsynced bytes (a seeded cut) reaches the disk, in offset order: whole records before the
-  cut survive, the record the cut falls into is a torn tail that recovery cuts off (reported
-  as `log-recovery` with its bytes at the next start), the rest is lost. A cut at 0 leaves the
-  durable state, pending truncation included.
-- **page-cache loss** (`page_cache_loss`): the same loss under a running process. Like
-  lazyfs, which fails every descriptor open across a loss with EIO, every read, write,
-  truncation and fsync of the running process's logs (and every append to the controller's
-  metadata log) then raises OSError(EIO); what needs no I/O (the LEO, the epoch cache, a
-  read at the log end, the HWM checkpoint, written to a new file) still works. The process
-  sees the loss only when it restarts.
+- **kill** (SIGKILL, and every process exit): `SimFs.kill`, the process's descriptors close,
+  the page cache survives. The next process's `SegmentLog` recovers what it finds.
+- **power loss** (`lose`): `SimFs.power_loss`, every file and the namespace go back to their
+  durable state; with an rng, `SimFs.torn_power_loss` (lazyfs's `torn --mode prefix`: a
+  seeded prefix of the unsynced bytes reaches the disk, so recovery cuts a torn tail and
+  reports it as `log-recovery` at the next start).
+- **page-cache loss** (`lose(running=True)`): `SimFs.page_cache_loss` under the running
+  process; every descriptor it has open fails with EIO from then on (its appends, its
+  syncs, the controller's metadata appends), as lazyfs's do; what needs no I/O, or opens a
+  new file, still works.
 
-Storage port: as on real hosts (replication/driver.py), a broker's logs defer their fsyncs (`defer_sync=True`, see
-replication/log.py): the flush policy, a segment roll and the recovery on open ask for a sync,
-the broker hands it out as a `Sync` output, and the node runs it on its storage queue after a
-seeded fsync latency (`DiskConfig.fsync`; simulation/node.py). Until a job has run, what it
-covers is not durable: a power loss meanwhile loses it. The controller's metadata log is
-fsynced per record on the event loop, taking the same latency.
+Storage port: as on real hosts (replication/driver.py), a broker's logs defer their fsyncs
+(`defer_sync=True`, replication/log.py): the node runs each `Sync` job on its storage queue
+after a seeded fsync latency (`DiskConfig.fsync`; simulation/node.py), and until it has run
+what it covers is not durable. With instant fsyncs (`DiskConfig(fsync=None)`) the logs sync
+inline. The controller's metadata append fsyncs on the event loop, which then blocks for one
+fsync latency.
+
+What the invariant monitor reads (simulation/invariants.py): one `LogView` per partition
+replica (`NodeDisk.views`) and the metadata log's records (`metadata_records`,
+`metadata_since`), both read off the simulated files through the storage code; see
+`LogView` for when its records are read. Nothing else reads the disk.
 """
 
 from __future__ import annotations
 
-import errno
-import inspect
+import os
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from replication.log import MemoryLog, Record
-from replication.segment_format import encoded_size
-from replication.segment_log import RecoveryInfo
+from checkers.invariants import synced_record_lost
+from replication.broker_store import BrokerStore, LogConfig
+from replication.log import Record, SyncJob
+from replication.metadata_file import METADATA_LOG, MetadataFile, parse_records
+from replication.segment_log import SegmentLog
 from simulation.network import Latency
+from simulation.simfs import SimFs
 
-# Whether the logs have the storage port (replication/log.py's defer_sync).
-HAS_STORAGE_PORT = "defer_sync" in inspect.signature(MemoryLog.__init__).parameters
+DATA_DIR = PurePosixPath("/data")  # every node's data directory, on its own SimFs
+METADATA_PATH = DATA_DIR / METADATA_LOG  # the controller's metadata log
 
 
 @dataclass(frozen=True)
@@ -66,284 +67,264 @@ class DiskConfig:
         median_ms=1.0, sigma=0.8, tail_probability=0.005, tail_min_ms=10.0, tail_max_ms=50.0))
 
 
-def _eio() -> OSError:
-    return OSError(errno.EIO, "Input/output error (descriptor open across a page-cache loss)")
+class LogView:
+    """One partition replica's log on a node's disk, as the invariant monitor reads it.
 
+    `records`: its records by offset, as the storage code reads them off the simulated
+    files. While a process has the log open: what that process's `SegmentLog` holds, each
+    append read back through the log's own read path as it is stored. When none has it
+    open: what the next recovery will keep, computed after a loss by the real recovery
+    (`SegmentLog` opened on a scratch copy of the disk). At each open: what the recovery
+    kept.
+    `changed_from`: the lowest offset whose record changed other than by an append since
+    the monitor last looked (it sets it back to None).
+    `synced`: the first `synced` records had an fsync complete after they were stored (a
+    sync job of the log ran to its end, or an inline sync returned), and were not truncated
+    since: what the SyncedRecordsSurvive invariant holds the next recovery to.
+    `lost_synced`: each time a recovery broke that (checkers/invariants.py,
+    `synced_record_lost`): {"offset", "synced", "had", "found", "after"}.
+    """
 
-def _raise_eio(*_args: Any) -> Any:
-    raise _eio()
+    __slots__ = ("records", "changed_from", "synced", "lost_synced", "_claims")
 
-
-# The MemoryLog primitives that read or write the files (see replication/log.py's Log).
-_IO_PRIMITIVES = ("_store", "_load", "_drop_from", "_sync")
-
-
-# segment_format's per-record bytes besides the value (length, CRC, offset, epoch, timestamp)
-_OVERHEAD = encoded_size(Record(0, 0, 0, b""))
-
-
-class SimLog(MemoryLog):
-    """A MemoryLog that rolls segments like SegmentLog and can be torn or poisoned."""
-
-    def __init__(self, *, flush_messages: int | None, flush_ms: int | None,
-                 segment_bytes: int, defer_sync: bool = False) -> None:
-        if defer_sync and HAS_STORAGE_PORT:
-            super().__init__(flush_messages=flush_messages, flush_ms=flush_ms, defer_sync=True)
-        else:
-            super().__init__(flush_messages=flush_messages, flush_ms=flush_ms)
-        self.deferred = bool(getattr(self, "defer_sync", False))
-        self.segment_bytes = segment_bytes
-        self._segment_fill = 0  # bytes in the active segment
-        self.lost_under_process = False  # a page-cache loss happened while this was open
-        self.torn_bytes = 0  # a torn tail that recovery cuts off at the next open
-        self.recovery_info = RecoveryInfo(0, 0, 0, False)  # what the last open cut off
-        self.fsyncs = 0
-        # The lowest offset whose record changed other than by an append (a truncation, a
-        # loss, a recovery) since the invariant monitor last looked (simulation/invariants.py)
+    def __init__(self) -> None:
+        self.records: list[Record] = []
         self.changed_from: int | None = None
+        self.synced = 0
+        self.lost_synced: list[dict[str, Any]] = []
+        self._claims: list[list[int]] = []  # [end] of each sync job out, lowered by truncations
 
-    # ---- storage primitives ---------------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        return len(self.records)
 
-    def _store(self, records: Sequence[Record]) -> None:
-        size = _OVERHEAD * len(records) + sum([len(r.value) for r in records])
-        if self._segment_fill and self._segment_fill + size > self.segment_bytes:
-            # SegmentLog._roll: the finished segment is fsynced (deferred: a sync is asked for
-            # and nothing from the new segment on settles before it), the new one starts empty
-            if self.deferred:
-                self._request_sync(self._end_offset)
-            else:
-                self._sync()
-                self._mark_flushed()
-            self._segment_fill = 0
-        super()._store(records)
-        self._segment_fill += size
+    def cut(self, offset: int) -> None:
+        """The process truncated the log to `offset`."""
+        del self.records[offset:]
+        self._changed(offset)
+        self.synced = min(self.synced, offset)
+        for claim in self._claims:
+            claim[0] = min(claim[0], offset)
 
-    def _sync(self) -> None:
-        self.fsyncs += 1
-        super()._sync()
+    def claim(self, run: Callable[[], None]) -> Callable[[], None]:
+        """A sync job's `run`, which, once it returns, makes the records stored before the
+        job was taken count as synced."""
+        claim = [len(self.records)]
+        self._claims.append(claim)
 
-    def _drop_from(self, offset: int) -> None:
-        super()._drop_from(offset)
+        def run_then_claim() -> None:
+            run()
+            self._claims = [c for c in self._claims if c is not claim]
+            self.synced = max(self.synced, claim[0])
+
+        return run_then_claim
+
+    def recovered(self, records: list[Record], after: str) -> None:
+        """`records` is what a recovery keeps (`after`: of what): check the synced records
+        against it, then hold it, keeping the objects of the unchanged prefix."""
+        old = self.records
+        lost = synced_record_lost(self.synced, old, records)
+        if lost is not None:
+            self.lost_synced.append({
+                "offset": lost, "synced": self.synced, "had": old[lost],
+                "found": records[lost] if lost < len(records) else None, "after": after})
+            self.synced = lost
+        same = _same_prefix(old, records)
+        if same < len(old):
+            self._changed(same)
+        del old[same:]
+        old.extend(records[same:])
+        self._claims = []
+
+    def _changed(self, offset: int) -> None:
         if self.changed_from is None or offset < self.changed_from:
             self.changed_from = offset
 
-    def _recovered(self) -> None:
-        super()._recovered()  # records may be back or gone anywhere: look again from 0
-        self.changed_from = 0
 
-    def _prepare_sync(self, data: bool, epochs: list[tuple[int, int]] | None) -> Callable[[], None]:
-        """The job fails, as an fsync of a descriptor open across a page-cache loss does, if
-        the loss happens before it runs."""
-        def run() -> None:
-            if self.eio:
-                raise _eio()
-            if data:
-                self._sync()
-        return run
+class ObservedLog(SegmentLog):
+    """The real `SegmentLog`, which also keeps its disk's `LogView` up to date. It changes
+    nothing the log does: it reads back what each append stored, and notes truncations and
+    completed syncs."""
 
-    @property
-    def records(self) -> list[Record]:
-        """The stored records, indexed by offset (the live list: read, never change it)."""
-        return self._records
+    def __init__(self, *args: Any, view: LogView, **kwargs: Any) -> None:
+        self.view: LogView | None = None  # none yet: the recovery's inline sync is noted below
+        self._synced_opening = False
+        self._values: list[tuple[int, str]] = []  # read_values' pairs of the first records
+        super().__init__(*args, **kwargs)
+        view.recovered(self.read(0, self.end_offset), "open")
+        if self._synced_opening:
+            view.synced = view.end_offset
+        self.view = view
 
-    @property
-    def eio(self) -> bool:
-        """Open across a page-cache loss: every primitive that does I/O fails (replaced on
-        the instance, so the healthy path costs nothing extra)."""
-        return "_store" in self.__dict__
+    def _store(self, records: Sequence[Record]) -> None:
+        super()._store(records)
+        self.view.records.extend(self._load(records[0].offset, len(records)))
 
-    @eio.setter
-    def eio(self, on: bool) -> None:
-        for name in _IO_PRIMITIVES:
-            if on:
-                setattr(self, name, _raise_eio)
-            else:
-                self.__dict__.pop(name, None)
+    def read_values(self, offset: int, max_records: int) -> list[tuple[int, str]]:
+        """`Log.read_values`, each record read through the log's read path only the first
+        time: consumers read the same records again and again, and decoding them each time
+        (as a real broker does) would be most of a simulated run's work."""
+        if not 0 <= offset <= self.end_offset or self._closed:
+            return super().read_values(offset, max_records)  # its errors
+        end = min(self.end_offset, offset + max(0, max_records))
+        values = self._values
+        if len(values) < end:
+            values += [(r.offset, r.value.decode("latin-1"))
+                       for r in self.read(len(values), end - len(values))]
+        return values[offset:end]
 
-    # ---- faults ---------------------------------------------------------------------------------
+    def _drop_from(self, offset: int) -> None:
+        super()._drop_from(offset)
+        del self._values[offset:]
+        self.view.cut(offset)
 
-    def dirty(self) -> tuple[int, list[Record], list[Record]]:
-        """(common prefix length, records written since the last sync, durable records past
-        the common prefix -- a pending truncation brings those back on a loss)."""
-        cur, dur = self._records, self._durable
-        n = min(len(cur), len(dur))
-        c = 0
-        # Records are immutable and the durable list copies the current one's references, so
-        # the common prefix is where the references stop being the same object.
-        while c < n and cur[c] is dur[c]:
-            c += 1
-        return c, cur[c:], dur[c:]
-
-    def lose(self, rng: random.Random | None = None) -> dict[str, Any]:
-        """Power loss (rng None) or torn power loss: what reaches the disk, and a report."""
-        c, dirty, restored = self.dirty()
-        sizes = [encoded_size(r) for r in dirty]
-        unsynced = sum(sizes)
-        report: dict[str, Any] = {"unsynced_records": len(dirty), "unsynced_bytes": unsynced}
-        keep, torn = 0, 0
-        if rng is not None and unsynced:
-            cut = rng.randint(0, unsynced)
-            acc = 0
-            for s in sizes:
-                if acc + s > cut:
-                    torn = cut - acc
-                    break
-                acc += s
-                keep += 1
-        if keep:
-            survivors = list(self._records[: c + keep])
+    def _sync(self) -> None:
+        super()._sync()
+        if self.view is None:
+            self._synced_opening = True
         else:
-            survivors = list(self._durable)
-        kept_bytes = sum(sizes[:keep]) + torn
-        report.update(kept_records=keep, kept_bytes=kept_bytes,
-                      lost_records=len(dirty) - keep, lost_bytes=unsynced - kept_bytes,
-                      restored_records=len(restored) if not keep else 0)
-        self._durable = survivors
-        self.lose_unflushed()
-        self.torn_bytes = torn
-        self._segment_fill = sum(encoded_size(r) for r in self._records) % max(1, self.segment_bytes)
-        return report
+            self.view.synced = self.view.end_offset
 
-    def opened(self) -> None:
-        """A process opens the log: SegmentLog's recovery fsyncs what it found -- inline, or
-        (deferred) as the first job, before which nothing of it is settled."""
-        if self.deferred:
-            self._request_sync(0)
-        else:
-            self.flush()
+    def take_sync_job(self) -> SyncJob | None:
+        job = super().take_sync_job()
+        if job is not None and job.data:
+            job.run = self.view.claim(job.run)
+        return job
 
-    def reopen(self) -> int:
-        """Open after the process that had it died: what survived in the page cache is
-        recovered (epochs without records forgotten) and synced. Returns the torn bytes
-        recovery cut off."""
-        self.eio = False
-        if self.lost_under_process:
-            self.lost_under_process = False
-            self.lose_unflushed()  # the loss the dead process never saw
-        elif self.deferred:
-            self._recovered()  # MemoryLog.restart without its inline sync
-        else:
-            self.restart()
-        if self.deferred:
-            self._request_sync(0)
-        torn, self.torn_bytes = self.torn_bytes, 0
-        return torn
+
+class SimStore(BrokerStore):
+    """A broker's `BrokerStore` on the simulated disk, opening `ObservedLog`s."""
+
+    def __init__(self, disk: NodeDisk) -> None:
+        super().__init__(DATA_DIR, disk.log_config, fsync=disk.fsync, defer_sync=disk.defer_sync,
+                         fs=disk.fs)
+        self.disk = disk
+
+    def new_log(self, key: tuple[str, int], path: Path) -> SegmentLog:
+        cfg, disk = self.log_config, self.disk
+        return ObservedLog(path, cfg.flush_messages, cfg.flush_ms, cfg.segment_bytes,
+                           fsync=disk.fsync, defer_sync=disk.defer_sync, fs=disk.fs,
+                           view=disk.views.setdefault(key, LogView()))
 
 
 class NodeDisk:
-    """Everything of one node that survives its process."""
+    """Everything of one node that survives its processes: its filesystem, and what the
+    invariant monitor reads of it."""
 
-    def __init__(self, name: str, *, flush_messages: int | None = None, flush_ms: int | None = None,
-                 segment_bytes: int = 64 * 1024 * 1024, defer_sync: bool = False) -> None:
+    def __init__(self, name: str, log_config: LogConfig, *, defer_sync: bool = False) -> None:
         self.name = name
+        self.log_config = log_config
         self.defer_sync = defer_sync
-        self.flush_messages = flush_messages
-        self.flush_ms = flush_ms
-        self.segment_bytes = segment_bytes
-        self.logs: dict[tuple[str, int], SimLog] = {}
-        self._open: set[tuple[str, int]] = set()  # logs the running process has opened
-        self.clean_marker: int | None = None
-        self.hwm_checkpoint: dict[str, int] = {}
-        self.metadata: list[dict] = []
-        self.metadata_eio = False
+        self.fs = SimFs()
+        self.fsync = self.fs.fsync  # what the storage code fsyncs with (a test may break it)
+        self.views: dict[tuple[str, int], LogView] = {}
+        self._store: SimStore | None = None  # the running broker process's
+        self._lost_under_process = False
 
-    # ---- used by the node process ---------------------------------------------------------------
+    # ---- the node's processes ---------------------------------------------------------------
 
-    def open_log(self, topic: str, partition: int) -> SimLog:
-        """The partition's log for the running process, recovered; its `recovery_info` says
-        what recovery cut off (a torn tail), as SegmentLog's does."""
-        key = (topic, partition)
-        log = self.logs.get(key)
-        torn = 0
-        if log is None:
-            log = self.logs[key] = SimLog(flush_messages=self.flush_messages, flush_ms=self.flush_ms,
-                                          segment_bytes=self.segment_bytes, defer_sync=self.defer_sync)
-            log.opened()  # SegmentLog fsyncs a new log (and its directory) when it opens it
-        elif key not in self._open:
-            torn = log.reopen()
-        self._open.add(key)
-        # SegmentLog's report of an open; a torn tail is the only cut the simulated disk makes
-        log.recovery_info = RecoveryInfo(torn, log.end_offset, 0, False,
-                                         "torn-tail" if torn else None)
-        return log
+    def broker_store(self) -> SimStore:
+        """A starting broker's data directory (its logs open, and recover, as it needs them)."""
+        self._store = SimStore(self)
+        return self._store
+
+    def metadata_file(self) -> MetadataFile:
+        """A starting controller's metadata log."""
+        self.fs.makedirs(DATA_DIR)
+        return MetadataFile(METADATA_PATH, self.fs)
 
     def process_died(self) -> None:
-        """The process is gone: its descriptors are closed, the page cache stays."""
-        for key in sorted(self._open):
-            self.logs[key].close(clean=False)
-        self._open.clear()
-        self.metadata_eio = False
+        """The process is gone: its descriptors close, the page cache stays. If the page cache
+        was lost under it, its logs are now what the next recovery will keep."""
+        self.fs.kill()
+        self._store = None
+        if self._lost_under_process:
+            self._lost_under_process = False
+            self._recover_views(set(self.views), "page-cache loss")
 
-    def close(self, clean: bool) -> None:
-        """BrokerStore.close: a controlled shutdown closes every open log cleanly (each is
-        flushed first)."""
-        for key in sorted(self._open):
-            self.logs[key].close(clean=clean)
-        self._open.clear()
+    # ---- faults -------------------------------------------------------------------------------
 
-    def read_and_delete_clean_marker(self) -> int | None:
-        epoch, self.clean_marker = self.clean_marker, None
-        return epoch
-
-    def write_clean_marker(self, epoch: int) -> None:
-        self.clean_marker = epoch
-
-    def read_hwm_checkpoint(self) -> dict[str, int]:
-        return dict(self.hwm_checkpoint)
-
-    def write_hwm_checkpoint(self, hwms: Mapping[str, int]) -> None:
-        self.hwm_checkpoint = dict(sorted(hwms.items()))
-
-    def read_metadata(self) -> list[dict]:
-        return list(self.metadata)
-
-    def append_metadata(self, record: dict) -> None:
-        if self.metadata_eio:
-            raise _eio()
-        self.metadata.append(record)
-
-    # ---- faults -----------------------------------------------------------------------------------
-
-    def lose_unsynced(self, rng: random.Random | None = None, *, running: bool = False,
-                      seed: int | None = None) -> dict[str, Any]:
-        """Power loss (running=False: the process is already dead) or page-cache loss
-        (running=True). With rng, a torn power loss. Returns what was lost, per file, in the
-        spirit of `nemesis.lazyfs ctl lose-unsynced` / `torn`."""
-        files: dict[str, Any] = {}
-        lost_bytes = lost_records = 0
-        for (topic, partition), log in sorted(self.logs.items()):
-            if running and (topic, partition) in self._open:
-                report = self._lose_under_process(log)
-            else:
-                report = log.lose(rng)
-            lost_bytes += report["lost_bytes"]
-            lost_records += report["lost_records"]
-            if report["unsynced_bytes"] or report.get("restored_records"):
-                files[f"{topic}-{partition}"] = report
-        out: dict[str, Any] = {"lost_bytes": lost_bytes, "lost_records": lost_records, "files": files,
-                               "dropped_metadata": []}
-        if rng is not None:
-            out["seed"] = seed
+    def lose(self, rng: random.Random | None = None, *, running: bool = False,
+             seed: int | None = None) -> dict[str, Any]:
+        """Power loss (the process is dead already), with rng a torn one; or, running, a
+        page-cache loss under the running process. Returns the filesystem's report (as
+        lazyfs's lose-unsynced and torn replies: "lost_bytes", "files", "dropped_metadata")
+        with "lost_records": records the logs no longer hold (per log in "logs"), and "seed"
+        when torn. The logs the running process has open keep its view until it dies."""
         if running:
-            self.metadata_eio = True
-        return out
+            report = self.fs.page_cache_loss()
+        elif rng is not None:
+            report = {**self.fs.torn_power_loss(rng), "seed": seed}
+        else:
+            report = self.fs.power_loss()
+        open_now = set(self._store.open_keys()) if running and self._store is not None else set()
+        self._lost_under_process = self._lost_under_process or bool(open_now)
+        lost = self._recover_views(set(self.views) - open_now, "torn power loss" if rng else
+                                   "page-cache loss" if running else "power loss")
+        for key in sorted(open_now):  # what they will lose when the process dies
+            lost[key] = _lost_records(self.views[key].records, self._recovery(key))
+        logs = {f"{t}-{p}": n for (t, p), n in sorted(lost.items()) if n}
+        return {**report, "lost_records": sum(logs.values()), "logs": logs}
 
-    def _lose_under_process(self, log: SimLog) -> dict[str, Any]:
-        """The durable state is what the next start will see; the running process keeps its
-        view but every further use fails (EIO), so its state can no longer change."""
-        c, dirty, restored = log.dirty()
-        unsynced = sum(encoded_size(r) for r in dirty)
-        log.eio = True
-        log.lost_under_process = True
-        return {"unsynced_records": len(dirty), "unsynced_bytes": unsynced, "kept_records": 0,
-                "kept_bytes": 0, "lost_records": len(dirty), "lost_bytes": unsynced,
-                "restored_records": len(restored)}
+    def _recover_views(self, keys: set[tuple[str, int]], after: str) -> dict[tuple[str, int], int]:
+        """The views of `keys` become what the next recovery will keep; records lost each."""
+        lost = {}
+        scratch = self.fs.copy() if keys else None
+        for key in sorted(keys):
+            view = self.views[key]
+            kept = self._recovery(key, scratch)
+            lost[key] = _lost_records(view.records, kept)
+            view.recovered(kept, after)
+        return lost
 
-    def unsynced(self) -> dict[str, int]:
-        """Unsynced records per log with any (for tests and reports)."""
-        out = {}
-        for (topic, partition), log in sorted(self.logs.items()):
-            _c, dirty, _restored = log.dirty()
-            if dirty:
-                out[f"{topic}-{partition}"] = len(dirty)
-        return out
+    def _recovery(self, key: tuple[str, int], scratch: SimFs | None = None) -> list[Record]:
+        """The records the next recovery of the log keeps: the real recovery run on a scratch
+        copy of the disk. Nothing if it fails (the next start would fail the same way)."""
+        topic, partition = key
+        fs = scratch or self.fs.copy()
+        try:
+            log = SegmentLog(DATA_DIR / f"{topic}-{partition}", segment_bytes=self.log_config.segment_bytes,
+                             fs=fs)
+            records = log.read(0, log.end_offset)
+            log.close(clean=False)
+        except (OSError, ValueError):
+            return []
+        return records
+
+    # ---- what the monitor and the nemesis's oracle read -------------------------------------
+
+    def metadata_records(self) -> list[dict]:
+        """The controller's metadata log as a process would read it now."""
+        return self.metadata_since(0)[0]
+
+    def metadata_since(self, position: int) -> tuple[list[dict], int]:
+        """The metadata records written from byte `position` on (a record boundary) and the
+        position after them; from 0 again if the file is now shorter."""
+        try:
+            size = self.fs.size(METADATA_PATH)
+        except FileNotFoundError:
+            return [], 0
+        if size == position:
+            return [], position
+        if size < position:
+            position = 0
+        fd = self.fs.open(METADATA_PATH, os.O_RDONLY)
+        try:
+            data = self.fs.pread(fd, size - position, position)
+        finally:
+            self.fs.close(fd)
+        records, used = parse_records(data, METADATA_PATH)
+        return records, position + used
+
+
+def _same_prefix(a: list[Record], b: list[Record]) -> int:
+    """How many records from offset 0 on `a` and `b` have alike."""
+    same, n = 0, min(len(a), len(b))
+    while same < n and (a[same] is b[same] or a[same] == b[same]):
+        same += 1
+    return same
+
+
+def _lost_records(before: list[Record], after: list[Record]) -> int:
+    """Records of `before` not at their offset in `after`."""
+    return len(before) - _same_prefix(before, after)

@@ -11,7 +11,8 @@ or one fault verb of the world (kill, power loss, page-cache loss, start, ...). 
 node.py and world.py call `stepped` / `fault` after each; nothing else changes the state the
 invariants read. The state is exact: the controller's live `Controller` (its partition
 states, brokers, fencing), each broker's live `Broker` and `Replica` objects, and each
-node's disk logs (whose records are the very objects the replicas hold).
+node's disk logs (`LogView`s, read off the simulated files through the real storage code,
+simulation/disk.py).
 
 The invariants are those of checkers/invariants.py, stated there once; this module only
 keeps the specification's auxiliary variables and decides *which* to evaluate after a step,
@@ -22,12 +23,17 @@ from what the step changed (`Invariant.reads`):
 - acknowledgements are seen as the broker answers a produce request (the leader's records
   at the acknowledged offsets, at acks=all or acks=1);
 - each replica's prefix agreement with the committed prefix is kept incrementally: an append
-  never changes it, a truncation or loss lowers it to where the log changed (SimLog's
-  `changed_from`), and it is extended -- comparing records, mostly by identity -- only when
-  someone needs it;
+  never changes it, a truncation, loss or recovery lowers it to where the log changed (the
+  view's `changed_from`), and it is extended -- comparing records -- only when someone needs
+  it;
 - a step that only appended records, advanced a follower's HWM within its agreed prefix, or
   changed nothing evaluates nothing. Everything else evaluates the invariants that read what
   it changed, on a snapshot built from the live objects (no copy of a log).
+
+One invariant is about the disk: SyncedRecordsSurvive (checkers/invariants.py,
+`synced_record_lost`), which each disk's `LogView` evaluates at every recovery of a log (an
+open, or the next recovery computed at a loss) and which is reported here when the view's
+change is seen.
 
 The first violation stops the run (it raises `InvariantViolation` out of the event loop at
 the next iteration; run_simulation catches it and writes what it has), unless `keep_going`:
@@ -47,12 +53,15 @@ from typing import TYPE_CHECKING, Any
 from checkers.invariants import (
     BY_NAME,
     NONE,
+    PREFIX,
+    SYNCED_RECORDS_SURVIVE,
     Acks,
     Facts,
     Invariant,
     PartitionMeta,
     PartitionSnapshot,
     ReplicaState,
+    Violation,
     affected,
     metadata_key,
     same_record,
@@ -191,14 +200,18 @@ class InvariantMonitor:
             b = self.world.broker_id(node_name)
             if b is None:
                 continue
-            for key, log in disk.logs.items():
-                cf = log.changed_from
+            for key, view in disk.views.items():
+                cf = view.changed_from
                 if cf is not None:
-                    log.changed_from = None
+                    view.changed_from = None
                     part = self._part(key)
                     _log_changed(part, b, cf)
                     part.tags.add("log")
                     part.tags.add("replica")
+                    if view.lost_synced:
+                        self._synced_lost(part, b, view)
+                        if self.stopped:
+                            return
         for part in self.parts.values():
             part.stale = None  # processes started, stopped, paused: look at every replica again
         self._evaluate()
@@ -218,16 +231,15 @@ class InvariantMonitor:
         if brokers_changed:
             self._brokers = brokers
             self._fenced = frozenset(b for b, fenced, _ in brokers if fenced)
-        records = self.world.disks[self.world.controller].metadata
-        for i in range(self._metadata_seen, len(records)):
-            rec = records[i]
+        records, self._metadata_seen = self.world.disks[self.world.controller].metadata_since(
+            self._metadata_seen)
+        for rec in records:
             if rec.get("type") == "partition":
                 s = rec["state"]
                 part = self._part((s["topic"], s["partition"]))
                 part.history[s["partition_epoch"]] = metadata_key(
                     s["partition_epoch"], s["leader"], s["leader_epoch"], s["isr"], s["elr"],
                     s["last_known_elr"], s["replicas"])
-        self._metadata_seen = len(records)
         for key, state in ctrl.partitions.items():
             part = self._part(key)
             if state is not part.state:
@@ -257,12 +269,14 @@ class InvariantMonitor:
             part = self.parts.get(key) or self._part(key)
             if part.stale is not None:
                 part.stale.add(b)
-            log = r.log
+            log = r.log.view
             cf = log.changed_from
             if cf is not None:
                 log.changed_from = None
                 _log_changed(part, b, cf)
                 part.tags.add("log")
+                if log.lost_synced:
+                    self._synced_lost(part, b, log)
             hwm = r.hwm
             if hwm > part.true_hwm and r.role is LEADER_ROLE:
                 self._commit(part, log, hwm)
@@ -304,7 +318,7 @@ class InvariantMonitor:
         replica = machine.replicas.get(token.key) if machine is not None else None
         if replica is None:
             return
-        recs = replica.log.records[first:first + token.count]
+        recs = replica.log.view.records[first:first + token.count]
         self._acks.append((self._part(token.key), recs, token.acks))
 
     def _take_acks(self) -> None:
@@ -337,6 +351,8 @@ class InvariantMonitor:
     # ---- evaluating ---------------------------------------------------------------------------
 
     def _evaluate(self) -> None:
+        if self.stopped:
+            return
         for part in self.parts.values():
             if not part.tags:
                 continue
@@ -373,7 +389,7 @@ class InvariantMonitor:
         thwm = part.true_hwm
         disks, names = self.world.disks, self.world.brokers
         for b in part.meta.replicas:
-            log = disks[names[b]].logs.get(part.key)
+            log = disks[names[b]].views.get(part.key)
             if log is None or self._extend(part, b, log) < thwm:
                 return False
         return True
@@ -404,14 +420,14 @@ class InvariantMonitor:
         disks, names = self.world.disks, self.world.brokers
         for b, rs in replicas.items():
             if rs.records is not None:
-                rs.agreement = self._extend(part, b, disks[names[b]].logs[part.key])
+                rs.agreement = self._extend(part, b, disks[names[b]].views[part.key])
         return view
 
     def _replica_state(self, part: _Part, b: int) -> ReplicaState:
         world = self.world
         key = part.key
         node = world.brokers[b]
-        log = world.disks[node].logs.get(key)
+        log = world.disks[node].views.get(key)
         proc = world.process(node)
         machine = proc.machine if proc is not None and proc.alive else None
         running = False
@@ -451,12 +467,31 @@ class InvariantMonitor:
             part.tags.update(("meta", "replica", "log", "hwm", "commit", "acks"))
         self._evaluate()
 
+    def _synced_lost(self, part: _Part, b: int, view: Any) -> None:
+        """SyncedRecordsSurvive (checkers/invariants.py): a recovery of broker b's log lost
+        records whose fsync had completed (the disk's LogView noted each time)."""
+        for lost in view.lost_synced:
+            had, found = lost["had"], lost["found"]
+            now = "nothing" if found is None else f"epoch {found.epoch} value {found.value!r}"
+            self._record(Violation(
+                PREFIX + SYNCED_RECORDS_SURVIVE, part.topic, part.partition,
+                f"broker {b}: after a {lost['after']}, offset {lost['offset']} holds {now}, but "
+                f"its record (epoch {had.epoch} value {had.value!r}) had been fsynced, with the "
+                f"first {lost['synced']} record(s) of the log", (b, lost["offset"], had.epoch)))
+            if self.stopped:
+                break
+        view.lost_synced.clear()
+
     def _violated(self, inv: Invariant, snapshot: PartitionSnapshot, v: Any) -> None:
         ident = (v.name, v.topic, v.partition, v.key)
         if ident in self._seen:
             return
-        self._seen.add(ident)
-        v = inv.exact(snapshot, v)
+        self._record(inv.exact(snapshot, v))
+
+    def _record(self, v: Violation) -> None:
+        """Keep a violation found now, with the steps and events that led to it; stop the run
+        at the first one unless keep_going."""
+        self._seen.add((v.name, v.topic, v.partition, v.key))
         loop = self.world.loop
         record = {"time": loop.time_ns(), **v.to_dict(),
                   "recent_steps": [_describe_step(s) for s in self.recent],

@@ -381,7 +381,7 @@ class ControllerProcess(NodeProcess):
     label = "controller"
 
     def construct(self) -> NodeDriver:
-        return ControllerDriver(self, self.config, self.disk)
+        return ControllerDriver(self, self.config, self.disk.metadata_file())
 
 
 class BrokerProcess(NodeProcess):
@@ -391,5 +391,5 @@ class BrokerProcess(NodeProcess):
         self.label = broker_id
 
     def construct(self) -> NodeDriver:
-        return BrokerDriver(self, self.config, self.disk, self.broker_id, self.address,
+        return BrokerDriver(self, self.config, self.disk.broker_store(), self.broker_id, self.address,
                             self.world.address(self.world.controller))

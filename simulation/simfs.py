@@ -39,6 +39,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 _ROOTS = frozenset({"/", "."})
+# The access-mode bits of open's flags (PyPy's os module has no O_ACCMODE)
+_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
 # A namespace journal entry: ("create", path, inode), ("mkdir", path, None),
 # ("unlink", path, None) or ("rename", source, target).
@@ -46,13 +48,56 @@ _Op = tuple[str, str, Any]
 
 
 class _Inode:
-    """A regular file: what processes see and what is durable."""
+    """A regular file: what processes see (`data`) and what is durable (`durable`).
 
-    __slots__ = ("data", "durable")
+    While the file has only grown since its last fsync (the append path of a log), the
+    durable content is the first `synced` bytes of `data`, kept as a length: an fsync costs
+    nothing and an append copies nothing. A write or truncation inside that prefix first
+    copies it out (`_frozen`)."""
+
+    __slots__ = ("data", "synced", "_frozen")
 
     def __init__(self) -> None:
         self.data = bytearray()
-        self.durable = b""
+        self.synced: int | None = 0  # None: the durable content is _frozen
+        self._frozen = b""
+
+    @property
+    def durable(self) -> bytes:
+        return bytes(self.data[: self.synced]) if self.synced is not None else self._frozen
+
+    def sync(self) -> None:
+        self.synced = len(self.data)
+        self._frozen = b""
+
+    def write(self, offset: int, data: bytes | memoryview) -> None:
+        if offset > len(self.data):
+            self.data.extend(bytes(offset - len(self.data)))
+        self._touch(offset)
+        self.data[offset : offset + len(data)] = data
+
+    def resize(self, length: int) -> None:
+        if length < len(self.data):
+            self._touch(length)
+            del self.data[length:]
+        else:
+            self.data.extend(bytes(length - len(self.data)))
+
+    def copy(self) -> _Inode:
+        twin = _Inode()
+        twin.data, twin.synced, twin._frozen = bytearray(self.data), self.synced, self._frozen
+        return twin
+
+    def reset(self, data: bytes) -> None:
+        """After a loss: `data` is what processes see and what is durable."""
+        self.data = bytearray(data)
+        self.sync()
+
+    def _touch(self, offset: int) -> None:
+        """Bytes from `offset` on are about to change: keep the durable prefix if they are in it."""
+        if self.synced is not None and offset < self.synced:
+            self._frozen = bytes(self.data[: self.synced])
+            self.synced = None
 
 
 @dataclass(eq=False)
@@ -91,7 +136,14 @@ def _error(code: int, path: object = None) -> OSError:
 
 
 def _key(path: Path | str) -> str:
-    return str(PurePosixPath(path))
+    key = _KEYS.get(path)
+    if key is None:
+        key = _KEYS[path] = str(PurePosixPath(path))
+    return key
+
+
+# path -> its normal form: the storage code names the same few paths again and again
+_KEYS: dict[Path | str, str] = {}
 
 
 def _parent(key: str) -> str:
@@ -111,7 +163,7 @@ class SimFs:
 
     def open(self, path: Path | str, flags: int, mode: int = 0o777) -> int:
         key = _key(path)
-        access = flags & os.O_ACCMODE
+        access = flags & _ACCMODE
         if self._is_dir(key):
             if access != os.O_RDONLY:
                 raise _error(errno.EISDIR, path)
@@ -126,7 +178,7 @@ class SimFs:
             inode = _Inode()
             self._change(("create", key, inode))
         if flags & os.O_TRUNC and access != os.O_RDONLY:
-            del inode.data[:]
+            inode.resize(0)
         handle = _Handle(inode, key, writable=access != os.O_RDONLY,
                          readable=access != os.O_WRONLY)
         return self._new_fd(handle)
@@ -143,14 +195,11 @@ class SimFs:
         return bytes(inode.data[offset : offset + n])
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
-        inode = self._file(fd, reading=False)
-        if offset > len(inode.data):
-            inode.data.extend(bytes(offset - len(inode.data)))
-        inode.data[offset : offset + len(data)] = data
+        self._file(fd, reading=False).write(offset, data)
         return len(data)
 
     def ftruncate(self, fd: int, length: int) -> None:
-        _resize(self._file(fd, reading=False), length)
+        self._file(fd, reading=False).resize(length)
 
     def fsync(self, fd: int) -> None:
         handle = self._handle(fd)
@@ -158,12 +207,12 @@ class SimFs:
         if inode is None or not self._creation_durable(inode):
             self._commit(len(self._journal))
         if inode is not None:
-            inode.durable = bytes(inode.data)
+            inode.sync()
 
     # -- the port: paths -----------------------------------------------------------------
 
     def truncate(self, path: Path | str, length: int) -> None:
-        _resize(self._inode_at(path), length)
+        self._inode_at(path).resize(length)
 
     def replace(self, src: Path | str, dst: Path | str) -> None:
         self._inode_at(src)
@@ -202,22 +251,46 @@ class SimFs:
 
     # -- faults --------------------------------------------------------------------------
 
-    def power_loss(self) -> None:
-        """Everything not durable is lost; descriptors open now fail with EIO from now on."""
+    def power_loss(self) -> dict[str, Any]:
+        """Everything not durable is lost; descriptors open now fail with EIO from now on.
+        Returns what was lost, as lazyfs's `lose-unsynced` reports it (see `_revert`)."""
         self._lose()
-        self._revert(None)
+        return self._revert(None)
 
-    def page_cache_loss(self) -> None:
+    def page_cache_loss(self) -> dict[str, Any]:
         """The page cache is lost under running processes (lazyfs's lose-unsynced while they
         run): the same state as power_loss; their descriptors fail with EIO from now on."""
-        self.power_loss()
+        return self.power_loss()
 
-    def torn_power_loss(self, rng: random.Random) -> None:
+    def torn_power_loss(self, rng: random.Random) -> dict[str, Any]:
         """A power loss in the middle of writeback (lazyfs's `torn --mode prefix`): a seeded
-        prefix of the namespace journal and of each file's unsynced bytes reach the disk."""
+        prefix of the namespace journal and of each file's unsynced bytes reach the disk.
+        Returns what was kept and lost, as lazyfs's `torn` reports it."""
         self._lose()
-        self._commit(rng.randint(0, len(self._journal)))
-        self._revert(rng)
+        keep = rng.randint(0, len(self._journal))
+        kept = [_describe(op) for op in self._journal[:keep]]
+        self._commit(keep)
+        return {**self._revert(rng), "kept_metadata": kept}
+
+    def copy(self) -> SimFs:
+        """A scratch copy of the files and directories as they are now (page cache, durable
+        state, pending namespace changes), with no descriptor open: nothing done to it
+        changes this one."""
+        twins: dict[_Inode, _Inode] = {}  # by identity: a renamed file is one inode
+
+        def twin(inode: _Inode) -> _Inode:
+            if inode not in twins:
+                twins[inode] = inode.copy()
+            return twins[inode]
+
+        out = SimFs()
+        out._visible = _Namespace({k: twin(v) for k, v in self._visible.files.items()},
+                                  set(self._visible.dirs))
+        out._durable = _Namespace({k: twin(v) for k, v in self._durable.files.items()},
+                                  set(self._durable.dirs))
+        out._journal = [(kind, path, twin(arg) if isinstance(arg, _Inode) else arg)
+                        for kind, path, arg in self._journal]
+        return out
 
     def kill(self) -> None:
         """The process holding every open descriptor is SIGKILLed: they are closed; the
@@ -280,32 +353,49 @@ class SimFs:
         for handle in self._fds.values():
             handle.lost = True
 
-    def _revert(self, rng: random.Random | None) -> None:
+    def _revert(self, rng: random.Random | None) -> dict[str, Any]:
         """Processes now see the durable namespace; each durable file keeps its durable data
-        plus, with an rng, a seeded prefix of its unsynced bytes in offset order."""
+        plus, with an rng, a seeded prefix of its unsynced bytes in offset order. Returns
+        {"lost_bytes", "files": {path: {"unsynced_bytes", "kept_bytes", "lost_bytes"}} for
+        each file with unsynced bytes, "dropped_metadata": [namespace changes lost]}; a file
+        whose creation is lost loses all its bytes."""
+        dropped = [_describe(op) for op in self._journal]
         self._journal.clear()
+        files: dict[str, dict[str, int]] = {}
+        durable = set(self._durable.files.values())  # inodes, by identity
+        for path, inode in sorted(self._visible.files.items()):
+            if inode not in durable and inode.data:
+                files[path] = _lost(len(inode.data), 0)
         self._visible = self._durable.copy()
-        for _, inode in sorted(self._durable.files.items()):
-            cut = _torn_cut(inode, rng) if rng is not None else 0
-            inode.data = bytearray(inode.data[:cut] + inode.durable[cut:])
-            inode.durable = bytes(inode.data)
+        for path, inode in sorted(self._durable.files.items()):
+            unsynced, kept, cut = _torn_cut(inode, rng)
+            if unsynced:
+                files[path] = _lost(unsynced, kept)
+            inode.reset(inode.data[:cut] + inode.durable[cut:])
+        return {"lost_bytes": sum(f["lost_bytes"] for f in files.values()), "files": files,
+                "dropped_metadata": dropped}
 
 
-def _resize(inode: _Inode, length: int) -> None:
-    if length < len(inode.data):
-        del inode.data[length:]
-    else:
-        inode.data.extend(bytes(length - len(inode.data)))
+def _lost(unsynced: int, kept: int) -> dict[str, int]:
+    return {"unsynced_bytes": unsynced, "kept_bytes": kept, "lost_bytes": unsynced - kept}
 
 
-def _torn_cut(inode: _Inode, rng: random.Random) -> int:
-    """The position up to which the page cache reached the disk: just after the k-th of its
-    n bytes that differ from the durable data (k uniform in 0..n; 0 keeps only the durable
+def _describe(op: _Op) -> str:
+    kind, path, arg = op
+    return f"rename {path} {arg}" if kind == "rename" else f"{kind} {path}"
+
+
+def _torn_cut(inode: _Inode, rng: random.Random | None) -> tuple[int, int, int]:
+    """(n, k, cut): the file's n bytes that differ from the durable data, the k of them
+    that reach the disk (uniform in 0..n with an rng, else 0), and the position up to which
+    the page cache reached the disk: just after the k-th of them (0 keeps only the durable
     data). Bytes equal to the durable ones are the same either way."""
-    data, durable = inode.data, inode.durable
-    if data.startswith(durable):  # only appended since the last fsync: the common case
-        k = rng.randint(0, len(data) - len(durable))
-        return 0 if k == 0 else len(durable) + k
+    data, synced = inode.data, inode.synced
+    if synced is not None:  # only appended since the last fsync: the common case
+        n = len(data) - synced
+        k = rng.randint(0, n) if rng is not None and n else 0
+        return n, k, 0 if k == 0 else synced + k
+    durable = inode.durable
     dirty = [i for i in range(len(data)) if i >= len(durable) or data[i] != durable[i]]
-    k = rng.randint(0, len(dirty))
-    return 0 if k == 0 else dirty[k - 1] + 1
+    k = rng.randint(0, len(dirty)) if rng is not None and dirty else 0
+    return len(dirty), k, 0 if k == 0 else dirty[k - 1] + 1

@@ -47,8 +47,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from replication.broker_store import LogConfig
 from replication.config import NodeConfig
-from simulation.disk import HAS_STORAGE_PORT, DiskConfig, NodeDisk
+from simulation.disk import DiskConfig, NodeDisk
 from simulation.loop import SimLoop
 from simulation.network import (
     CLIENT_HOST,
@@ -87,12 +88,11 @@ class World:
         self.clocks = {n: HostClock(round(clock_rng.uniform(1_000.0, 100_000.0), 3)) for n in self.nodes}
         cfg = self.node_config
         self.disk_config = disk or DiskConfig()
-        # Brokers use the storage port (deferred fsyncs) as on real hosts, if it exists
-        # and fsyncs take time; with instant fsyncs the logs sync inline.
-        defer = HAS_STORAGE_PORT and self.disk_config.fsync is not None
-        self.disks = {n: NodeDisk(n, flush_messages=cfg.flush_messages, flush_ms=cfg.flush_ms,
-                                  segment_bytes=cfg.segment_bytes, defer_sync=defer)
-                      for n in self.nodes}
+        # Brokers use the storage port (deferred fsyncs) as on real hosts if fsyncs take
+        # time; with instant fsyncs the logs sync inline.
+        defer = self.disk_config.fsync is not None
+        log_config = LogConfig(cfg.flush_messages, cfg.flush_ms, cfg.segment_bytes)
+        self.disks = {n: NodeDisk(n, log_config, defer_sync=defer) for n in self.nodes}
         self._fsync_tables = {n: self.disk_config.fsync.table(self.rng(f"fsync:{n}"), bits=12)
                               for n in self.nodes} if self.disk_config.fsync is not None else {}
         self.client = ClientProcess(self.loop, CLIENT_HOST)
@@ -233,20 +233,21 @@ class World:
     # ---- disks ---------------------------------------------------------------------------------
 
     def power_loss(self, node: str, torn: bool = False, pick: int = 0) -> dict[str, Any]:
-        """Kill, then every write not fsynced is lost (torn: a seeded cut of the unsynced
-        bytes survives, the record it falls in is torn). Returns {"lost_bytes",
-        "lost_records", "files": {"<topic>-<partition>": {...}}, "dropped_metadata"} (and
-        "seed" when torn), like the lossy filesystem's lose-unsynced and torn replies."""
+        """Kill, then every write not fsynced is lost (torn: a seeded prefix of the unsynced
+        bytes survives, so the record it ends in is torn). Returns the node's filesystem's
+        report, like the lossy filesystem's lose-unsynced and torn replies ({"lost_bytes",
+        "files": {path: {...}}, "dropped_metadata"}, and "seed" when torn), with
+        "lost_records" and "logs": {"<topic>-<partition>": records lost} (NodeDisk.lose)."""
         self.kill(node)
         rng = self.rng(f"torn:{node}:{pick}") if torn else None
-        lost = self.disks[node].lose_unsynced(rng, seed=pick if torn else None)
+        lost = self.disks[node].lose(rng, seed=pick if torn else None)
         self._fault("power_loss", node, {"torn": torn, "lost_records": lost["lost_records"]})
         return lost
 
     def page_cache_loss(self, node: str) -> dict[str, Any]:
         """Unsynced writes are lost while the process runs on; its open files fail (EIO)."""
         self._check(node)
-        lost = self.disks[node].lose_unsynced(None, running=self.is_running(node))
+        lost = self.disks[node].lose(running=self.is_running(node))
         self._fault("page_cache_loss", node, {"lost_records": lost["lost_records"]})
         return lost
 

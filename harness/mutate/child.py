@@ -99,8 +99,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if "pytest" in job:
         return unit_tests(job["pytest"])
     rows = search_rows(job["config"], job["seeds"])
-    # whether the search imported the mutated module at all: the simulator models some
-    # modules instead of running them (simulation/disk.py stands in for segment_log.py)
+    # whether the search imported the mutated module at all: one it never imports (a
+    # module the simulator does not run) cannot be killed by it
     return {"rows": rows, "loaded": m is None or m.module in sys.modules}
 
 

@@ -436,3 +436,49 @@ def test_a_crash_at_any_fsync_keeps_every_flushed_record(seed: int) -> None:
         again = SegmentLog(D, fs=fs)
         assert again.read(0, 100)[: len(flushed)] == flushed
         assert again.recovery_info.reason in (None, "torn-tail")
+
+
+def test_a_loss_reports_what_it_lost_as_lazyfs_does() -> None:
+    fs = SimFs()
+    fs.makedirs("/d")
+    write_file(fs, "/d/kept", b"synced", fsync=True)  # its creation and the mkdir commit too
+    write_file(fs, "/d/kept", b"+12345", fsync=False)
+    write_file(fs, "/d/new", b"abc", fsync=False)  # created after the last commit
+    report = fs.power_loss()
+    assert report == {"lost_bytes": 9, "dropped_metadata": ["create /d/new"], "files": {
+        "/d/kept": {"unsynced_bytes": 6, "kept_bytes": 0, "lost_bytes": 6},
+        "/d/new": {"unsynced_bytes": 3, "kept_bytes": 0, "lost_bytes": 3}}}
+    write_file(fs, "/d/kept", b"+12345", fsync=False)
+    torn = fs.torn_power_loss(random.Random(3))
+    (entry,) = torn["files"].values()
+    assert entry["kept_bytes"] + entry["lost_bytes"] == entry["unsynced_bytes"] == 6
+    assert fs.read_bytes("/d/kept") == b"synced" + b"+12345"[: entry["kept_bytes"]]
+    assert torn["kept_metadata"] == [] and torn["lost_bytes"] == entry["lost_bytes"]
+
+
+def test_an_overwrite_inside_the_synced_prefix_keeps_the_durable_bytes() -> None:
+    """The durable content is a length of the page cache while the file only grows; a
+    write or truncation reaching into it must copy it out first."""
+    fs = SimFs()
+    write_file(fs, "/f", b"0123456789", fsync=True)
+    fd = fs.open("/f", RW)
+    fs.pwrite(fd, b"XY", 2)
+    fs.ftruncate(fd, 5)
+    fs.close(fd)
+    assert fs.read_bytes("/f") == b"01XY4"
+    fs.power_loss()
+    assert fs.read_bytes("/f") == b"0123456789"
+
+
+def test_a_copy_shares_nothing_with_its_original() -> None:
+    fs = SimFs()
+    fs.makedirs("/d")
+    write_file(fs, "/d/f", b"durable", fsync=True)
+    write_file(fs, "/d/f", b"+cache", fsync=False)
+    twin = fs.copy()
+    twin.power_loss()
+    write_file(twin, "/d/g", b"x", fsync=True)
+    assert fs.read_bytes("/d/f") == b"durable+cache" and fs.listdir("/d") == ["f"]
+    assert twin.read_bytes("/d/f") == b"durable" and twin.listdir("/d") == ["f", "g"]
+    fs.power_loss()
+    assert fs.read_bytes("/d/f") == b"durable"

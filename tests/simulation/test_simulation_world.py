@@ -138,7 +138,7 @@ def test_power_loss_of_the_last_isr_member_without_elr_loses_acknowledged_record
     assert len(lost.lost) > 100, lost.lost
     start = next(o for o in read_history(lossy.history) if o["f"] == "start-power-loss")
     (report,) = start["value"]["lost"].values()
-    assert report["lost_records"] > 0 and report["files"]["chaos-0"]["lost_records"] > 0
+    assert report["lost_records"] > 0 and report["logs"]["chaos-0"] > 0
 
     flushed = run(tmp_path / "flushed", seed, time_limit=8.0,
                   system={**NO_ELR, "flush.messages": 1}, faults=shrink_then("power-loss", "chaos"))
@@ -231,14 +231,16 @@ def test_kill_keeps_the_page_cache_and_power_loss_does_not():
         await client.close()
 
     world.loop.run(main())
-    logs = {n: world.disks[n].logs[("t", 0)] for n in ("n2", "n3", "n4")}
+    logs = {n: world.disks[n].views[("t", 0)] for n in ("n2", "n3", "n4")}
     assert all(log.end_offset == 50 for log in logs.values())
     world.kill("n3")
     world.start("n3")
     world.run_for(2)
     assert logs["n3"].end_offset == 50  # SIGKILL: the page cache survived
+    segment = "/data/t-0/00000000000000000000.log"
     report = world.power_loss("n4")
-    assert report["lost_records"] == 50 and report["files"]["t-0"]["lost_records"] == 50
+    assert report["lost_records"] == 50 and report["logs"] == {"t-0": 50}
+    assert report["files"][segment]["lost_bytes"] > 50 * 25  # the records' bytes, unsynced
     assert logs["n4"].end_offset == 0  # nothing was ever fsynced
     world.start("n4")
     world.run_for(3)
@@ -246,7 +248,14 @@ def test_kill_keeps_the_page_cache_and_power_loss_does_not():
     torn = world.power_loss("n2", torn=True, pick=7)
     assert torn["seed"] == 7 and 0 <= torn["lost_records"] <= 50
     assert logs["n2"].end_offset == 50 - torn["lost_records"]
-    assert torn["files"]["t-0"]["unsynced_records"] == 50
+    kept = torn["files"][segment]["kept_bytes"]
+    assert 0 < kept < torn["files"][segment]["unsynced_bytes"]
+    world.start("n2")
+    world.run_for(2)
+    (cut,) = [e for e in world.events() if e["kind"] == "log-recovery" and e["host"] == "n2"]
+    # the real SegmentLog's recovery cut the torn record the kept bytes end in
+    assert cut["reason"] == "torn-tail" and cut["log_end_offset"] == 50 - torn["lost_records"]
+    assert 0 < cut["truncated_bytes"] < 50
 
 
 def test_the_client_asks_for_metadata_only_when_it_holds_none_or_must_refresh():
