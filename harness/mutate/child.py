@@ -2,8 +2,8 @@
 (JSON on stdin), loads the mutated module in place of the original, and answers one JSON
 object on stdout.
 
-    {"mutant": ID | null, "config": {...}, "seeds": [...], "baseline": {SEED: row}}
-                                                               -> {"rows": [...]}
+    {"mutant": ID | null, "config": {...}, "seeds": [...], "baseline": {SEED: row},
+     "cell_kinds": [...]}                                      -> {"rows": [...]}
     {"mutant": ID | null, "pytest": [ARGS...]}                 -> {"exit": N, "failed": [...]}
 
 The mutated source is served by an import hook installed before anything imports the
@@ -64,17 +64,18 @@ def install(mutant_id: str) -> Mutant:
     return m
 
 
-def search_rows(config: dict[str, Any], seeds: list[int],
-                baseline: dict[str, dict] | None) -> list[dict]:
+def search_rows(config: dict[str, Any], seeds: list[int], baseline: dict[str, dict] | None,
+                cell_kinds: list[str]) -> list[dict]:
     """The seeds' rows: a mutant's up to and including its first kill against `baseline`
-    (rows by seed, as JSON keys them); the baseline's own (None) all of them."""
+    (rows by seed, as JSON keys them) and the kinds the baseline shows in the cell
+    (oracle.judge); the baseline's own (None) all of them."""
     from harness.simulate import search  # after install(): it imports the protocol
 
     rows = []
     for seed in seeds:  # one at a time: search's stop_after counts only failing seeds
         row = search(config, [seed], jobs=1, stop_after=1, interpreter="cpython").rows[0]
         rows.append(row)
-        if baseline is not None and decisive(row, baseline.get(str(seed))):
+        if baseline is not None and decisive(row, baseline.get(str(seed)), cell_kinds):
             break
     return rows
 
@@ -95,7 +96,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     m = install(job["mutant"]) if job.get("mutant") else None
     if "pytest" in job:
         return unit_tests(job["pytest"])
-    rows = search_rows(job["config"], job["seeds"], job.get("baseline", {}) if m else None)
+    rows = search_rows(job["config"], job["seeds"], job.get("baseline", {}) if m else None,
+                       job.get("cell_kinds", []))
     # whether the search imported the mutated module at all: the simulator models some
     # modules instead of running them (simulation/disk.py stands in for segment_log.py)
     return {"rows": rows, "loaded": m is None or m.module in sys.modules}

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.mutate.child import ROOT
-from harness.mutate.oracle import KNOWN, judge, served
+from harness.mutate.oracle import KNOWN, judge, kinds, served
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -141,7 +141,8 @@ def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:
 def _record(result: Result, answer: Mapping[str, Any],
             baseline: Mapping[int, Mapping[str, Any]]) -> None:
     """Fold one block's answer into its mutant's result, each row judged against the
-    baseline's row of its seed (`baseline`, by seed)."""
+    baseline's row of its seed (`baseline`, by seed) and the kinds of its cell."""
+    cell_kinds = kinds(baseline.values())
     result.wall_s += answer["wall_s"]
     if answer.get("timeout"):
         result.outcome, result.cell = "timed-out", answer["cell"]
@@ -153,7 +154,7 @@ def _record(result: Result, answer: Mapping[str, Any],
     for row in answer["rows"]:
         result.seeds_run += 1
         result.unknown += row["valid"] not in KNOWN
-        verdict = judge(row, baseline.get(row["seed"]))
+        verdict = judge(row, baseline.get(row["seed"]), cell_kinds)
         where = f"{answer['cell']} seed {row['seed']}"
         if verdict.kind is not None:
             result.outcome, result.kind, result.by = "killed", verdict.kind, verdict.why
@@ -189,7 +190,8 @@ def _tasks(ids: Sequence[str], cell: Cell, chunk: list[int], seed_timeout: float
            baseline: Mapping[int, Mapping[str, Any]]) -> list[dict]:
     return [{"mutant": i, "cell": cell.name, "config": cell.config, "seeds": chunk,
              "timeout": 20 + seed_timeout * len(chunk),
-             "baseline": {str(s): baseline[s] for s in chunk if s in baseline}} for i in ids]
+             "baseline": {str(s): baseline[s] for s in chunk if s in baseline},
+             "cell_kinds": sorted(kinds(baseline.values()))} for i in ids]
 
 
 def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], runner: Runner,

@@ -85,3 +85,16 @@ def test_under_a_lossy_mix_a_known_bad_mutant_is_killed_and_an_equivalent_one_is
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", SAFETY, 3)
     assert (results[same].outcome, results[same].seeds_run, results[same].notes) == \
         ("survived", 2, [])
+
+
+def test_on_a_lossy_seed_only_a_kind_the_baseline_never_shows_in_the_cell_kills() -> None:
+    """`unseen` beside the baseline's `lost-write` is the same loss under a sibling kind when
+    the unmutated code reports `unseen` at other seeds of the cell; on a clean seed it kills."""
+    unseen = _row(False, {"lost-write": 40, "invariant:LeaderCompleteness": 1, "unseen": 9})
+    cell = {"lost-write", "unseen", "invariant:LeaderCompleteness"}
+    verdict = judge(unseen, LOSSY, cell)
+    assert verdict.kind is None and verdict.differs[0] == "unseen (the baseline has it at other seeds)"
+    assert judge(unseen, LOSSY).why == ["unseen"]  # the cell unknown: the seed alone decides
+    assert judge(unseen, _row(True), cell).kind == SAFETY  # a clean seed: any loss kills
+    novel = _row(False, {"lost-write": 40, "invariant:ValidControllerState": 1})
+    assert judge(novel, LOSSY, cell).why == ["invariant:ValidControllerState"]
