@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write earlier campaigns' report (results/mutation/STAMP; several "
                              "are merged into a new folder, a later one's result of a mutant "
                              "taking the place of an earlier one's, its unit tests kept) again "
-                             "with the hand classifications as they are now, and stop")
+                             "with the hand classifications as they are now, and stop; a "
+                             "campaign cut short is read from its progress.jsonl")
     parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "validation.toml",
                         metavar="FILE.toml", help="where the cells come from")
     parser.add_argument("--cell", action="append", metavar="CONFIG[/MIX]",
@@ -182,10 +183,7 @@ def _rescore(args: argparse.Namespace) -> int:
     results: dict[str, Result] = {}
     mutants: dict[str, Mutant] = {}
     for folder in args.rescore:
-        try:
-            saved = json.loads((folder / "mutants.json").read_text())
-        except (OSError, ValueError) as e:
-            raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
+        saved = _saved(folder)
         now = {i: _mutant(i, diff) for i, diff in saved.pop("diffs").items()}
         mutants.update({m.id: m for m in now.values()})
         for r in saved.pop("results"):
@@ -199,6 +197,22 @@ def _rescore(args: argparse.Namespace) -> int:
                         / time.strftime("%Y%m%dT%H%M%S-merged", time.gmtime()))
         meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(mutants)}
     return _report(args, out, list(mutants.values()), results, meta)
+
+
+def _saved(folder: Path) -> dict[str, Any]:
+    """A campaign's mutants.json, or, for one cut short before it was written, what its
+    progress.jsonl holds: the mutants decided by then (the last line of each), their diffs
+    rebuilt from their ids."""
+    try:
+        if (folder / "mutants.json").is_file() or not (folder / "progress.jsonl").is_file():
+            return json.loads((folder / "mutants.json").read_text())
+        lines = (folder / "progress.jsonl").read_text().splitlines()
+    except (OSError, ValueError) as e:
+        raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
+    decided = {r["id"]: r for r in map(json.loads, filter(None, lines))}
+    return {"cut short": f"{len(decided)} mutants decided in {folder / 'progress.jsonl'}",
+            "results": list(decided.values()),
+            "diffs": dict.fromkeys(i for i in decided if i != BASELINE)}
 
 
 def _older(result: Result) -> Result:
@@ -228,7 +242,10 @@ def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],
         if key in meta:
             print(f"{key}: {meta[key]}")
     print(path)
-    baseline = results[BASELINE]
+    baseline = results.get(BASELINE)
+    if baseline is None:  # a campaign cut short before its end, rescored alone
+        print("no result of the unmutated code (a campaign cut short)", file=sys.stderr)
+        return Exit.VALID
     for note in baseline.notes:
         print(f"the unmutated code was invalid at {note}", file=sys.stderr)
     if baseline.outcome != "survived" or baseline.unit not in (None, "survived"):

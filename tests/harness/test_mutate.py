@@ -234,3 +234,17 @@ def test_a_kill_saved_before_kills_had_a_kind_gets_one_on_rescore() -> None:
     stalled = _older(Result("a", outcome="killed", by=["nothing acknowledged"]))
     lossy = _older(Result("b", outcome="killed", by=["lost-write"]))
     assert (stalled.kind, lossy.kind) == ("liveness", "safety")
+
+
+def test_a_campaign_cut_short_is_rescored_from_its_progress(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from harness.commands.mutate import _saved
+
+    first, later = Result(HWM_MAX, outcome="timed-out"), Result(HWM_MAX, outcome="killed")
+    (tmp_path / "progress.jsonl").write_text(
+        "".join(json.dumps(asdict(r)) + "\n" for r in (first, later)))
+    saved = _saved(tmp_path)
+    assert [r["outcome"] for r in saved["results"]] == ["killed"]  # the last line of each
+    assert list(saved["diffs"]) == [HWM_MAX]
