@@ -1,9 +1,10 @@
 """`harness mutate`: mutation analysis of the protocol code (docs/mutation.md).
 
 Mutants of the safety-relevant modules of replication/ (harness/mutate/mutants.py), each
-searched in the simulator over a campaign cell's seeds until its first failing seed, with the
-unmutated code searched beside them as the control, then the unit tests on the survivors;
-a score per module and a report (results/mutation/<stamp>/index.html)."""
+searched in the simulator over a campaign cell's seeds until its first seed that differs
+from the unmutated code's same seed (harness/mutate/oracle.py: a safety or a liveness kill),
+then the unit tests on the survivors; two scores per module and a report
+(results/mutation/<stamp>/index.html)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from harness import store
 from harness.commands.simulate import campaign_config, seeds_option
 from harness.mutate import page
 from harness.mutate.child import ROOT
-from harness.mutate.mutants import MODULES, Mutant, mutant, mutants_of
+from harness.mutate.mutants import MODULES, Mutant, mutants_of, resolve
 from harness.mutate.score import (
     BASELINE,
     Cell,
@@ -56,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write earlier campaigns' report (results/mutation/STAMP; several "
                              "are merged into a new folder, a later one's result of a mutant "
                              "taking the place of an earlier one's, its unit tests kept) again "
-                             "with the hand classifications as they are now, and stop")
+                             "with the hand classifications as they are now, and stop; a "
+                             "campaign cut short is read from its progress.jsonl")
     parser.add_argument("--campaign", type=Path, default=ROOT / "campaigns" / "validation.toml",
                         metavar="FILE.toml", help="where the cells come from")
     parser.add_argument("--cell", action="append", metavar="CONFIG[/MIX]",
@@ -84,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def chosen(args: argparse.Namespace) -> list[Mutant]:
     if args.mutant:
         try:
-            return [mutant(ROOT, i) for i in args.mutant]
+            return [resolve(ROOT, i) for i in args.mutant]
         except ValueError as e:
             raise UserError(str(e)) from None
     per_module = {m: mutants_of(ROOT, m) for m in args.modules}
@@ -118,7 +120,8 @@ def cells(args: argparse.Namespace) -> list[Cell]:
 def _say(result: Result) -> None:
     where = f" at {result.cell} seed {result.seed}" if result.seed is not None else ""
     by = f" by {', '.join(result.by)}" if result.by else ""
-    print(f"[mutate] {result.outcome}{where}{by}: {result.id} ({result.wall_s:.0f} s)",
+    kind = f" ({result.kind})" if result.kind else ""
+    print(f"[mutate] {result.outcome}{kind}{where}{by}: {result.id} ({result.wall_s:.0f} s)",
           file=sys.stderr, flush=True)
 
 
@@ -135,14 +138,14 @@ def _progress(out: Path) -> Callable[[Result], None]:
 def main(args: argparse.Namespace) -> int:
     if args.show:
         m = _mutant(args.show)
-        print(f"{m.id}: {m.what}\n{m.diff()}", end="")
+        print(f"{m.id} (line {m.line}, {m.place}): {m.what}\n{m.diff()}", end="")
         return Exit.VALID
     if args.rescore:
         return _rescore(args)
     mutants = chosen(args)
     if args.list:
         for m in mutants:
-            print(f"{m.id}  {m.what}")
+            print(f"{m.id}  line {m.line}: {m.what}")
         return Exit.VALID
     out = owned_dir(store.default_results_dir() / "mutation"
                     / time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
@@ -165,9 +168,9 @@ def main(args: argparse.Namespace) -> int:
     return _report(args, out, mutants, results, meta)
 
 
-def _mutant(mutant_id: str) -> Mutant:
+def _mutant(mutant_id: str, diff: str | None = None) -> Mutant:
     try:
-        return mutant(ROOT, mutant_id)
+        return resolve(ROOT, mutant_id, diff)
     except ValueError as e:
         raise UserError(str(e)) from None
 
@@ -175,24 +178,50 @@ def _mutant(mutant_id: str) -> Mutant:
 def _rescore(args: argparse.Namespace) -> int:
     """The report of earlier campaigns again, with the hand classifications as they are now.
     Several folders are merged into a new one, a later campaign's result of a mutant taking
-    the place of an earlier one's (a mutant run again under a changed rule)."""
+    the place of an earlier one's (a mutant run again under a changed rule). Older ids (by
+    line) are found again by their recorded diffs and keyed by the stable id."""
     results: dict[str, Result] = {}
-    ids: dict[str, None] = {}
+    mutants: dict[str, Mutant] = {}
     for folder in args.rescore:
-        try:
-            saved = json.loads((folder / "mutants.json").read_text())
-        except (OSError, ValueError) as e:
-            raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
+        saved = _saved(folder)
+        now = {i: _mutant(i, diff) for i, diff in saved.pop("diffs").items()}
+        mutants.update({m.id: m for m in now.values()})
         for r in saved.pop("results"):
-            results[r["id"]] = _merged(results.get(r["id"]), Result(**r))
-        ids.update(dict.fromkeys(saved.pop("diffs")))
+            result = _older(Result(**r))
+            result.id = now[r["id"]].id if r["id"] in now else r["id"]
+            results[result.id] = _merged(results.get(result.id), result)
     if len(args.rescore) == 1:
         out, meta = args.rescore[0], {k: v for k, v in saved.items() if k != "scores"}
     else:
         out = owned_dir(store.default_results_dir() / "mutation"
                         / time.strftime("%Y%m%dT%H%M%S-merged", time.gmtime()))
-        meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(ids)}
-    return _report(args, out, [_mutant(i) for i in ids], results, meta)
+        meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(mutants)}
+    return _report(args, out, list(mutants.values()), results, meta)
+
+
+def _saved(folder: Path) -> dict[str, Any]:
+    """A campaign's mutants.json, or, for one cut short before it was written, what its
+    progress.jsonl holds: the mutants decided by then (the last line of each), their diffs
+    rebuilt from their ids."""
+    try:
+        if (folder / "mutants.json").is_file() or not (folder / "progress.jsonl").is_file():
+            return json.loads((folder / "mutants.json").read_text())
+        lines = (folder / "progress.jsonl").read_text().splitlines()
+    except (OSError, ValueError) as e:
+        raise UserError(f"{folder}: no campaign's mutants.json ({e})") from None
+    decided = {r["id"]: r for r in map(json.loads, filter(None, lines))}
+    return {"cut short": f"{len(decided)} mutants decided in {folder / 'progress.jsonl'}",
+            "results": list(decided.values()),
+            "diffs": dict.fromkeys(i for i in decided if i != BASELINE)}
+
+
+def _older(result: Result) -> Result:
+    """A result saved before kills had a kind: one by a seed that raised or acknowledged
+    nothing was a liveness kill, any other a safety kill."""
+    if result.outcome == "killed" and result.kind is None:
+        stalled = any(b == "nothing acknowledged" or b.startswith("error:") for b in result.by)
+        result.kind = "liveness" if stalled else "safety"
+    return result
 
 
 def _merged(earlier: Result | None, later: Result) -> Result:
@@ -206,15 +235,32 @@ def _merged(earlier: Result | None, later: Result) -> Result:
 
 def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],
             results: dict[str, Result], meta: dict[str, Any]) -> int:
-    hand = page.classified(args.classified)
+    hand = _hand(args.classified)
     path = page.write(out, results, {m.id: m for m in mutants}, hand, meta)
     print(page.markdown(page.score_table(results, hand)))
     for key in ("search wall s", "mutants per hour (search)", "mutants per hour (with unit tests)"):
         if key in meta:
             print(f"{key}: {meta[key]}")
     print(path)
-    baseline = results[BASELINE]
+    baseline = results.get(BASELINE)
+    if baseline is None:  # a campaign cut short before its end, rescored alone
+        print("no result of the unmutated code (a campaign cut short)", file=sys.stderr)
+        return Exit.VALID
+    for note in baseline.notes:
+        print(f"the unmutated code was invalid at {note}", file=sys.stderr)
     if baseline.outcome != "survived" or baseline.unit not in (None, "survived"):
         print(f"the unmutated code did not pass: {baseline}", file=sys.stderr)
         return Exit.ERROR  # every kill is suspect: the cell or the tests fail on their own
     return Exit.VALID
+
+
+def _hand(path: Path) -> dict[str, dict[str, str]]:
+    """The hand classifications keyed by stable id (an older id is found by its line); one
+    that names no mutant of the code as it is now is left out, with a warning."""
+    hand = {}
+    for mutant_id, note in page.classified(path).items():
+        try:
+            hand[resolve(ROOT, mutant_id).id] = note
+        except ValueError as e:
+            print(f"{path}: {e}; its classification is left out", file=sys.stderr)
+    return hand

@@ -2,15 +2,17 @@
 (JSON on stdin), loads the mutated module in place of the original, and answers one JSON
 object on stdout.
 
-    {"mutant": ID | null, "config": {...}, "seeds": [...]}   -> {"rows": [...]}
+    {"mutant": ID | null, "config": {...}, "seeds": [...], "baseline": {SEED: row},
+     "cell_kinds": [...]}                                      -> {"rows": [...]}
     {"mutant": ID | null, "pytest": [ARGS...]}                 -> {"exit": N, "failed": [...]}
 
 The mutated source is served by an import hook installed before anything imports the
 protocol, with the original file's path as its `__file__` (tracebacks name the real file),
 and no bytecode is written: the checkout and its __pycache__ stay as they are. A search's
-seeds run one after another in this process (harness.simulate.search, CPython, stopping at
-the first decisive seed: `decisive`); a null mutant runs the unmutated code, the twin every kill is
-measured against."""
+seeds run one after another in this process (harness.simulate.search, CPython), a mutant's
+stopping at its first seed the differential oracle calls a kill against the baseline's row of
+that seed (harness/mutate/oracle.py); a null mutant runs the unmutated code, the baseline every
+kill is measured against, over every seed."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 from harness.mutate.mutants import Mutant, mutant
+from harness.mutate.oracle import decisive
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -61,23 +64,18 @@ def install(mutant_id: str) -> Mutant:
     return m
 
 
-def decisive(row: dict[str, Any]) -> bool:
-    """Whether a seed's row ends the mutant's search: an invalid seed (an anomaly or an
-    invariant violation), a seed that raised, or one that acknowledged nothing (the mutated
-    system never served). An unknown verdict (the final read did not reach the high
-    watermark) does not: the unmutated code has those too under some mixes."""
-    return row["valid"] in (False, "error") or not row["acked"]
-
-
-def search_rows(config: dict[str, Any], seeds: list[int]) -> list[dict]:
-    """The seeds' rows, up to and including the first decisive one."""
+def search_rows(config: dict[str, Any], seeds: list[int], baseline: dict[str, dict] | None,
+                cell_kinds: list[str]) -> list[dict]:
+    """The seeds' rows: a mutant's up to and including its first kill against `baseline`
+    (rows by seed, as JSON keys them) and the kinds the baseline shows in the cell
+    (oracle.judge); the baseline's own (None) all of them."""
     from harness.simulate import search  # after install(): it imports the protocol
 
     rows = []
     for seed in seeds:  # one at a time: search's stop_after counts only failing seeds
         row = search(config, [seed], jobs=1, stop_after=1, interpreter="cpython").rows[0]
         rows.append(row)
-        if decisive(row):
+        if baseline is not None and decisive(row, baseline.get(str(seed)), cell_kinds):
             break
     return rows
 
@@ -98,7 +96,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     m = install(job["mutant"]) if job.get("mutant") else None
     if "pytest" in job:
         return unit_tests(job["pytest"])
-    rows = search_rows(job["config"], job["seeds"])
+    rows = search_rows(job["config"], job["seeds"], job.get("baseline", {}) if m else None,
+                       job.get("cell_kinds", []))
     # whether the search imported the mutated module at all: one it never imports (a
     # module the simulator does not run) cannot be killed by it
     return {"rows": rows, "loaded": m is None or m.module in sys.modules}

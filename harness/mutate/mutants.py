@@ -4,9 +4,14 @@ Why not mutmut or cosmic-ray: both run a test command in-process or swap files i
 tree; here a mutant is simulated in child processes (and Spark tasks) that must load the
 mutated module while the checkout stays untouched, so all a mutant needs to be is its id.
 
-A mutant's id is `PATH:OPERATOR:LINE:COL:INDEX` (PATH relative to the project root, LINE and
-COL the AST node's position, INDEX which of the operator's alternatives): the same source
-always yields the same ids, and `mutant(root, id)` rebuilds the mutant from its id alone.
+A mutant's id is `PATH:FUNCTION:OPERATOR:DIGEST:K`: the module, the enclosing function's
+qualified name (`Class.method`), the operator, a digest of what changes (the source lines the
+change touches, stripped of indentation, where on them it falls, and the replacement text) and
+which of the function's mutants with that same operator and digest it is (0 but for repeated
+identical lines). An edit elsewhere in the module, or elsewhere in the function, moves lines but
+changes no id; only an edit of the mutated line itself, or a rename of its function, does. The
+older ids, `PATH:OPERATOR:LINE:COL:INDEX` (the AST node's position), are still read: `mutant`
+rebuilds either kind from the module's current source, and `Mutant.place` is the old form.
 The change is spliced into the source text at the node's position, so the rest of the file,
 its comments and line numbers stay as they were and the diff shows just the change.
 
@@ -16,11 +21,13 @@ process builds the mutant before the mutated module is first imported."""
 from __future__ import annotations
 
 import ast
+import bisect
 import difflib
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # The safety-relevant protocol modules (docs/mutation.md says what each holds).
@@ -57,9 +64,18 @@ class Mutant:
     what: str
     original: str
     source: str
+    function: str = ""  # the enclosing function's qualified name
+    digest: str = ""  # of what changes (_digest)
+    nth: int = 0  # among the function's mutants with this operator and digest
 
     @property
     def id(self) -> str:
+        """The stable id: it survives edits of other lines."""
+        return f"{self.path}:{self.function}:{self.operator}:{self.digest}:{self.nth}"
+
+    @property
+    def place(self) -> str:
+        """The older id, by position: every edit above the line moves it."""
         return f"{self.path}:{self.operator}:{self.line}:{self.col}:{self.index}"
 
     @property
@@ -97,6 +113,15 @@ class _Text:
 
     def splice(self, cut: Splice) -> str:
         return (self.data[:cut.start] + cut.text.encode() + self.data[cut.end:]).decode()
+
+    def context(self, cut: Splice) -> tuple[str, int]:
+        """The lines `cut` touches, each stripped of its indentation, and where on them it
+        starts (counted from the first line's first non-blank character)."""
+        first = bisect.bisect_right(self.starts, cut.start) - 1
+        last = bisect.bisect_right(self.starts, max(cut.start, cut.end - 1)) - 1
+        lines = self.data[self.starts[first]:self.starts[last + 1]].decode().splitlines()
+        head = self.data[self.starts[first]:cut.start].decode()
+        return "\n".join(line.strip() for line in lines), len(head.lstrip())
 
 
 # ---- the operators: each maps a node to its alternatives (none when it does not apply) -----
@@ -255,14 +280,28 @@ OPERATORS: dict[str, Callable[[ast.AST, _Text], list[Splice]]] = {
 _SKIPPED_FUNCTIONS = {"__init__", "__repr__", "__str__", "__post_init__", "to_dict", "from_dict"}
 
 
-def _function_bodies(tree: ast.Module) -> Iterator[ast.AST]:
-    """Every node inside a function or method, except those of _SKIPPED_FUNCTIONS: module-level
-    constants and class bodies are configuration and declarations, not protocol steps."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
-                and node.name not in _SKIPPED_FUNCTIONS:
-            for stmt in node.body:
-                yield from _walk_own(stmt)
+def _functions(node: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.AST]]:
+    """Every function or method under `node` with its qualified name (`Class.method`,
+    `outer.inner`), nested ones included."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            name = f"{prefix}{child.name}"
+            if not isinstance(child, ast.ClassDef):
+                yield name, child
+            yield from _functions(child, f"{name}.")
+        else:
+            yield from _functions(child, prefix)
+
+
+def _function_bodies(tree: ast.Module) -> Iterator[tuple[str, ast.AST]]:
+    """Every node inside a function or method, with the function's qualified name, except
+    those of _SKIPPED_FUNCTIONS: module-level constants and class bodies are configuration
+    and declarations, not protocol steps."""
+    for name, function in _functions(tree):
+        if function.name not in _SKIPPED_FUNCTIONS:
+            for stmt in function.body:
+                for node in _walk_own(stmt):
+                    yield name, node
 
 
 def _walk_own(node: ast.AST) -> Iterator[ast.AST]:
@@ -273,21 +312,42 @@ def _walk_own(node: ast.AST) -> Iterator[ast.AST]:
             yield from _walk_own(child)
 
 
+def _digest(operator: str, text: _Text, cut: Splice) -> str:
+    """What a change is, independent of where its lines are: the lines it touches (without
+    their indentation), its place on them and its replacement text."""
+    lines, col = text.context(cut)
+    return hashlib.sha256(f"{operator}\0{lines}\0{col}\0{cut.text}".encode()).hexdigest()[:8]
+
+
 def mutants_of_source(path: str, source: str) -> list[Mutant]:
-    """Every mutant of one module's source, in id order (line, column, operator, index).
-    Nested nodes may start at one place (`a + 1 + 2`, `a and b or c`): the index then counts
-    on through the inner node's alternatives, in the AST's walk order, so ids stay unique."""
+    """Every mutant of one module's source, in source order (line, column, operator, index).
+    Nested nodes may start at one place (`a + 1 + 2`, `a and b or c`): the place's index
+    then counts on through the inner node's alternatives, in the AST's walk order."""
     text = _Text(source)
     found = []
-    taken: Counter[tuple[str, int, int]] = Counter()
-    for node in _function_bodies(ast.parse(source)):
+    taken: Counter[tuple] = Counter()
+    for function, node in _function_bodies(ast.parse(source)):
         for name, operator in OPERATORS.items():
             for cut in operator(node, text):
                 anchor = (name, node.lineno, node.col_offset)
+                digest = _digest(name, text, cut)
                 found.append(Mutant(path, name, node.lineno, node.col_offset, taken[anchor],
-                                    cut.what, source, text.splice(cut)))
+                                    cut.what, source, text.splice(cut), function, digest))
                 taken[anchor] += 1
-    return sorted(found, key=lambda m: (m.line, m.col, m.operator, m.index))
+    found.sort(key=lambda m: (m.line, m.col, m.operator, m.index))
+    return _numbered(found)
+
+
+def _numbered(found: list[Mutant]) -> list[Mutant]:
+    """Each mutant's `nth` among those of its function with its operator and digest, in
+    source order."""
+    seen: Counter[tuple[str, str, str]] = Counter()
+    out = []
+    for m in found:
+        key = (m.function, m.operator, m.digest)
+        out.append(replace(m, nth=seen[key]))
+        seen[key] += 1
+    return out
 
 
 def mutants_of(root: Path, path: str) -> list[Mutant]:
@@ -295,17 +355,58 @@ def mutants_of(root: Path, path: str) -> list[Mutant]:
 
 
 def parse_id(mutant_id: str) -> tuple[str, str, int, int, int]:
+    """An older, positional id's parts: (path, operator, line, col, index)."""
     path, operator, line, col, index = mutant_id.rsplit(":", 4)
     if operator not in OPERATORS:
         raise ValueError(f"{mutant_id}: no operator {operator!r} (known: {', '.join(OPERATORS)})")
     return path, operator, int(line), int(col), int(index)
 
 
+def is_positional(mutant_id: str) -> bool:
+    """Whether an id is of the older kind, `PATH:OPERATOR:LINE:COL:INDEX`."""
+    return mutant_id.count(":") == 4 and mutant_id.split(":")[1] in OPERATORS
+
+
 def mutant(root: Path, mutant_id: str) -> Mutant:
-    """The mutant with this id, rebuilt from the module's current source; ValueError if the
-    source no longer has it (the module changed since the id was written)."""
-    path = parse_id(mutant_id)[0]
+    """The mutant with this id (stable or positional), rebuilt from the module's current
+    source; ValueError if the source no longer has it (the mutated line was edited)."""
+    path = mutant_id.split(":", 1)[0]
+    if is_positional(mutant_id):
+        parse_id(mutant_id)
+    elif mutant_id.count(":") != 4 or mutant_id.split(":")[2] not in OPERATORS:
+        raise ValueError(f"{mutant_id}: not a mutant id (PATH:FUNCTION:OPERATOR:DIGEST:K, "
+                         f"or PATH:OPERATOR:LINE:COL:INDEX; known operators: "
+                         f"{', '.join(OPERATORS)})")
     for m in mutants_of(root, path):
-        if m.id == mutant_id:
+        if mutant_id in (m.id, m.place):
             return m
     raise ValueError(f"{mutant_id}: no such mutant in {path} as it is now")
+
+
+def changed_lines(diff: str) -> list[str]:
+    """The lines a unified diff removes and adds, each stripped, with its sign."""
+    return [line[0] + line[1:].strip() for line in diff.splitlines()
+            if line[:1] in "+-" and not line.startswith(("---", "+++"))]
+
+
+def resolve(root: Path, mutant_id: str, diff: str | None = None) -> Mutant:
+    """The mutant an id of either kind names now. With the diff recorded beside an id (an
+    older campaign's mutants.json), the diff decides: a positional id whose line moved is
+    found again as the one mutant of its module and operator with that same change."""
+    try:
+        found = mutant(root, mutant_id)
+    except ValueError:
+        if diff is None:
+            raise
+        found = None
+    if found is not None and (diff is None or changed_lines(found.diff()) == changed_lines(diff)):
+        return found
+    path, *parts = mutant_id.split(":")
+    operator = parts[0] if is_positional(mutant_id) else parts[1]
+    change = changed_lines(diff or "")
+    same = [m for m in mutants_of(root, path)
+            if m.operator == operator and changed_lines(m.diff()) == change]
+    if len(same) != 1:
+        raise ValueError(f"{mutant_id}: {len(same)} mutants of {path} as it is now make its "
+                         "recorded change")
+    return same[0]

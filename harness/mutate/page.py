@@ -1,12 +1,15 @@
 """A mutation campaign's results: the score table per module, mutants.json and index.html.
 
-Score of a module: mutants the harness killed / mutants counted, where a mutant is counted
-unless it crashed at start or timed out, and unless the hand classification
-(campaigns/mutation-survivors.toml) of a survivor calls it "equivalent" (no run could tell it
-from the original) or "safe" (it changes what the system does, but no acknowledged record can
-be lost or misread through it: not safety-breaking, so not the harness's to catch). A
-survivor classified "missed" is a safety-breaking change the harness did not catch. While
-only a sample of the survivors is classified, the score is a lower bound of the true one."""
+Two scores per module. The **safety score**: safety kills / mutants counted, where a mutant is
+counted unless it crashed at start (its module did not import), timed out or was killed for
+liveness only (a mutant that stops serving was asked no safety question), and unless the hand
+classification (campaigns/mutation-survivors.toml) of a survivor calls it "equivalent" (no
+run could tell it from the original) or "safe" (it changes what the system does, but no
+acknowledged record can be lost or misread through it: not safety-breaking, so not the
+harness's to catch). The **score with liveness kills**: all kills / the same count with the
+liveness kills put back. A survivor classified "missed" is a safety-breaking change the
+harness did not catch. While only a sample of the survivors is classified, both scores are
+lower bounds of the true ones."""
 
 from __future__ import annotations
 
@@ -21,22 +24,27 @@ from control.files import write_json_atomic
 from harness.mutate.mutants import Mutant
 from harness.mutate.score import BASELINE, Result
 
-COLUMNS = ("module", "mutants", "crashed", "timed out", "killed by harness",
+COLUMNS = ("module", "mutants", "crashed", "timed out", "safety kills", "liveness kills",
            "killed only by unit tests", "survived both", "equivalent or safe", "missed",
-           "survivors with unknown seeds", "score")
+           "survivors with unknown seeds", "safety score", "score with liveness kills")
 NOT_COUNTED = ("equivalent", "safe")  # hand verdicts of survivors that are no safety bug
 
 
 def classified(path: Path | None) -> dict[str, dict[str, str]]:
-    """Hand classifications {mutant id: {"verdict": "equivalent"|"safe"|"missed", "why": ...}}."""
+    """Hand classifications {mutant id: {"verdict": "equivalent"|"safe"|"missed", "why": ...,
+    "before": ..., "after": ...}} (before and after: the line the mutant changes, stripped)."""
     if path is None or not path.is_file():
         return {}
     return tomllib.loads(path.read_text())
 
 
+def _ratio(killed: int, counted: int) -> str:
+    return f"{killed}/{counted} = {killed / counted:.0%}" if counted else "-"
+
+
 def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mapping]) -> dict:
-    def count(outcome: str) -> int:
-        return sum(r.outcome == outcome for r in results)
+    def count(outcome: str, kind: str | None = None) -> int:
+        return sum(r.outcome == outcome and (kind is None or r.kind == kind) for r in results)
 
     survivors = [r for r in results if r.outcome == "survived"]
     verdicts = [hand.get(r.id, {}).get("verdict") for r in survivors]
@@ -44,16 +52,17 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
     unit_only = sum(r.unit == "killed" for r in survivors)
     both = sum(r.unit != "killed" and v not in NOT_COUNTED for r, v in zip(survivors, verdicts,
                                                                               strict=True))
+    safety, liveness = count("killed", "safety"), count("killed", "liveness")
     counted = len(results) - count("crashed") - count("timed-out") - equivalent
-    killed = count("killed")
     return {"module": module, "mutants": len(results), "crashed": count("crashed"),
-            "timed out": count("timed-out"), "killed by harness": killed,
-            "killed only by unit tests": unit_only,
+            "timed out": count("timed-out"), "safety kills": safety,
+            "liveness kills": liveness, "killed only by unit tests": unit_only,
             "survived both": both,
             "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
             "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
                                                 for r in results),
-            "score": f"{killed}/{counted} = {killed / counted:.0%}" if counted else "-"}
+            "safety score": _ratio(safety, counted - liveness),
+            "score with liveness kills": _ratio(safety + liveness, counted)}
 
 
 def score_table(results: Mapping[str, Result], hand: Mapping[str, Mapping]) -> list[dict]:
@@ -88,9 +97,13 @@ def _mutant_html(r: Result, m: Mutant | None, hand: Mapping[str, Mapping]) -> st
             f"{lacked}</p>" if note else "<p>not classified</p>")
     unit = f"unit tests: {r.unit or 'not run'} {html.escape(', '.join(r.unit_failed[:3]))}"
     diff = html.escape(m.diff()) if m is not None else ""
-    return (f"<h3><code>{html.escape(r.id)}</code></h3><p>{html.escape(m.what if m else '')}; "
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in r.notes)
+    differs = f"<p>Seeds that differ from the baseline's:</p><ul>{notes}</ul>" if notes else ""
+    where = f" (line {m.line})" if m else ""
+    return (f"<h3><code>{html.escape(r.id)}</code>{where}</h3>"
+            f"<p>{html.escape(m.what if m else '')}; "
             f"{r.seeds_run} seeds, {r.unknown} of them unknown{_loaded(r)}; {unit}</p>{said}"
-            f"<pre>{diff}</pre>")
+            f"{differs}<pre>{diff}</pre>")
 
 
 def _loaded(r: Result) -> str:
@@ -98,11 +111,11 @@ def _loaded(r: Result) -> str:
 
 
 def _killed_html(results: Sequence[Result]) -> str:
-    rows = "".join(f"<tr><td><code>{html.escape(r.id)}</code></td><td>{html.escape(r.cell or '')}"
-                   f"</td><td>{r.seed}</td><td>{r.wall_s:.1f}</td>"
+    rows = "".join(f"<tr><td><code>{html.escape(r.id)}</code></td><td>{r.kind}</td>"
+                   f"<td>{html.escape(r.cell or '')}</td><td>{r.seed}</td><td>{r.wall_s:.1f}</td>"
                    f"<td>{html.escape(', '.join(r.by))}</td></tr>" for r in results)
-    return ("<table><tr><th>mutant</th><th>cell</th><th>seed</th><th>wall s</th>"
-            f"<th>killed by</th></tr>{rows}</table>")
+    return ("<table><tr><th>mutant</th><th>kill</th><th>cell</th><th>seed</th><th>wall s</th>"
+            f"<th>what the baseline's same seed lacked</th></tr>{rows}</table>")
 
 
 def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant],
@@ -121,10 +134,21 @@ def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant
             f"<h2>Score per module</h2>{_table_html(rows)}"
             f"<h2>Survivors ({len(survivors)})</h2>"
             + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in survivors)
-            + f"<h2>Killed ({len(killed)})</h2>{_killed_html(killed)}")
+            + f"<h2>Killed ({len(killed)})</h2>{_killed_html(killed)}"
+            + _baseline_html(results.get(BASELINE)))
     path = out / "index.html"
     path.write_text(page)
     return path
+
+
+def _baseline_html(base: Result | None) -> str:
+    """The unmutated code's invalid seeds: what a lossy cell loses without any mutant."""
+    if base is None:
+        return ""
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in base.notes) or "<li>none</li>"
+    return (f"<h2>The baseline (unmutated code)</h2><p>{base.outcome}, {base.seeds_run} seeds, "
+            f"{base.unknown} unknown. Its invalid seeds (a mutant is killed only by what its "
+            f"same seed adds to these):</p><ul>{notes}</ul>")
 
 
 _CSS = ("body{font-family:sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse}"

@@ -1,17 +1,20 @@
 """A mutation campaign: which mutants the simulated search kills, and which the unit tests do.
 
 Each mutant is searched cell by cell (a campaign cell's config and nemesis mix), in blocks of
-seeds. A task is one mutant and one block, run by a child process (harness/mutate/child.py)
-that stops at the block's first failing seed; the tasks of a round (every mutant still alive,
-the next block) run on local threads that wait on those children, or as Spark tasks
-(`spark_master`, one job of one task per mutant and block, `jobs` at a time). So a mutant killed at its third seed costs
-one block, and only survivors run every seed.
+seeds. The unmutated code, the baseline, goes first through each cell's seeds, once per
+campaign: its rows are what every mutant's same seeds are judged against (the differential
+oracle, harness/mutate/oracle.py). A task is one mutant and one block, run by a child process
+(harness/mutate/child.py) that stops at the block's first killing seed; the tasks of a round
+(every mutant still alive, the next block) run on local threads that wait on those children,
+or as Spark tasks (`spark_master`, one job of one task per mutant and block, `jobs` at a
+time). So a mutant killed at its third seed costs one block, and only survivors run every
+seed.
 
-Outcomes: killed (by the harness: the anomalies and invariants of the first invalid seed,
-its cell, seed and the wall time spent on the mutant until then; a later seed that raised or
-acknowledged nothing counts too), crashed (the mutated module did not import, or its first
-seed raised or acknowledged nothing: not counted in the score), timed-out (a block ran past
-its time), survived. An unknown verdict is no kill (child.decisive). The unit tests (`tests/replication`, in-process tests only) run
+Outcomes: killed (a safety kill: anomalies or invariants the baseline's same seed lacks; or a
+liveness kill: the baseline's seed answered, the mutant's raised, acknowledged nothing or
+stayed unknown; with its cell, seed and the wall time spent on the mutant until then),
+crashed (the mutated module did not import: not counted in the score), timed-out (a block
+ran past its time), survived. The unit tests (`tests/replication`, in-process tests only) run
 separately on the survivors, or on every mutant (`unit_tests="all"`)."""
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.mutate.child import ROOT, decisive
+from harness.mutate.child import ROOT
+from harness.mutate.oracle import KNOWN, judge, kinds, served
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -47,11 +51,15 @@ class Result:
 
     id: str
     outcome: str = "alive"  # killed | crashed | timed-out | survived (alive while searched)
-    by: list[str] = field(default_factory=list)  # the failing seed's anomalies and invariants
+    by: list[str] = field(default_factory=list)  # what the killing seed had that the baseline's lacked
+    kind: str | None = None  # of a kill: "safety" or "liveness" (oracle.py)
     cell: str | None = None
     seed: int | None = None
     seeds_run: int = 0
-    unknown: int = 0  # seeds whose verdict was unknown (not a kill: see child.decisive)
+    unknown: int = 0  # seeds whose verdict was neither valid nor invalid
+    # where the seeds differ from the baseline's without a kill (counts of shared anomalies);
+    # of the baseline itself, its invalid seeds
+    notes: list[str] = field(default_factory=list)
     loaded: bool | None = None  # whether the simulation imported the mutated module at all
     wall_s: float = 0.0  # spent on this mutant by the harness, up to its kill
     error: str | None = None
@@ -76,11 +84,12 @@ def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def search_task(task: Mapping[str, Any]) -> dict[str, Any]:
-    """A mutant and a block of seeds of one cell (a Spark task or a local thread's)."""
+    """A mutant and a block of seeds of one cell (a Spark task or a local thread's), with the
+    baseline's rows of those seeds (none for the baseline's own task)."""
     mutant = None if task["mutant"] == BASELINE else task["mutant"]
     started = time.perf_counter()
-    answer = run_child({"mutant": mutant, "config": task["config"], "seeds": task["seeds"]},
-                       task["timeout"])
+    answer = run_child({"mutant": mutant, "config": task["config"], "seeds": task["seeds"],
+                        "baseline": task.get("baseline", {})}, task["timeout"])
     return {**answer, "mutant": task["mutant"], "cell": task["cell"],
             "wall_s": time.perf_counter() - started}
 
@@ -129,53 +138,80 @@ def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:
     return [list(seeds[i:i + size]) for i in range(0, len(seeds), size)]
 
 
-def _record(result: Result, answer: Mapping[str, Any]) -> None:
-    """Fold one block's answer into its mutant's result."""
+def _record(result: Result, answer: Mapping[str, Any],
+            baseline: Mapping[int, Mapping[str, Any]]) -> None:
+    """Fold one block's answer into its mutant's result, each row judged against the
+    baseline's row of its seed (`baseline`, by seed) and the kinds of its cell."""
+    cell_kinds = kinds(baseline.values())
     result.wall_s += answer["wall_s"]
     if answer.get("timeout"):
         result.outcome, result.cell = "timed-out", answer["cell"]
         return
-    if "error" in answer:
+    if "error" in answer:  # the mutated module did not import, or the job was bad
         result.outcome, result.error = "crashed", answer["error"]
         return
-    rows = answer["rows"]
     result.loaded = bool(result.loaded) or answer.get("loaded", True)
-    result.seeds_run += len(rows)
-    result.unknown += sum(r["valid"] not in (True, False, "error") for r in rows)
-    last = rows[-1] if rows else None
-    if last is None or not decisive(last):
+    for row in answer["rows"]:
+        result.seeds_run += 1
+        result.unknown += row["valid"] not in KNOWN
+        verdict = judge(row, baseline.get(row["seed"]), cell_kinds)
+        where = f"{answer['cell']} seed {row['seed']}"
+        if verdict.kind is not None:
+            result.outcome, result.kind, result.by = "killed", verdict.kind, verdict.why
+            result.cell, result.seed, result.error = answer["cell"], row["seed"], row["error"]
+            return
+        if verdict.differs:
+            result.notes.append(f"{where}: {', '.join(verdict.differs)}")
+
+
+def _record_baseline(result: Result, answer: Mapping[str, Any],
+                     rows: dict[int, dict[str, Any]]) -> None:
+    """Keep the baseline's rows of a block (the cache every mutant is judged against); its
+    result notes its invalid seeds, and it fails (crashed, timed out) when a seed did not
+    serve: then the cell is broken on its own and liveness kills would be meaningless."""
+    result.wall_s += answer["wall_s"]
+    if answer.get("timeout") or "error" in answer:
+        result.outcome = "timed-out" if answer.get("timeout") else "crashed"
+        result.cell, result.error = answer["cell"], answer.get("error")
         return
-    result.cell, result.seed = answer["cell"], last["seed"]
-    if result.seeds_run == 1 and last["valid"] is not False:
-        # its first seed raised, or acknowledged nothing and broke no invariant: the mutated
-        # system never served, so it was asked no safety question (a name left unbound, a
-        # leader never elected). An invariant violated meanwhile is a kill all the same.
-        result.outcome = "crashed"
-        result.error = last["error"] or f"verdict {last['valid']}, nothing acknowledged"
-        return
-    result.outcome = "killed"
-    if last["valid"] == "error":
-        result.error = last["error"]
-        result.by = [f"error: {str(last['error']).split(':')[0]}"]
-    elif last["valid"] is not False:
-        result.by = ["nothing acknowledged"]
-    else:
-        result.by = sorted(last["anomalies"])
+    for row in answer["rows"]:
+        rows[row["seed"]] = row
+        result.seeds_run += 1
+        result.unknown += row["valid"] not in KNOWN
+        where = f"{answer['cell']} seed {row['seed']}"
+        if row["valid"] is False:
+            result.notes.append(f"{where}: {', '.join(sorted(row['anomalies']))}")
+        if not served(row) and row["valid"] != "unknown":
+            result.outcome, result.cell, result.seed = "crashed", answer["cell"], row["seed"]
+            result.error = row["error"] or "nothing acknowledged"
+
+
+def _tasks(ids: Sequence[str], cell: Cell, chunk: list[int], seed_timeout: float,
+           baseline: Mapping[int, Mapping[str, Any]]) -> list[dict]:
+    return [{"mutant": i, "cell": cell.name, "config": cell.config, "seeds": chunk,
+             "timeout": 20 + seed_timeout * len(chunk),
+             "baseline": {str(s): baseline[s] for s in chunk if s in baseline},
+             "cell_kinds": sorted(kinds(baseline.values()))} for i in ids]
 
 
 def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], runner: Runner,
                *, block: int = 10, seed_timeout: float = 30.0,
                on_result: Callable[[Result], None] | None = None) -> dict[str, Result]:
-    """Every mutant (and BASELINE) through every cell's seeds, round by round."""
+    """The baseline through each cell's seeds (once), then every mutant, round by round."""
     results = {i: Result(i) for i in [BASELINE, *ids]}
+    base = results[BASELINE]
     for cell in cells:
-        for chunk in blocks(seeds, block):
-            alive = [r.id for r in results.values() if r.outcome == "alive"]
-            tasks = [{"mutant": i, "cell": cell.name, "config": cell.config, "seeds": chunk,
-                      "timeout": 20 + seed_timeout * len(chunk)} for i in alive]
-            for answer in runner(search_task, tasks):
+        rows: dict[int, dict[str, Any]] = {}
+        chunks = blocks(seeds, block)
+        for answer in runner(search_task, [t for chunk in chunks
+                                           for t in _tasks([BASELINE], cell, chunk,
+                                                           seed_timeout, {})]):
+            _record_baseline(base, answer, rows)
+        for chunk in chunks:
+            alive = [r.id for r in results.values() if r.outcome == "alive" and r.id != BASELINE]
+            for answer in runner(search_task, _tasks(alive, cell, chunk, seed_timeout, rows)):
                 result = results[answer["mutant"]]
-                _record(result, answer)
+                _record(result, answer, rows)
                 if result.outcome != "alive" and on_result is not None:
                     on_result(result)
     for result in results.values():

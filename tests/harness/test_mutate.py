@@ -1,7 +1,9 @@
 """harness mutate (docs/mutation.md): the mutator's operators and ids, how a task's answer
 becomes a mutant's outcome, the score table, and end to end: a mutant known to break
 acks=all (the high watermark taken as the max of the ISR's log ends) is killed by the
-simulated search at its first seed, while the unmutated code, searched beside it, is not."""
+simulated search at its first seed, while the unmutated code, searched beside it, is not.
+The differential oracle and the stable ids have tests of their own (test_mutate_oracle.py,
+test_mutate_ids.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 from harness.commands.mutate import cells, sample
 from harness.mutate import page
 from harness.mutate.child import ROOT
-from harness.mutate.mutants import mutant, mutants_of, mutants_of_source, parse_id
+from harness.mutate.mutants import changed_lines, mutant, mutants_of, mutants_of_source, parse_id
 from harness.mutate.score import BASELINE, Cell, Result, _record, local_runner, search_all
 
 SNIPPET = '''\
@@ -46,7 +48,7 @@ def _changed(m) -> tuple[str, str]:
 
 def test_each_operator_makes_its_change_on_one_line_in_id_order() -> None:
     """Nothing outside functions, in __init__, in docstrings or log lines is mutated."""
-    found = [(m.id, *_changed(m)) for m in mutants_of_source("m.py", SNIPPET)]
+    found = [(m.place, *_changed(m)) for m in mutants_of_source("m.py", SNIPPET)]
     cond, body, low, ret = ("if a < b and b in xs:", "a = a + 1", "n = min(a, b)",
                             "return a == b")
     assert found == [
@@ -73,14 +75,17 @@ def test_ids_name_the_place_and_rebuild_the_same_mutant(tmp_path: Path) -> None:
     assert [m.id for m in first] == [m.id for m in mutants_of(tmp_path, "pkg/m.py")]
     assert len({m.id for m in first}) == len(first)
     chosen = next(m for m in first if m.operator == "min-max")
-    assert chosen.id == "pkg/m.py:min-max:10:8:0"
-    assert parse_id(chosen.id) == ("pkg/m.py", "min-max", 10, 8, 0)
-    assert mutant(tmp_path, chosen.id) == chosen
+    assert chosen.place == "pkg/m.py:min-max:10:8:0"
+    assert chosen.id.startswith("pkg/m.py:f:min-max:") and chosen.id.endswith(":0")
+    assert parse_id(chosen.place) == ("pkg/m.py", "min-max", 10, 8, 0)
+    assert mutant(tmp_path, chosen.id) == chosen == mutant(tmp_path, chosen.place)
     assert chosen.module == "pkg.m"
     changed = [line for line in chosen.diff().splitlines()[2:] if line[:1] in "+-"]
     assert changed == ["-    n = min(a, b)", "+    n = max(a, b)"]
     with pytest.raises(ValueError, match="no such mutant"):
         mutant(tmp_path, "pkg/m.py:min-max:11:8:0")
+    with pytest.raises(ValueError, match="no such mutant"):
+        mutant(tmp_path, "pkg/m.py:f:min-max:00000000:0")
 
 
 def test_nested_nodes_at_one_place_get_distinct_indexes_and_columns_count_bytes() -> None:
@@ -101,45 +106,51 @@ def _answer(rows: list[dict], **extra) -> dict:
 
 def _row(seed: int, valid, acked: int = 100, anomalies=None, error=None) -> dict:
     return {"seed": seed, "valid": valid, "acked": acked, "anomalies": anomalies or {},
-            "error": error}
+            "error": error, "lost": 0}
 
 
-@pytest.mark.parametrize(("rows", "outcome", "by"), [
-    ([_row(1, True), _row(2, False, anomalies={"lost-write": 3})], "killed", ["lost-write"]),
-    ([_row(1, True), _row(2, "error", error="KeyError: 3")], "killed", ["error: KeyError"]),
-    ([_row(1, "unknown", acked=0)], "crashed", []),
+CLEAN = {s: _row(s, True) for s in (1, 2)}  # a baseline whose seeds both served and were valid
+
+
+@pytest.mark.parametrize(("rows", "outcome", "kind", "by"), [
+    ([_row(1, True), _row(2, False, anomalies={"lost-write": 3})], "killed", "safety",
+     ["lost-write"]),
+    ([_row(1, True), _row(2, "error", error="KeyError: 3")], "killed", "liveness",
+     ["error: KeyError (baseline valid)"]),
+    ([_row(1, "unknown", acked=0)], "killed", "liveness",
+     ["nothing acknowledged (baseline valid)"]),
     ([_row(1, False, acked=0, anomalies={"invariant:LeaderCompleteness": 1})], "killed",
-     ["invariant:LeaderCompleteness"]),
-    ([_row(1, "error", error="NameError: leader")], "crashed", []),
-    ([_row(1, True), _row(2, True)], "alive", []),
-    ([_row(1, "unknown"), _row(2, True)], "alive", []),  # an unknown verdict is no kill
-    ([_row(1, True), _row(2, "unknown", acked=0)], "killed", ["nothing acknowledged"]),
+     "safety", ["invariant:LeaderCompleteness"]),
+    ([_row(1, True), _row(2, True)], "alive", None, []),
+    ([_row(1, "unknown"), _row(2, True)], "killed", "liveness",
+     ["unknown verdict (baseline valid)"]),
 ])
-def test_a_blocks_answer_decides_the_outcome(rows, outcome, by) -> None:
+def test_a_blocks_answer_is_judged_against_the_baselines_same_seeds(rows, outcome, kind,
+                                                                      by) -> None:
     result = Result("m")
-    _record(result, _answer(rows))
-    assert (result.outcome, result.by) == (outcome, by)
+    _record(result, _answer(rows), CLEAN)
+    assert (result.outcome, result.kind, result.by) == (outcome, kind, by)
 
 
 def test_a_timeout_or_a_module_that_does_not_import_is_not_a_kill() -> None:
     timed, broken = Result("a"), Result("b")
-    _record(timed, {"timeout": True, "cell": "safe", "wall_s": 50.0})
-    _record(broken, {"error": "SyntaxError: ...", "cell": "safe", "wall_s": 1.0})
+    _record(timed, {"timeout": True, "cell": "safe", "wall_s": 50.0}, CLEAN)
+    _record(broken, {"error": "SyntaxError: ...", "cell": "safe", "wall_s": 1.0}, CLEAN)
     assert (timed.outcome, broken.outcome) == ("timed-out", "crashed")
 
 
-def test_the_score_counts_neither_crashes_nor_equivalent_mutants() -> None:
-    results = {i: Result(i, outcome=o) for i, o in [
-        (BASELINE, "survived"), ("x.py:drop-stmt:1:0:0", "killed"),
-        ("x.py:drop-stmt:2:0:0", "survived"), ("x.py:drop-stmt:3:0:0", "survived"),
-        ("x.py:drop-stmt:4:0:0", "crashed")]}
+def test_the_safety_score_counts_neither_crashes_liveness_kills_nor_equivalent_mutants() -> None:
+    results = {i: Result(i, outcome=o, kind=k) for i, o, k in [
+        (BASELINE, "survived", None), ("x.py:drop-stmt:1:0:0", "killed", "safety"),
+        ("x.py:drop-stmt:2:0:0", "survived", None), ("x.py:drop-stmt:3:0:0", "survived", None),
+        ("x.py:drop-stmt:4:0:0", "crashed", None), ("x.py:drop-stmt:5:0:0", "killed", "liveness")]}
     results["x.py:drop-stmt:3:0:0"].unit = "killed"
     hand = {"x.py:drop-stmt:2:0:0": {"verdict": "equivalent", "why": "a cache"}}
     row, total = page.score_table(results, hand)
     assert row == total | {"module": "x.py"}
-    assert (row["killed by harness"], row["killed only by unit tests"],
-            row["equivalent or safe"], row["survived both"], row["score"]) == (1, 1, 1, 0,
-                                                                               "1/2 = 50%")
+    assert (row["safety kills"], row["liveness kills"], row["killed only by unit tests"],
+            row["equivalent or safe"], row["survived both"]) == (1, 1, 1, 1, 0)
+    assert (row["safety score"], row["score with liveness kills"]) == ("1/2 = 50%", "2/3 = 67%")
 
 
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:
@@ -170,9 +181,9 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
     cell = Cell("safe", {**safe[0].config, "time_limit": 10})
     results = search_all([HWM_MAX], [cell], [1, 2], local_runner(2), block=2)
     killed, baseline = results[HWM_MAX], results[BASELINE]
-    assert (killed.outcome, killed.seed) == ("killed", 1)
+    assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
     assert "lost-write" in killed.by and "invariant:LeaderCompleteness" in killed.by
-    assert (baseline.outcome, baseline.seeds_run) == ("survived", 2)  # the must-fail twin
+    assert (baseline.outcome, baseline.seeds_run, baseline.notes) == ("survived", 2, [])
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest  # the checkout untouched
 
 
@@ -186,11 +197,13 @@ def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
         cell("validation.toml", "safe")["nemesis"]["faults"]
 
 
-def test_every_hand_classified_survivor_is_a_mutant_the_code_still_has() -> None:
+def test_every_hand_classified_survivor_is_a_mutant_that_still_makes_its_recorded_change() -> None:
     hand = page.classified(ROOT / "campaigns" / "mutation-survivors.toml")
     assert hand, "the classification file is empty or gone"
     for mutant_id, note in hand.items():
-        assert mutant(ROOT, mutant_id).id == mutant_id
+        m = mutant(ROOT, mutant_id)
+        assert m.id == mutant_id, "classified by a stable id"
+        assert changed_lines(m.diff()) == note["change"], mutant_id
         assert note["verdict"] in ("equivalent", "safe", "missed") and note["why"]
         assert note["verdict"] != "missed" or note["lacked"]
 
@@ -202,6 +215,8 @@ def test_harness_mutate_shows_a_mutant_by_its_id_and_refuses_an_unknown_one(caps
     assert "+        candidate = max([settled if r == me" in capsys.readouterr().out
     assert main(["mutate", "--show", "replication/partition.py:min-max:1:0:0"]) == 3
     assert "no such mutant" in capsys.readouterr().err
+    assert main(["mutate", "--show", "replication/partition.py:nothing"]) == 3
+    assert "not a mutant id" in capsys.readouterr().err
 
 
 def test_a_later_campaigns_result_replaces_an_earlier_one_and_keeps_its_unit_tests() -> None:
@@ -211,3 +226,25 @@ def test_a_later_campaigns_result_replaces_an_earlier_one_and_keeps_its_unit_tes
     later = _merged(earlier, Result("m", outcome="killed", cell="safe/reach", seed=3))
     assert (later.outcome, later.cell, later.unit, later.unit_failed) == \
         ("killed", "safe/reach", "killed", ["t"])
+
+
+def test_a_kill_saved_before_kills_had_a_kind_gets_one_on_rescore() -> None:
+    from harness.commands.mutate import _older
+
+    stalled = _older(Result("a", outcome="killed", by=["nothing acknowledged"]))
+    lossy = _older(Result("b", outcome="killed", by=["lost-write"]))
+    assert (stalled.kind, lossy.kind) == ("liveness", "safety")
+
+
+def test_a_campaign_cut_short_is_rescored_from_its_progress(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from harness.commands.mutate import _saved
+
+    first, later = Result(HWM_MAX, outcome="timed-out"), Result(HWM_MAX, outcome="killed")
+    (tmp_path / "progress.jsonl").write_text(
+        "".join(json.dumps(asdict(r)) + "\n" for r in (first, later)))
+    saved = _saved(tmp_path)
+    assert [r["outcome"] for r in saved["results"]] == ["killed"]  # the last line of each
+    assert list(saved["diffs"]) == [HWM_MAX]

@@ -1,0 +1,100 @@
+"""The differential oracle of harness mutate (harness/mutate/oracle.py): a mutant's seed is a
+kill only by what it adds to the unmutated code's same seed. Pure logic first, then end to end
+under the power mix, where the safe configuration loses records on its own: the HWM-as-max
+mutant is killed there, and an equivalent mutant, which makes the very same runs, is not."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from harness.commands.mutate import CLASSIFIED, cells
+from harness.mutate import page
+from harness.mutate.child import ROOT
+from harness.mutate.mutants import mutants_of
+from harness.mutate.oracle import LIVENESS, SAFETY, judge
+from harness.mutate.score import BASELINE, local_runner, search_all
+
+
+def _row(valid, anomalies=None, acked: int = 500, lost: int = 0, error=None) -> dict:
+    return {"seed": 1, "valid": valid, "anomalies": anomalies or {}, "acked": acked,
+            "lost": lost, "error": error}
+
+
+LOSSY = _row(False, {"lost-write": 40, "invariant:LeaderCompleteness": 1}, lost=40)
+
+
+def test_what_the_baseline_also_has_is_no_kill_whatever_the_counts() -> None:
+    same_kinds = _row(False, {"lost-write": 400, "invariant:LeaderCompleteness": 3}, lost=400)
+    verdict = judge(same_kinds, LOSSY)
+    assert verdict.kind is None
+    assert verdict.differs == ["invariant:LeaderCompleteness 3 (baseline 1)",
+                               "lost-write 400 (baseline 40)", "lost 400 (baseline 40)"]
+    assert judge(LOSSY, LOSSY).kind is None  # the unmutated code never kills itself
+
+
+def test_an_anomaly_or_invariant_the_baseline_lacks_is_a_safety_kill() -> None:
+    worse = _row(False, {"lost-write": 40, "invariant:LeaderCompleteness": 1, "stale-read": 2,
+                         "invariant:ValidControllerState": 1})
+    verdict = judge(worse, LOSSY)
+    assert (verdict.kind, verdict.why) == (SAFETY, ["invariant:ValidControllerState",
+                                                    "stale-read"])
+    assert judge(_row(False, {"lost-write": 1}), _row(True)).kind == SAFETY
+    assert judge(_row(False, {"lost-write": 1}), None).kind == SAFETY  # no baseline: absolute
+
+
+@pytest.mark.parametrize(("row", "why"), [
+    (_row("unknown"), "unknown verdict (baseline invalid)"),
+    (_row("unknown", acked=0), "nothing acknowledged (baseline invalid)"),
+    (_row("error", error="NameError: name 'x' is not defined"), "error: NameError (baseline invalid)"),
+])
+def test_a_run_that_stops_serving_where_the_baseline_answered_is_a_liveness_kill(row, why) -> None:
+    verdict = judge(row, LOSSY)
+    assert (verdict.kind, verdict.why) == (LIVENESS, [why])
+
+
+def test_no_liveness_kill_where_the_baseline_did_not_answer_either() -> None:
+    unknown = _row("unknown")
+    assert judge(unknown, unknown).kind is None
+    assert judge(_row("unknown", acked=0), _row(True, acked=0)).kind is None
+    assert judge(unknown, None).kind is None  # no baseline row: liveness is not judged
+
+
+def _one(path: str, operator: str, changed: str) -> str:
+    """The id of the one mutant of `path` that makes `changed` (ids are stable, but the test
+    names the change it means)."""
+    found = [m.id for m in mutants_of(ROOT, path) if m.operator == operator and changed in m.source]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_under_a_lossy_mix_a_known_bad_mutant_is_killed_and_an_equivalent_one_is_not() -> None:
+    """Seed 1 of safe/power loses records with the unmutated code, seed 3 does not: the HWM
+    mutant adds nothing new at seed 1 and is killed at seed 3; the equivalent mutant (`<=`
+    where equality changes nothing) runs the very same seeds, so it is never killed."""
+    hwm = _one("replication/partition.py", "min-max", "max([settled if r == me")
+    (same,) = [i for i, note in page.classified(CLASSIFIED).items()
+               if ":Log.settled_end:cmp-boundary:" in i and note["verdict"] == "equivalent"]
+    args = argparse.Namespace(cell=["safe/power"], campaign=ROOT / "campaigns" / "mutation.toml")
+    results = search_all([hwm, same], cells(args), [1, 3], local_runner(2), block=2)
+    baseline = results[BASELINE]
+    assert (baseline.outcome, baseline.seeds_run) == ("survived", 2)
+    assert [n.split(":")[0] for n in baseline.notes] == ["safe/power seed 1"]  # lossy on its own
+    killed = results[hwm]
+    assert (killed.outcome, killed.kind, killed.seed) == ("killed", SAFETY, 3)
+    assert (results[same].outcome, results[same].seeds_run, results[same].notes) == \
+        ("survived", 2, [])
+
+
+def test_on_a_lossy_seed_only_a_kind_the_baseline_never_shows_in_the_cell_kills() -> None:
+    """`unseen` beside the baseline's `lost-write` is the same loss under a sibling kind when
+    the unmutated code reports `unseen` at other seeds of the cell; on a clean seed it kills."""
+    unseen = _row(False, {"lost-write": 40, "invariant:LeaderCompleteness": 1, "unseen": 9})
+    cell = {"lost-write", "unseen", "invariant:LeaderCompleteness"}
+    verdict = judge(unseen, LOSSY, cell)
+    assert verdict.kind is None and verdict.differs[0] == "unseen (the baseline has it at other seeds)"
+    assert judge(unseen, LOSSY).why == ["unseen"]  # the cell unknown: the seed alone decides
+    assert judge(unseen, _row(True), cell).kind == SAFETY  # a clean seed: any loss kills
+    novel = _row(False, {"lost-write": 40, "invariant:ValidControllerState": 1})
+    assert judge(novel, LOSSY, cell).why == ["invariant:ValidControllerState"]
