@@ -46,9 +46,10 @@ $(STAMP): pyproject.toml
 # Without Go it is skipped, said once, and no stamp is left: a later bootstrap with Go builds it.
 $(TOXIPROXY_STAMP): $(STAMP)
 	@if [ -z "$(GO)" ]; then \
-	  echo "make bootstrap: no Go (>= 1.21): Toxiproxy is skipped. Runs work, but a toxic fault (bandwidth, latency, stall, slicer, limit-data, slow-close, reset-peer) is refused until toxiproxy-server v$(TOXIPROXY_VERSION) is in $(VENV)/bin: install Go and run make bootstrap again, or put its release binary there (docs/toxiproxy.md)" >&2; \
+	  echo "make bootstrap: no Go (>= 1.21): Toxiproxy is skipped. Runs work, but a toxic fault (bandwidth, latency, stall, slicer, limit-data, slow-close, reset-peer) is refused until toxiproxy-server v$(TOXIPROXY_VERSION) is in $(VENV)/bin: install Go and run make bootstrap again, or put its release binary there (docs/toxiproxy.md)" | tee $(VENV)/.skipped-toxiproxy >&2; \
 	  exit 0; \
 	fi; \
+	rm -f $(VENV)/.skipped-toxiproxy; \
 	$(MAKE) --no-print-directory toxiproxy-build
 
 .PHONY: toxiproxy-build
@@ -65,12 +66,15 @@ toxiproxy-build:
 # anomalies). About 2 minutes from nothing on 2 cores (arrow and parquet); the target folder
 # is kept in the venv, so a change to the sources rebuilds only this crate.
 # Without cargo they are skipped, said once: the checkers read histories in Python and check on
-# Spark's SQL plans instead (docs/checkers.md, "Without the native programs").
+# Spark's SQL plans instead (docs/checkers.md, "Without the native programs"). What was skipped
+# is written to .venv/.skipped-<part>: `make test` then skips the tests of that part, saying why
+# (tests/support/tools.py), where without the note a missing program fails them.
 $(HISTINGEST): $(STAMP) $(HISTINGEST_SRC)
 	@if [ -z "$(CARGO)" ]; then \
-	  echo "make bootstrap: no Rust cargo (>= 1.85): the checkers' native programs (histingest, histcheck) are skipped. The checkers read histories in Python and check them on Spark's SQL plans instead: the same verdicts, slower (ingest about 12x at 1M operations, docs/checkers.md); install Rust from https://rustup.rs and run make bootstrap again to build them" >&2; \
+	  echo "make bootstrap: no Rust cargo (>= 1.85): the checkers' native programs (histingest, histcheck) are skipped. The checkers read histories in Python and check them on Spark's SQL plans instead: the same verdicts, slower (ingest about 12x at 1M operations, docs/checkers.md); install Rust from https://rustup.rs and run make bootstrap again to build them" | tee $(VENV)/.skipped-native >&2; \
 	  exit 0; \
 	fi; \
+	rm -f $(VENV)/.skipped-native; \
 	$(MAKE) --no-print-directory histingest-build
 
 .PHONY: histingest-build

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from histories import History, merge, scenario_view
+from support.tools import skip_reason
 
 from checkers import reference, spark_checks, spark_native
 from checkers.check import check_path, exit_code
@@ -213,9 +214,10 @@ def zoo(spark, tmp_path_factory):  # noqa: F811
     uncapped = 1_000_000
     spark_out = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", uncapped)
     ref_out = reference.run(ing.ops_path, ing.reads_path, "all", uncapped)
+    plans = ("sql",) if skip_reason("native") else ("sql", "native")
     return spark_out, ref_out, ing, {
         plan: spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", uncapped, plan=plan)
-        for plan in ("sql", "native")}
+        for plan in plans}
 
 
 def view(zoo, scenario) -> dict[str, list[dict]]:
@@ -227,7 +229,7 @@ def verdict_of(scenario, tmp_path, config: dict | None = None) -> dict:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("plan", ["auto", "sql", "native"])
+@pytest.mark.parametrize("plan", ["auto", "sql", pytest.param("native", marks=pytest.mark.native)])
 def test_spark_and_reference_agree_exactly(zoo, plan):
     auto, r, _, by_plan = zoo
     s = by_plan.get(plan, auto)
@@ -411,6 +413,7 @@ def test_realtime_send_order_across_processes(zoo):
 
 
 @pytest.mark.spark
+@pytest.mark.native
 def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spark, monkeypatch,
                                                                        capfd):
     monkeypatch.setattr(spark_native, "TASK_MEMORY_FRACTION", 0.0)  # no share fits
@@ -424,6 +427,7 @@ def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spar
 
 
 @pytest.mark.spark
+@pytest.mark.native
 def test_a_history_histcheck_refuses_is_checked_by_the_sql_plans(spark, tmp_path, capfd):  # noqa: F811
     """histcheck keeps nulls in the value space (i64::MIN stands for null) and refuses a
     history that holds that value: its Spark tasks fail, and the SQL plans check it."""
@@ -442,6 +446,7 @@ def test_a_history_histcheck_refuses_is_checked_by_the_sql_plans(spark, tmp_path
 
 
 @pytest.mark.spark
+@pytest.mark.native
 def test_a_failed_native_task_is_one_line_not_a_java_trace(tmp_path):
     """In a fresh process (its JVM's stderr is the one captured here): the task that
     histcheck refuses is reported by its reason alone, without Spark's stack trace."""

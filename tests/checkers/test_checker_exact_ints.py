@@ -25,8 +25,7 @@ UNCAPPED = 1_000_000
 # that skips a record acknowledged before it began (a skip within one poll, and a stale read).
 EXPECTED = {"duplicate": 1, "lost-write": 1, "int-poll-skip": 1, "stale-read": 1}
 
-pytestmark = pytest.mark.skipif(native_checks.binary() is None,
-                                reason="histcheck is not built: make bootstrap builds it")
+pytestmark = pytest.mark.native
 
 
 def hostile(low: int = MIN + 1) -> History:

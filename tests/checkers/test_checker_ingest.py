@@ -73,7 +73,7 @@ def _assert_clustered(res, row_group: int) -> None:
             assert idx == sorted(idx), (path.name, p)
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.native), False])
 def test_streams_in_bounded_row_groups_of_one_partition(tmp_path, monkeypatch, native):
     """Both paths buffer per partition and write row groups of one partition: a partition's
     buffer at ROW_GROUP rows, every buffer at BUFFERED rows together."""
@@ -140,6 +140,7 @@ def _same_tables(native, exact) -> None:
         assert pq.read_table(a).equals(pq.read_table(b)), a.name
 
 
+@pytest.mark.native
 def test_native_and_exact_paths_write_the_same_tables(tmp_path):
     """Every anomaly scenario at once (Jepsen operations of several sends, reads from
     offsets, final reads, info sends, nemesis ops): the native tables are the exact ones."""
@@ -149,6 +150,7 @@ def test_native_and_exact_paths_write_the_same_tables(tmp_path):
     _same_tables(native, ingest(run / "history.jsonl", tmp_path / "exact", native=False))
 
 
+@pytest.mark.native
 def test_native_path_on_a_workload_shaped_history(tmp_path):
     """The benchmark's generator: producers, tailing consumers, final reads of whole
     partitions, injected losses and stale reads; bigger than one row group."""
@@ -162,6 +164,7 @@ def test_native_path_on_a_workload_shaped_history(tmp_path):
     _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
 
 
+@pytest.mark.native
 def test_both_paths_cluster_alike_when_buffers_fill(tmp_path, monkeypatch):
     """Small row groups and buffers, so that both of the clustering's rules (a partition's
     buffer full, all buffers full) fire thousands of times, in the ops and in the reads (a
@@ -179,6 +182,7 @@ def test_both_paths_cluster_alike_when_buffers_fill(tmp_path, monkeypatch):
     _same_tables(native, ingest(tmp_path / "history.jsonl", tmp_path / "exact", native=False))
 
 
+@pytest.mark.native
 def test_a_broken_first_line_of_a_big_history_is_refused_at_once(tmp_path):
     """More history than the native reader's stages hold (a few 4 MB blocks): refusing its
     first line must stop the reader too, not leave it waiting on a full queue for ever (it
@@ -198,6 +202,7 @@ def test_a_broken_first_line_of_a_big_history_is_refused_at_once(tmp_path):
     assert done.returncode == native_ingest.UNSURE and "line 1: 'time'" in done.stderr
 
 
+@pytest.mark.native
 def test_a_torn_last_line_is_read_natively_and_is_the_same_note(tmp_path):
     run = small().write(tmp_path)
     with open(run / "history.jsonl", "a") as fh:
@@ -210,6 +215,7 @@ def test_a_torn_last_line_is_read_natively_and_is_the_same_note(tmp_path):
     _same_tables(native, exact)
 
 
+@pytest.mark.native
 def test_a_last_line_only_python_reads_takes_the_exact_path(tmp_path):
     """NaN is JSON to Python, not to the native reader: the last line, without its newline,
     is then no torn tail but a line the exact path must judge."""
@@ -222,6 +228,7 @@ def test_a_last_line_only_python_reads_takes_the_exact_path(tmp_path):
     assert res.ops == 8 and res.notes == []
 
 
+@pytest.mark.native
 def test_a_whole_partition_in_one_line_is_read_natively(tmp_path):
     """A final read holds a whole partition in one line: 2.5M records, about 40 MB."""
     h = History()

@@ -18,8 +18,7 @@ from checkers import native_checks, reference
 from checkers.ingest import ingest
 from checkers.verdict import CheckOutput, classify_unread, records
 
-pytestmark = pytest.mark.skipif(native_checks.binary() is None,
-                                reason="histcheck is not built: make bootstrap builds it")
+pytestmark = pytest.mark.native
 UNCAPPED = 1_000_000
 
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from checkers import ingest as ingest_mod
 from checkers.ingest import MAX_LINE_BYTES, HistoryError, ingest
-from checkers.native_ingest import NativeUnsure, binary, native_ingest
+from checkers.native_ingest import NativeUnsure, native_ingest
 
-pytestmark = pytest.mark.skipif(binary() is None, reason="histingest is not built: make bootstrap")
+pytestmark = pytest.mark.native
 
 BASE: list[dict] = [
     {"index": 0, "time": 10, "process": 0, "type": "invoke", "f": "send", "partition": 0,

@@ -16,8 +16,7 @@ from checkers import ingest as ingest_mod
 from checkers import native_checks, spark_native
 from checkers.ingest import ingest
 
-pytestmark = pytest.mark.skipif(native_checks.binary() is None,
-                                reason="histcheck is not built: make bootstrap builds it")
+pytestmark = pytest.mark.native
 EXAMPLES = 3
 
 

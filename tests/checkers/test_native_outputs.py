@@ -20,11 +20,13 @@ HISTORY = '{"index": 0, "time": 1, "process": 0, "type": "invoke", "f": "send", 
           '"partition": 0, "value": 1}\n'
 
 
+pytestmark = pytest.mark.native
+
+
 @pytest.fixture
 def histingest() -> str:
     binary = native_ingest.binary()
-    if binary is None:
-        pytest.skip("histingest is not built: make bootstrap builds it")
+    assert binary is not None, "histingest is not built: make bootstrap builds it"
     return binary
 
 

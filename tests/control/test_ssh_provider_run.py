@@ -138,13 +138,11 @@ def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
         assert not h.remote.run(["pgrep", "-f", str(work / h.name)], check=False).ok
 
 
+@pytest.mark.toxiproxy
 def test_toxic_faults_over_the_ssh_provider(netns_hosts, tmp_path):
     """Toxiproxy started over SSH beside each node from the inventory's `toxiproxy` path, the
     toxic applied and recorded, every server stopped with the nodes."""
-    try:
-        binary = tp.local_binary()
-    except tp.ToxiproxyError as e:
-        pytest.skip(str(e))
+    binary = tp.local_binary()
     hosts = netns_hosts[1]
     inventory, calls, work = _write_inventory(netns_hosts, tmp_path)
     text = inventory.read_text()

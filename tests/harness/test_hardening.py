@@ -268,6 +268,13 @@ GOOD_VARIANTS = [
 def test_odd_but_well_formed_histories_pass(tmp_path, case, mutate):
     run = run_folder(tmp_path, mutate(good_ops()))
     assert validate(run / "history.jsonl") == []
+    assert ingest(run / "history.jsonl", tmp_path / "exact", native=False).ops >= 5
+
+
+@pytest.mark.native
+@pytest.mark.parametrize(("case", "mutate"), GOOD_VARIANTS, ids=[c[0] for c in GOOD_VARIANTS])
+def test_odd_but_well_formed_histories_are_read_natively_as_exactly(tmp_path, case, mutate):
+    run = run_folder(tmp_path, mutate(good_ops()))
     res = ingest(run / "history.jsonl", tmp_path / "pq")
     assert res.ops >= 5 and res.path == "native"
     # the native path's tables are the exact path's

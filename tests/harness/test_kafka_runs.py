@@ -75,6 +75,7 @@ def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
     assert (run_dir / "report.html").exists()
 
 
+@pytest.mark.toxiproxy
 def test_kafka_behind_toxiproxy_takes_toxics_on_client_and_peer_connections(tmp_path):
     """Every node behind its host's Toxiproxy: clients reach a broker through its proxy "in",
     and a broker's own connections to its peers (the controller, the leaders it fetches from)

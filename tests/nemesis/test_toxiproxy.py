@@ -179,14 +179,20 @@ def test_nodes_listen_on_loopback_behind_their_proxies():
 
 # -- real, on netns hosts, each node behind its host's toxiproxy-server ---------------------
 
-needs_hosts = pytest.mark.skipif(
+_root_and_sshd = pytest.mark.skipif(
     os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists(),
     reason="network namespaces, sshd and iptables need root and openssh-server",
 )
 
 
+def needs_hosts(test):
+    """Real, on netns hosts, with toxiproxy-server (the `toxiproxy` marker)."""
+    return pytest.mark.toxiproxy(_root_and_sshd(test))
+
+
 def _binary() -> str:
-    """`make test` builds toxiproxy-server first: a missing one is a failure, not a skip."""
+    """`make test` builds toxiproxy-server first: a missing one is a failure, not a skip
+    (unless make bootstrap said it had no Go to build it: the marker skips the test then)."""
     try:
         return tp.local_binary()
     except tp.ToxiproxyError as e:

@@ -15,7 +15,6 @@ import pytest
 from support.scenarios import acknowledged_loss, partition_state, shrink_then, tour
 
 import replication
-from checkers import native_checks
 from checkers.check import check_path
 from replication import errors as E
 from replication.client import Client, ClientError
@@ -202,8 +201,7 @@ def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
     world.loop.run(main())
 
 
-@pytest.mark.skipif(native_checks.binary() is None,
-                    reason="histcheck is not built: make bootstrap builds it")
+@pytest.mark.native
 def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_path, capfd):
     """A search checks each seed with check_path(backend="native"): histcheck, faster than the
     pandas reference. Both write the same results for a run that lost records."""
