@@ -30,7 +30,7 @@ from replication.messages import (
     Request,
 )
 from replication.metadata import PartitionState
-from replication.net import ConnectFailed, ConnectionLost, Pool
+from replication.net import ConnectFailed, ConnectionLost, Pool, settler
 
 
 class ClientError(Exception):
@@ -144,7 +144,7 @@ class Client:
         """Acknowledged: the value's offset (None with acks=0), the leader's epoch and id;
         raises ProduceError otherwise."""
         fut = asyncio.get_running_loop().create_future()
-        self.send(topic, partition, value, acks, _settle(fut))
+        self.send(topic, partition, value, acks, settler(fut))
         return await fut
 
     def send(self, topic: str, partition: int, value: str, acks: str, sent: Sent) -> None:
@@ -312,18 +312,6 @@ def _acknowledge(batch: _Batch, reply: ProduceReply) -> None:
 def _fail(batch: _Batch, e: ProduceError) -> None:
     for sent in batch.callbacks:
         sent(ProduceError(e.error, e.definite, str(e)))
-
-
-def _settle(fut: asyncio.Future) -> Sent:
-    """A send's callback that settles `fut` (unless it was cancelled meanwhile)."""
-    def sent(outcome: ProduceReply | ProduceError) -> None:
-        if fut.done():
-            return
-        if isinstance(outcome, ProduceError):
-            fut.set_exception(outcome)
-        else:
-            fut.set_result(outcome)
-    return sent
 
 
 def _find_partition(metadata: ClusterMetadata, topic: str, partition: int) -> PartitionState:

@@ -31,6 +31,20 @@ _HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
 
 
+
+def settler(fut: asyncio.Future) -> Callable[[Any], None]:
+    """A callback that settles `fut` with its argument, an exception raised from it (unless
+    `fut` was cancelled meanwhile): a callback-style call (Connection.call, Client.send)
+    awaited as a future."""
+    def settle(outcome: Any) -> None:
+        if fut.done():
+            return
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        else:
+            fut.set_result(outcome)
+    return settle
+
 class ConnectionLost(ConnectionError):
     """The peer went away (or never answered) while a request was in flight."""
 

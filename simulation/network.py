@@ -59,7 +59,7 @@ from typing import Any
 
 from nemesis.kinds import with_effect
 from replication.messages import decode_request
-from replication.net import ConnectFailed, ConnectionLost, split_address
+from replication.net import ConnectFailed, ConnectionLost, settler, split_address
 from runformat.effects import DEGRADES_LINK
 
 CLIENT_HOST = "client"
@@ -785,7 +785,7 @@ class Connection:
         if self.connected and not self._queue:
             return self
         fut = asyncio.get_running_loop().create_future()
-        self._queue.append(_Waiter(None, timeout, _setter(fut), True))
+        self._queue.append(_Waiter(None, timeout, settler(fut), True))
         if self._attempt is None:
             self._connect_next()
         await fut
@@ -795,7 +795,7 @@ class Connection:
         """net.Connection.request: await it for the answer. A future rather than a coroutine,
         which would add a frame to every request for nothing."""
         fut = asyncio.get_running_loop().create_future()
-        self.call(msg, timeout, _setter(fut))
+        self.call(msg, timeout, settler(fut))
         return fut
 
     def send_nowait(self, msg: Any) -> None:
@@ -806,17 +806,6 @@ class Connection:
 
     async def close(self) -> None:
         self.close_now()
-
-
-def _setter(fut: asyncio.Future) -> Callable[[Any], None]:
-    def done(result: Any) -> None:
-        if fut.done():
-            return
-        if isinstance(result, BaseException):
-            fut.set_exception(result)
-        else:
-            fut.set_result(result)
-    return done
 
 
 class Pool:
