@@ -250,6 +250,7 @@ def listening(host: Host) -> list[tuple[str, int, str]]:
     return sorted(found)
 
 
+@pytest.mark.toxiproxy
 @pytest.mark.usefixtures("attacker")
 def test_no_other_user_reaches_the_toxiproxy_api(cluster):
     """Toxiproxy's API has no authentication: it listens on each host's loopback, where the
