@@ -3,7 +3,9 @@
 HistoryWriter assigns `index` (file order) and `time` (integer ns since the run started, from
 time.monotonic_ns) while holding a lock, so both increase along the file whatever thread
 writes. Each op is one write() of one complete line (or, with `buffer_bytes`, as a simulation
-asks, one write() of many whole lines), so a killed writer leaves whole lines;
+asks, one write() of many whole lines), so a killed writer leaves whole lines, but for
+the last one when SIGKILL cuts a write that crosses a page boundary (Linux checks for a
+fatal signal between the pages it copies; the readers drop such a torn tail, saying so);
 a background thread fsyncs at least once a second while there are new lines, and close()
 fsyncs once more.
 
@@ -206,7 +208,7 @@ class HistoryWriter:
         fsync thread is started and the file is fsynced only by close().
 
         `buffer_bytes` > 0 gathers lines and writes them once they reach that size (still
-        whole lines per write(), so a killed writer leaves whole lines), and at close(). For a
+        whole lines per write(), as above), and at close(). For a
         simulation, whose run is replayed exactly by its seed: a write() per line was a tenth
         of a simulated run's time under PyPy. A real run writes each line at once."""
         self.path = Path(path)

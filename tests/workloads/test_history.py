@@ -250,9 +250,13 @@ def test_sigkilled_writer_leaves_a_parseable_contiguous_prefix(tmp_path):
         proc.kill()
         proc.wait()
     raw = path.read_bytes()
-    assert raw.endswith(b"\n"), "each op is one write() of a whole line"
-    ops = read_history(path, allow_torn_tail=False)
-    assert len(ops) > 1000
+    # Each op is one write() of a whole line, but SIGKILL can cut a write that crosses a page
+    # boundary (Linux checks for a fatal signal between the pages it copies): at most the
+    # last line is torn, and the readers drop it as such.
+    whole = raw[: raw.rfind(b"\n") + 1]
+    assert b"\n" not in raw[len(whole):] and len(raw) - len(whole) < 4096
+    ops = read_history(path, allow_torn_tail=True)
+    assert len(ops) == whole.count(b"\n") > 1000
     assert_contract(ops)
 
 
