@@ -86,12 +86,18 @@ def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
 def search_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """A mutant and a block of seeds of one cell (a Spark task or a local thread's), with the
     baseline's rows of those seeds (none for the baseline's own task)."""
-    mutant = None if task["mutant"] == BASELINE else task["mutant"]
     started = time.perf_counter()
-    answer = run_child({"mutant": mutant, "config": task["config"], "seeds": task["seeds"],
-                        "baseline": task.get("baseline", {})}, task["timeout"])
+    answer = run_child(child_job(task), task["timeout"])
     return {**answer, "mutant": task["mutant"], "cell": task["cell"],
             "wall_s": time.perf_counter() - started}
+
+
+def child_job(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A search task's job for the child: it stops at a seed only by the rule the parent
+    judges the seed by, so the job carries the cell's kinds as well as the baseline's rows."""
+    mutant = None if task["mutant"] == BASELINE else task["mutant"]
+    return {"mutant": mutant, "config": task["config"], "seeds": task["seeds"],
+            "baseline": task.get("baseline", {}), "cell_kinds": task.get("cell_kinds", [])}
 
 
 def unit_task(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,15 @@ from harness.commands.mutate import cells, sample
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import changed_lines, mutant, mutants_of, mutants_of_source, parse_id
-from harness.mutate.score import BASELINE, Cell, Result, _record, local_runner, search_all
+from harness.mutate.score import (
+    BASELINE,
+    Cell,
+    Result,
+    _record,
+    child_job,
+    local_runner,
+    search_all,
+)
 
 SNIPPET = '''\
 """A module docstring."""
@@ -132,6 +140,16 @@ def test_a_blocks_answer_is_judged_against_the_baselines_same_seeds(rows, outcom
     assert (result.outcome, result.kind, result.by) == (outcome, kind, by)
 
 
+def test_the_child_stops_by_the_parents_rule_so_it_gets_the_cells_kinds() -> None:
+    """A child judging with no cell kinds stopped at a lossy seed's `unseen`, which the parent,
+    knowing the baseline shows it elsewhere in the cell, did not call a kill: the mutant then
+    "survived" on 1 seed of 5."""
+    task = {"mutant": "m", "cell": "safe", "config": {}, "seeds": [1], "timeout": 9,
+            "baseline": {"1": _row(1, False)}, "cell_kinds": ["unseen"]}
+    assert child_job(task)["cell_kinds"] == ["unseen"]
+    assert child_job({**task, "mutant": BASELINE})["mutant"] is None
+
+
 def test_a_timeout_or_a_module_that_does_not_import_is_not_a_kill() -> None:
     timed, broken = Result("a"), Result("b")
     _record(timed, {"timeout": True, "cell": "safe", "wall_s": 50.0}, CLEAN)
@@ -143,14 +161,18 @@ def test_the_safety_score_counts_neither_crashes_liveness_kills_nor_equivalent_m
     results = {i: Result(i, outcome=o, kind=k) for i, o, k in [
         (BASELINE, "survived", None), ("x.py:drop-stmt:1:0:0", "killed", "safety"),
         ("x.py:drop-stmt:2:0:0", "survived", None), ("x.py:drop-stmt:3:0:0", "survived", None),
-        ("x.py:drop-stmt:4:0:0", "crashed", None), ("x.py:drop-stmt:5:0:0", "killed", "liveness")]}
+        ("x.py:drop-stmt:4:0:0", "crashed", None), ("x.py:drop-stmt:5:0:0", "killed", "liveness"),
+        ("x.py:drop-stmt:6:0:0", "killed", "loss-excess")]}
     results["x.py:drop-stmt:3:0:0"].unit = "killed"
     hand = {"x.py:drop-stmt:2:0:0": {"verdict": "equivalent", "why": "a cache"}}
     row, total = page.score_table(results, hand)
     assert row == total | {"module": "x.py"}
-    assert (row["safety kills"], row["liveness kills"], row["killed only by unit tests"],
-            row["equivalent or safe"], row["survived both"]) == (1, 1, 1, 1, 0)
-    assert (row["safety score"], row["score with liveness kills"]) == ("1/2 = 50%", "2/3 = 67%")
+    assert (row["safety kills"], row["loss-excess kills"], row["liveness kills"],
+            row["killed only by unit tests"], row["equivalent or safe"],
+            row["survived both"]) == (1, 1, 1, 1, 1, 0)
+    # the loss-excess kill is no anomaly kill: counted, not a kill in the safety score
+    assert (row["safety score"], row["score with loss-excess kills"],
+            row["score with liveness kills"]) == ("1/3 = 33%", "2/3 = 67%", "3/4 = 75%")
 
 
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:

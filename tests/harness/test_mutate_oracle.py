@@ -13,7 +13,7 @@ from harness.commands.mutate import CLASSIFIED, cells
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import mutants_of
-from harness.mutate.oracle import LIVENESS, SAFETY, judge
+from harness.mutate.oracle import LIVENESS, LOSS_EXCESS, SAFETY, judge, loss_excess
 from harness.mutate.score import BASELINE, local_runner, search_all
 
 
@@ -25,13 +25,73 @@ def _row(valid, anomalies=None, acked: int = 500, lost: int = 0, error=None) -> 
 LOSSY = _row(False, {"lost-write": 40, "invariant:LeaderCompleteness": 1}, lost=40)
 
 
-def test_what_the_baseline_also_has_is_no_kill_whatever_the_counts() -> None:
-    same_kinds = _row(False, {"lost-write": 400, "invariant:LeaderCompleteness": 3}, lost=400)
+def test_what_the_baseline_also_has_is_no_kill_within_the_loss_margins() -> None:
+    same_kinds = _row(False, {"lost-write": 55, "invariant:LeaderCompleteness": 3}, lost=55)
     verdict = judge(same_kinds, LOSSY)
     assert verdict.kind is None
     assert verdict.differs == ["invariant:LeaderCompleteness 3 (baseline 1)",
-                               "lost-write 400 (baseline 40)", "lost 400 (baseline 40)"]
+                               "lost-write 55 (baseline 40)",
+                               "lost 55 of 500 acknowledged (baseline 40 of 500)"]
     assert judge(LOSSY, LOSSY).kind is None  # the unmutated code never kills itself
+
+
+def _lossy(lost: int, acked: int) -> dict:
+    return _row(False, {"lost-write": lost}, acked=acked, lost=lost)
+
+
+# safe/power seed 1 (docs/mutation.md): the unmutated code, then MemoryLog._sync:drop-stmt
+BASE_1, NO_SYNC_1 = _lossy(592, 6845), _lossy(992, 6900)
+
+
+@pytest.mark.parametrize(("row", "base", "kind"), [
+    (NO_SYNC_1, BASE_1, LOSS_EXCESS),
+    # its twin: the safe heartbeat mutant's seed 1, a timing change (2% fewer records)
+    (_lossy(580, 6800), BASE_1, None),
+    # twins on the share: 1.5 times the baseline's kills, just below it does not
+    (_lossy(900, 6845), _lossy(600, 6845), LOSS_EXCESS),
+    (_lossy(899, 6845), _lossy(600, 6845), None),
+    # twins on the count: 1.5 times the share from fewer sends kills only with 1.5 times the
+    # records (Log.append:arith-swap's seed 1 lost 588 of 3791 against 592 of 6845)
+    (_lossy(900, 3791), _lossy(600, 6845), LOSS_EXCESS),
+    (_lossy(588, 3791), BASE_1, None),
+    # and a safe mutant's 282 records more at the same order of share (Replica.tick's seed 2)
+    (_lossy(4564, 4994), _lossy(4282, 5936), None),
+    # twins on the floor: 100 records more kills, 99 do not, whatever the ratio (a clean
+    # baseline's seed is no case: any loss there is a new kind, a safety kill)
+    (_lossy(110, 5000), _lossy(10, 5000), LOSS_EXCESS),
+    (_lossy(109, 5000), _lossy(10, 5000), None),
+    # a baseline that lost next to nothing: the floor alone decides
+    (_lossy(101, 5000), _lossy(1, 5000), LOSS_EXCESS),
+    (_lossy(100, 5000), _lossy(1, 5000), None),
+    # the share, not the count alone: twice the records from twice the sends is no excess
+    (_lossy(1200, 13800), BASE_1, None),
+])
+def test_a_far_larger_share_of_acknowledged_records_lost_is_a_loss_excess_kill(row, base,
+                                                                               kind) -> None:
+    assert judge(row, base).kind == kind
+
+
+def test_a_loss_excess_kill_says_both_shares() -> None:
+    assert judge(NO_SYNC_1, BASE_1).why == [
+        "lost 992 of 6900 acknowledged (14.4%; baseline 592 of 6845, 8.6%)"]
+
+
+def test_no_loss_excess_without_a_baseline_or_where_either_did_not_serve() -> None:
+    assert loss_excess(NO_SYNC_1, None) is None
+    assert loss_excess(NO_SYNC_1, _row("unknown", acked=6845, lost=592)) is None
+    assert loss_excess(_row("unknown", acked=6900, lost=992), BASE_1) is None
+    assert judge(_row("unknown", lost=992), BASE_1).kind == LIVENESS
+
+
+@pytest.mark.parametrize("row", [
+    _row(True), _row(True, acked=0), _row("unknown"), _row("error", acked=0, error="E: x"),
+    LOSSY, BASE_1, NO_SYNC_1, _lossy(99, 100), _lossy(5000, 6000),
+    _row(False, {"unseen": 3, "invariant:ValidControllerState": 1}, lost=3)])
+def test_no_seed_of_any_kind_kills_itself(row) -> None:
+    """The unmutated code against itself (a deterministic simulation repeats a seed exactly):
+    no rule may fire, whatever the seed lost."""
+    assert judge(row, row, {"lost-write", "unseen"}).kind is None
+    assert judge(row, row).kind is None
 
 
 def test_an_anomaly_or_invariant_the_baseline_lacks_is_a_safety_kill() -> None:
