@@ -153,7 +153,7 @@ def _baseline_html(base: Result | None) -> str:
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in base.notes) or "<li>none</li>"
     return (f"<h2>The baseline (unmutated code)</h2><p>{base.outcome}, {base.seeds_run} seeds, "
             f"{base.unknown} unknown. Its invalid seeds (a mutant is killed only by what its "
-            f"same seed adds to these):</p><ul>{notes}</ul>")
+            f"same seed adds to these, or by losing far more):</p><ul>{notes}</ul>")
 
 
 _CSS = ("body{font-family:sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse}"

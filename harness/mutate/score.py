@@ -10,9 +10,10 @@ or as Spark tasks (`spark_master`, one job of one task per mutant and block, `jo
 time). So a mutant killed at its third seed costs one block, and only survivors run every
 seed.
 
-Outcomes: killed (a safety kill: anomalies or invariants the baseline's same seed lacks; or a
-liveness kill: the baseline's seed answered, the mutant's raised, acknowledged nothing or
-stayed unknown; with its cell, seed and the wall time spent on the mutant until then),
+Outcomes: killed (a safety kill: anomalies or invariants the baseline's same seed lacks; a
+loss-excess kill: far more lost than the baseline's same seed; or a liveness kill: the
+baseline's seed answered, the mutant's raised, acknowledged nothing or stayed unknown; with
+its cell, seed and the wall time spent on the mutant until then),
 crashed (the mutated module did not import: not counted in the score), timed-out (a block
 ran past its time), survived. The unit tests (`tests/replication`, in-process tests only) run
 separately on the survivors, or on every mutant (`unit_tests="all"`)."""
@@ -52,7 +53,7 @@ class Result:
     id: str
     outcome: str = "alive"  # killed | crashed | timed-out | survived (alive while searched)
     by: list[str] = field(default_factory=list)  # what the killing seed had that the baseline's lacked
-    kind: str | None = None  # of a kill: "safety" or "liveness" (oracle.py)
+    kind: str | None = None  # of a kill: "safety", "loss-excess" or "liveness" (oracle.py)
     cell: str | None = None
     seed: int | None = None
     seeds_run: int = 0
@@ -185,8 +186,9 @@ def _record_baseline(result: Result, answer: Mapping[str, Any],
         result.seeds_run += 1
         result.unknown += row["valid"] not in KNOWN
         where = f"{answer['cell']} seed {row['seed']}"
-        if row["valid"] is False:
-            result.notes.append(f"{where}: {', '.join(sorted(row['anomalies']))}")
+        if row["valid"] is False:  # what a loss-excess kill is measured against, too
+            result.notes.append(f"{where}: {', '.join(sorted(row['anomalies']))}; lost "
+                                f"{row.get('lost', 0)} of {row['acked']} acknowledged")
         if not served(row) and row["valid"] != "unknown":
             result.outcome, result.cell, result.seed = "crashed", answer["cell"], row["seed"]
             result.error = row["error"] or "nothing acknowledged"
