@@ -132,18 +132,24 @@ def _one(path: str, operator: str, changed: str) -> str:
 
 def test_under_a_lossy_mix_a_known_bad_mutant_is_killed_and_an_equivalent_one_is_not() -> None:
     """Seed 1 of safe/power loses records with the unmutated code, seed 3 does not: the HWM
-    mutant adds nothing new at seed 1 and is killed at seed 3; the equivalent mutant (`<=`
-    where equality changes nothing) runs the very same seeds, so it is never killed."""
+    mutant adds nothing new at seed 1 and is killed at seed 3; unclean election when it is
+    disabled adds no kind at seed 1 but loses far more there (a loss-excess kill); the
+    equivalent mutant (`<=` where equality changes nothing) runs the very same seeds, so it is
+    never killed."""
     hwm = _one("replication/partition.py", "min-max", "max([settled if r == me")
+    unclean = _one("replication/metadata.py", "negate-cond", "if not (rules.unclean_election)")
     (same,) = [i for i, note in page.classified(CLASSIFIED).items()
                if ":Log.settled_end:cmp-boundary:" in i and note["verdict"] == "equivalent"]
     args = argparse.Namespace(cell=["safe/power"], campaign=ROOT / "campaigns" / "mutation.toml")
-    results = search_all([hwm, same], cells(args), [1, 3], local_runner(2), block=2)
+    results = search_all([hwm, unclean, same], cells(args), [1, 3], local_runner(2), block=2)
     baseline = results[BASELINE]
     assert (baseline.outcome, baseline.seeds_run) == ("survived", 2)
     assert [n.split(":")[0] for n in baseline.notes] == ["safe/power seed 1"]  # lossy on its own
+    assert " acknowledged" in baseline.notes[0]  # its loss, what a loss excess is measured by
     killed = results[hwm]
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", SAFETY, 3)
+    assert (results[unclean].outcome, results[unclean].kind, results[unclean].seed) == \
+        ("killed", LOSS_EXCESS, 1)
     assert (results[same].outcome, results[same].seeds_run, results[same].notes) == \
         ("survived", 2, [])
 
