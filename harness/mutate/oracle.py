@@ -18,10 +18,11 @@ for that seed is judged against the baseline's row (`judge`):
   final read never reached the high watermark (unknown). Counted apart from safety kills.
 - a **loss-excess** kill when both seeds served, the mutant's shows no kind the baseline's
   lacks, but lost far more (`loss_excess`: at least LOSS_FACTOR times the baseline's lost
-  records AND times its lost/acknowledged share, and LOSS_MIN records more): a statistic, not
+  records AND times its lost-per-acknowledged rate, and LOSS_MIN records more): a statistic, not
   a record-by-record match, since the workload's values come from one counter shared by
   closed-loop producers, so value N is another producer's send at another time as soon as two
-  runs' timings part. Counted apart from the anomaly kills (docs/mutation.md).
+  runs' timings part. Counted apart from the anomaly kills (docs/mutation.md), and it does
+  not end a mutant's search: a later seed may still give it a safety kill.
 
 With no baseline row for a seed (its block timed out), any anomaly is a safety kill and
 liveness is not judged. Pure logic: rows are the dicts `harness.simulate.search` returns."""
@@ -35,7 +36,7 @@ from typing import Any
 SAFETY, LIVENESS, LOSS_EXCESS = "safety", "liveness", "loss-excess"
 # A loss-excess kill needs every margin: safe mutants that only move timing came within reach
 # of each one alone (docs/mutation.md: 282 records more at 1.07 times the count; 1.8 times the
-# share from fewer sends, with 4 records fewer), and small losses vary most.
+# rate from fewer sends, with 4 records fewer), and small losses vary most.
 LOSS_FACTOR = 1.5
 LOSS_MIN = 100
 KNOWN = (True, False)  # verdicts that answer the question; "unknown" and "error" do not
@@ -63,7 +64,8 @@ def new_anomalies(row: Mapping[str, Any], base: Mapping[str, Any] | None) -> lis
 
 
 def loss_ratio(row: Mapping[str, Any]) -> float:
-    """The share of a seed's acknowledged sends its final read did not find."""
+    """A seed's lost records (the checker's lost-write and unseen) per acknowledged send: a
+    rate, not a fraction of one set (sends whose outcome was unknown can be lost too)."""
     return row.get("lost", 0) / row["acked"]
 
 
@@ -76,8 +78,8 @@ def loss_excess(row: Mapping[str, Any], base: Mapping[str, Any] | None) -> str |
     ratio, was = loss_ratio(row), loss_ratio(base)
     if lost - had < LOSS_MIN or lost < LOSS_FACTOR * had or ratio < LOSS_FACTOR * was:
         return None
-    return (f"lost {row.get('lost', 0)} of {row['acked']} acknowledged ({ratio:.1%}; baseline "
-            f"{base.get('lost', 0)} of {base['acked']}, {was:.1%})")
+    return (f"lost {lost} for {row['acked']} acknowledged ({ratio:.1%}; baseline {had} for "
+            f"{base['acked']}, {was:.1%})")
 
 
 def _count_changes(row: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
@@ -85,8 +87,8 @@ def _count_changes(row: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]
     out = [f"{k} {row['anomalies'][k]} (baseline {base['anomalies'][k]})" for k in shared
            if row["anomalies"][k] != base["anomalies"][k]]
     if row.get("lost", 0) != base.get("lost", 0):
-        out.append(f"lost {row.get('lost', 0)} of {row['acked']} acknowledged "
-                   f"(baseline {base.get('lost', 0)} of {base['acked']})")
+        out.append(f"lost {row.get('lost', 0)} for {row['acked']} acknowledged "
+                   f"(baseline {base.get('lost', 0)} for {base['acked']})")
     return out
 
 
@@ -123,8 +125,9 @@ def _verdict(row: Mapping[str, Any]) -> str:
 
 def decisive(row: Mapping[str, Any], base: Mapping[str, Any] | None,
              cell_kinds: Collection[str] = ()) -> bool:
-    """Whether a seed ends the mutant's search: it is a kill of either kind."""
-    return judge(row, base, cell_kinds).kind is not None
+    """Whether a seed ends the mutant's search: a safety or liveness kill (a loss excess does
+    not, so that a safety kill at a later seed still counts as one)."""
+    return judge(row, base, cell_kinds).kind in (SAFETY, LIVENESS)
 
 
 def kinds(rows: Collection[Mapping[str, Any]]) -> set[str]:

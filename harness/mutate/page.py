@@ -7,7 +7,7 @@ classification (campaigns/mutation-survivors.toml) of a survivor calls it "equiv
 run could tell it from the original) or "safe" (it changes what the system does, but no
 acknowledged record can be lost or misread through it: not safety-breaking, so not the
 harness's to catch). The **score with loss-excess kills**: safety and loss-excess kills (a
-seed that lost a far larger share of what it acknowledged than the baseline's, with no new
+seed that lost far more, per acknowledged send too, than the baseline's, with no new
 kind: harness/mutate/oracle.py) / the safety score's count. The **score with liveness
 kills**: all kills / the same count with the liveness kills put back. A survivor classified
 "missed" is a safety-breaking change the harness did not catch. While only a sample of the

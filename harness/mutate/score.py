@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.mutate.child import ROOT
-from harness.mutate.oracle import KNOWN, judge, kinds, served
+from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -163,6 +163,11 @@ def _record(result: Result, answer: Mapping[str, Any],
         result.unknown += row["valid"] not in KNOWN
         verdict = judge(row, baseline.get(row["seed"]), cell_kinds)
         where = f"{answer['cell']} seed {row['seed']}"
+        if verdict.kind == LOSS_EXCESS:  # the first one kills, at the end (`settle`), unless a
+            if result.kind is None:      # later seed gives a safety or liveness kill
+                result.kind, result.by = verdict.kind, verdict.why
+                result.cell, result.seed = answer["cell"], row["seed"]
+            continue
         if verdict.kind is not None:
             result.outcome, result.kind, result.by = "killed", verdict.kind, verdict.why
             result.cell, result.seed, result.error = answer["cell"], row["seed"], row["error"]
@@ -188,7 +193,7 @@ def _record_baseline(result: Result, answer: Mapping[str, Any],
         where = f"{answer['cell']} seed {row['seed']}"
         if row["valid"] is False:  # what a loss-excess kill is measured against, too
             result.notes.append(f"{where}: {', '.join(sorted(row['anomalies']))}; lost "
-                                f"{row.get('lost', 0)} of {row['acked']} acknowledged")
+                                f"{row.get('lost', 0)} for {row['acked']} acknowledged")
         if not served(row) and row["valid"] != "unknown":
             result.outcome, result.cell, result.seed = "crashed", answer["cell"], row["seed"]
             result.error = row["error"] or "nothing acknowledged"
@@ -224,10 +229,15 @@ def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], 
                     on_result(result)
     for result in results.values():
         if result.outcome == "alive":
-            result.outcome = "survived"
+            settle(result)
             if on_result is not None:
                 on_result(result)
     return results
+
+
+def settle(result: Result) -> None:
+    """A mutant alive after every seed: killed by its first loss excess, if it had one."""
+    result.outcome = "killed" if result.kind == LOSS_EXCESS else "survived"
 
 
 def unit_test_all(results: Mapping[str, Result], which: str, runner: Runner, *,

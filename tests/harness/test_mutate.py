@@ -25,6 +25,7 @@ from harness.mutate.score import (
     child_job,
     local_runner,
     search_all,
+    settle,
 )
 
 SNIPPET = '''\
@@ -138,6 +139,33 @@ def test_a_blocks_answer_is_judged_against_the_baselines_same_seeds(rows, outcom
     result = Result("m")
     _record(result, _answer(rows), CLEAN)
     assert (result.outcome, result.kind, result.by) == (outcome, kind, by)
+
+
+def _lossy(seed: int, lost: int, **anomalies) -> dict:
+    return {**_row(seed, False, acked=5000, anomalies={"lost-write": lost, **anomalies}),
+            "lost": lost}
+
+
+LOSSY = {s: _lossy(s, 500) for s in (1, 2)}  # a baseline that loses 500 records at both seeds
+
+
+def test_a_loss_excess_kills_only_once_no_later_seed_gives_a_safety_kill() -> None:
+    """The first loss excess is kept, the search goes on, and a later safety kill takes its
+    place (it counts in the safety score); with none, the mutant is killed by the excess."""
+    excess_then_new_kind = Result("a")
+    _record(excess_then_new_kind, _answer([_lossy(1, 900), _lossy(2, 500, **{"stale-read": 1})]),
+            LOSSY)
+    assert (excess_then_new_kind.outcome, excess_then_new_kind.kind,
+            excess_then_new_kind.seed) == ("killed", "safety", 2)
+    excess_only = Result("b")
+    _record(excess_only, _answer([_lossy(1, 900), _lossy(2, 1000)]), LOSSY)
+    assert (excess_only.outcome, excess_only.kind, excess_only.seed) == ("alive", "loss-excess", 1)
+    settle(excess_only)
+    assert excess_only.outcome == "killed"
+    within = Result("c")  # its twin: 1.4 times the baseline's loss is no excess
+    _record(within, _answer([_lossy(1, 700), _lossy(2, 700)]), LOSSY)
+    settle(within)
+    assert (within.outcome, within.kind) == ("survived", None)
 
 
 def test_the_child_stops_by_the_parents_rule_so_it_gets_the_cells_kinds() -> None:

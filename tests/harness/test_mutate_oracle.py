@@ -13,7 +13,7 @@ from harness.commands.mutate import CLASSIFIED, cells
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import mutants_of
-from harness.mutate.oracle import LIVENESS, LOSS_EXCESS, SAFETY, judge, loss_excess
+from harness.mutate.oracle import LIVENESS, LOSS_EXCESS, SAFETY, decisive, judge, loss_excess
 from harness.mutate.score import BASELINE, local_runner, search_all
 
 
@@ -31,7 +31,7 @@ def test_what_the_baseline_also_has_is_no_kill_within_the_loss_margins() -> None
     assert verdict.kind is None
     assert verdict.differs == ["invariant:LeaderCompleteness 3 (baseline 1)",
                                "lost-write 55 (baseline 40)",
-                               "lost 55 of 500 acknowledged (baseline 40 of 500)"]
+                               "lost 55 for 500 acknowledged (baseline 40 for 500)"]
     assert judge(LOSSY, LOSSY).kind is None  # the unmutated code never kills itself
 
 
@@ -48,14 +48,14 @@ BASE_1, UNCLEAN_1 = _lossy(592, 6845), _lossy(977, 6913)
     (UNCLEAN_1, BASE_1, LOSS_EXCESS),
     # its twin: a safe mutant's seed 1 (pending produces expire early: Replica.tick)
     (_lossy(594, 6635), BASE_1, None),
-    # twins on the share: 1.5 times the baseline's kills, just below it does not
+    # twins on the rate: 1.5 times the baseline's kills, just below it does not
     (_lossy(900, 6845), _lossy(600, 6845), LOSS_EXCESS),
     (_lossy(899, 6845), _lossy(600, 6845), None),
-    # twins on the count: 1.5 times the share from fewer sends kills only with 1.5 times the
-    # records (Log.append:arith-swap's seed 1 lost 588 of 3791 against 592 of 6845)
+    # twins on the count: 1.5 times the rate from fewer sends kills only with 1.5 times the
+    # records (Log.append:arith-swap's seed 1 lost 588 for 3791 acknowledged, against 592 for 6845)
     (_lossy(900, 3791), _lossy(600, 6845), LOSS_EXCESS),
     (_lossy(588, 3791), BASE_1, None),
-    # and a safe mutant's 282 records more at the same order of share (Replica.tick's seed 2)
+    # and a safe mutant's 282 records more at the same order of rate (Replica.tick's seed 2)
     (_lossy(4564, 4994), _lossy(4282, 5936), None),
     # twins on the floor: 100 records more kills, 99 do not, whatever the ratio (a clean
     # baseline's seed is no case: any loss there is a new kind, a safety kill)
@@ -64,17 +64,22 @@ BASE_1, UNCLEAN_1 = _lossy(592, 6845), _lossy(977, 6913)
     # a baseline that lost next to nothing: the floor alone decides
     (_lossy(101, 5000), _lossy(1, 5000), LOSS_EXCESS),
     (_lossy(100, 5000), _lossy(1, 5000), None),
-    # the share, not the count alone: twice the records from twice the sends is no excess
+    # the rate, not the count alone: twice the records from twice the sends is no excess
     (_lossy(1200, 13800), BASE_1, None),
 ])
-def test_a_far_larger_share_of_acknowledged_records_lost_is_a_loss_excess_kill(row, base,
+def test_far_more_records_lost_and_per_acknowledged_send_is_a_loss_excess_kill(row, base,
                                                                                kind) -> None:
     assert judge(row, base).kind == kind
 
 
-def test_a_loss_excess_kill_says_both_shares() -> None:
+def test_a_loss_excess_kill_says_both_rates() -> None:
     assert judge(UNCLEAN_1, BASE_1).why == [
-        "lost 977 of 6913 acknowledged (14.1%; baseline 592 of 6845, 8.6%)"]
+        "lost 977 for 6913 acknowledged (14.1%; baseline 592 for 6845, 8.6%)"]
+
+
+def test_a_loss_excess_does_not_end_the_childs_search_a_safety_kill_does() -> None:
+    assert judge(UNCLEAN_1, BASE_1).kind == LOSS_EXCESS and not decisive(UNCLEAN_1, BASE_1)
+    assert decisive(_row(False, {"stale-read": 1}), _row(True))
 
 
 def test_no_loss_excess_without_a_baseline_or_where_either_did_not_serve() -> None:
