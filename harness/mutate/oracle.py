@@ -16,6 +16,13 @@ for that seed is judged against the baseline's row (`judge`):
 - a **liveness** kill when the baseline's seed has a known verdict (valid or invalid, with
   something acknowledged) and the mutant's does not: it raised, acknowledged nothing, or its
   final read never reached the high watermark (unknown). Counted apart from safety kills.
+- a **loss-excess** kill when both seeds served, the mutant's shows no kind the baseline's
+  lacks, but lost far more (`loss_excess`: at least LOSS_FACTOR times the baseline's lost
+  records AND times its lost-per-acknowledged rate, and LOSS_MIN records more): a statistic, not
+  a record-by-record match, since the workload's values come from one counter shared by
+  closed-loop producers, so value N is another producer's send at another time as soon as two
+  runs' timings part. Counted apart from the anomaly kills (docs/mutation.md), and it does
+  not end a mutant's search: a later seed may still give it a safety kill.
 
 With no baseline row for a seed (its block timed out), any anomaly is a safety kill and
 liveness is not judged. Pure logic: rows are the dicts `harness.simulate.search` returns."""
@@ -26,7 +33,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SAFETY, LIVENESS = "safety", "liveness"
+SAFETY, LIVENESS, LOSS_EXCESS = "safety", "liveness", "loss-excess"
+# A loss-excess kill needs every margin: safe mutants that only move timing came within reach
+# of each one alone (docs/mutation.md: 282 records more at 1.07 times the count; 1.8 times the
+# rate from fewer sends, with 4 records fewer), and small losses vary most.
+LOSS_FACTOR = 1.5
+LOSS_MIN = 100
 KNOWN = (True, False)  # verdicts that answer the question; "unknown" and "error" do not
 
 
@@ -51,12 +63,32 @@ def new_anomalies(row: Mapping[str, Any], base: Mapping[str, Any] | None) -> lis
     return sorted(k for k, n in row["anomalies"].items() if n and k not in had)
 
 
+def loss_ratio(row: Mapping[str, Any]) -> float:
+    """A seed's lost records (the checker's lost-write and unseen) per acknowledged send: a
+    rate, not a fraction of one set (sends whose outcome was unknown can be lost too)."""
+    return row.get("lost", 0) / row["acked"]
+
+
+def loss_excess(row: Mapping[str, Any], base: Mapping[str, Any] | None) -> str | None:
+    """Why `row` lost far more than `base` (the same seed, unmutated), or None: both must have
+    served, and the excess must pass every margin."""
+    if base is None or not served(row) or not served(base):
+        return None
+    lost, had = row.get("lost", 0), base.get("lost", 0)
+    ratio, was = loss_ratio(row), loss_ratio(base)
+    if lost - had < LOSS_MIN or lost < LOSS_FACTOR * had or ratio < LOSS_FACTOR * was:
+        return None
+    return (f"lost {lost} for {row['acked']} acknowledged ({ratio:.1%}; baseline {had} for "
+            f"{base['acked']}, {was:.1%})")
+
+
 def _count_changes(row: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
     shared = sorted(set(row["anomalies"]) & set(base["anomalies"]))
     out = [f"{k} {row['anomalies'][k]} (baseline {base['anomalies'][k]})" for k in shared
            if row["anomalies"][k] != base["anomalies"][k]]
     if row.get("lost", 0) != base.get("lost", 0):
-        out.append(f"lost {row.get('lost', 0)} (baseline {base.get('lost', 0)})")
+        out.append(f"lost {row.get('lost', 0)} for {row['acked']} acknowledged "
+                   f"(baseline {base.get('lost', 0)} for {base['acked']})")
     return out
 
 
@@ -76,6 +108,9 @@ def judge(row: Mapping[str, Any], base: Mapping[str, Any] | None,
     seen = [k for k in fresh if base is not None and base["valid"] is False and k in cell_kinds]
     if len(seen) < len(fresh):
         return Judgement(SAFETY, [k for k in fresh if k not in seen])
+    excess = loss_excess(row, base)
+    if excess is not None:
+        return Judgement(LOSS_EXCESS, [excess])
     if base is not None and served(base) and not served(row):
         return Judgement(LIVENESS, [f"{_stalled(row)} (baseline {_verdict(base)})"])
     if base is None and row["valid"] == "error":
@@ -90,8 +125,9 @@ def _verdict(row: Mapping[str, Any]) -> str:
 
 def decisive(row: Mapping[str, Any], base: Mapping[str, Any] | None,
              cell_kinds: Collection[str] = ()) -> bool:
-    """Whether a seed ends the mutant's search: it is a kill of either kind."""
-    return judge(row, base, cell_kinds).kind is not None
+    """Whether a seed ends the mutant's search: a safety or liveness kill (a loss excess does
+    not, so that a safety kill at a later seed still counts as one)."""
+    return judge(row, base, cell_kinds).kind in (SAFETY, LIVENESS)
 
 
 def kinds(rows: Collection[Mapping[str, Any]]) -> set[str]:

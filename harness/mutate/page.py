@@ -6,10 +6,12 @@ liveness only (a mutant that stops serving was asked no safety question), and un
 classification (campaigns/mutation-survivors.toml) of a survivor calls it "equivalent" (no
 run could tell it from the original) or "safe" (it changes what the system does, but no
 acknowledged record can be lost or misread through it: not safety-breaking, so not the
-harness's to catch). The **score with liveness kills**: all kills / the same count with the
-liveness kills put back. A survivor classified "missed" is a safety-breaking change the
-harness did not catch. While only a sample of the survivors is classified, both scores are
-lower bounds of the true ones."""
+harness's to catch). The **score with loss-excess kills**: safety and loss-excess kills (a
+seed that lost far more, per acknowledged send too, than the baseline's, with no new
+kind: harness/mutate/oracle.py) / the safety score's count. The **score with liveness
+kills**: all kills / the same count with the liveness kills put back. A survivor classified
+"missed" is a safety-breaking change the harness did not catch. While only a sample of the
+survivors is classified, the scores are lower bounds of the true ones."""
 
 from __future__ import annotations
 
@@ -24,9 +26,10 @@ from control.files import write_json_atomic
 from harness.mutate.mutants import Mutant
 from harness.mutate.score import BASELINE, Result
 
-COLUMNS = ("module", "mutants", "crashed", "timed out", "safety kills", "liveness kills",
-           "killed only by unit tests", "survived both", "equivalent or safe", "missed",
-           "survivors with unknown seeds", "safety score", "score with liveness kills")
+COLUMNS = ("module", "mutants", "crashed", "timed out", "safety kills", "loss-excess kills",
+           "liveness kills", "killed only by unit tests", "survived both", "equivalent or safe",
+           "missed", "survivors with unknown seeds", "safety score",
+           "score with loss-excess kills", "score with liveness kills")
 NOT_COUNTED = ("equivalent", "safe")  # hand verdicts of survivors that are no safety bug
 
 
@@ -53,16 +56,18 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
     both = sum(r.unit != "killed" and v not in NOT_COUNTED for r, v in zip(survivors, verdicts,
                                                                               strict=True))
     safety, liveness = count("killed", "safety"), count("killed", "liveness")
+    excess = count("killed", "loss-excess")
     counted = len(results) - count("crashed") - count("timed-out") - equivalent
     return {"module": module, "mutants": len(results), "crashed": count("crashed"),
             "timed out": count("timed-out"), "safety kills": safety,
-            "liveness kills": liveness, "killed only by unit tests": unit_only,
-            "survived both": both,
+            "loss-excess kills": excess, "liveness kills": liveness,
+            "killed only by unit tests": unit_only, "survived both": both,
             "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
             "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
                                                 for r in results),
             "safety score": _ratio(safety, counted - liveness),
-            "score with liveness kills": _ratio(safety + liveness, counted)}
+            "score with loss-excess kills": _ratio(safety + excess, counted - liveness),
+            "score with liveness kills": _ratio(safety + excess + liveness, counted)}
 
 
 def score_table(results: Mapping[str, Result], hand: Mapping[str, Mapping]) -> list[dict]:
@@ -115,7 +120,7 @@ def _killed_html(results: Sequence[Result]) -> str:
                    f"<td>{html.escape(r.cell or '')}</td><td>{r.seed}</td><td>{r.wall_s:.1f}</td>"
                    f"<td>{html.escape(', '.join(r.by))}</td></tr>" for r in results)
     return ("<table><tr><th>mutant</th><th>kill</th><th>cell</th><th>seed</th><th>wall s</th>"
-            f"<th>what the baseline's same seed lacked</th></tr>{rows}</table>")
+            f"<th>what the baseline's same seed lacked (or lost less of)</th></tr>{rows}</table>")
 
 
 def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant],
@@ -148,7 +153,7 @@ def _baseline_html(base: Result | None) -> str:
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in base.notes) or "<li>none</li>"
     return (f"<h2>The baseline (unmutated code)</h2><p>{base.outcome}, {base.seeds_run} seeds, "
             f"{base.unknown} unknown. Its invalid seeds (a mutant is killed only by what its "
-            f"same seed adds to these):</p><ul>{notes}</ul>")
+            f"same seed adds to these, or by losing far more):</p><ul>{notes}</ul>")
 
 
 _CSS = ("body{font-family:sans-serif;margin:2em;max-width:75em}table{border-collapse:collapse}"

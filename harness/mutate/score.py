@@ -10,9 +10,10 @@ or as Spark tasks (`spark_master`, one job of one task per mutant and block, `jo
 time). So a mutant killed at its third seed costs one block, and only survivors run every
 seed.
 
-Outcomes: killed (a safety kill: anomalies or invariants the baseline's same seed lacks; or a
-liveness kill: the baseline's seed answered, the mutant's raised, acknowledged nothing or
-stayed unknown; with its cell, seed and the wall time spent on the mutant until then),
+Outcomes: killed (a safety kill: anomalies or invariants the baseline's same seed lacks; a
+loss-excess kill: far more lost than the baseline's same seed; or a liveness kill: the
+baseline's seed answered, the mutant's raised, acknowledged nothing or stayed unknown; with
+its cell, seed and the wall time spent on the mutant until then),
 crashed (the mutated module did not import: not counted in the score), timed-out (a block
 ran past its time), survived. The unit tests (`tests/replication`, in-process tests only) run
 separately on the survivors, or on every mutant (`unit_tests="all"`)."""
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.mutate.child import ROOT
-from harness.mutate.oracle import KNOWN, judge, kinds, served
+from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -52,7 +53,7 @@ class Result:
     id: str
     outcome: str = "alive"  # killed | crashed | timed-out | survived (alive while searched)
     by: list[str] = field(default_factory=list)  # what the killing seed had that the baseline's lacked
-    kind: str | None = None  # of a kill: "safety" or "liveness" (oracle.py)
+    kind: str | None = None  # of a kill: "safety", "loss-excess" or "liveness" (oracle.py)
     cell: str | None = None
     seed: int | None = None
     seeds_run: int = 0
@@ -86,12 +87,18 @@ def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
 def search_task(task: Mapping[str, Any]) -> dict[str, Any]:
     """A mutant and a block of seeds of one cell (a Spark task or a local thread's), with the
     baseline's rows of those seeds (none for the baseline's own task)."""
-    mutant = None if task["mutant"] == BASELINE else task["mutant"]
     started = time.perf_counter()
-    answer = run_child({"mutant": mutant, "config": task["config"], "seeds": task["seeds"],
-                        "baseline": task.get("baseline", {})}, task["timeout"])
+    answer = run_child(child_job(task), task["timeout"])
     return {**answer, "mutant": task["mutant"], "cell": task["cell"],
             "wall_s": time.perf_counter() - started}
+
+
+def child_job(task: Mapping[str, Any]) -> dict[str, Any]:
+    """A search task's job for the child: it stops at a seed only by the rule the parent
+    judges the seed by, so the job carries the cell's kinds as well as the baseline's rows."""
+    mutant = None if task["mutant"] == BASELINE else task["mutant"]
+    return {"mutant": mutant, "config": task["config"], "seeds": task["seeds"],
+            "baseline": task.get("baseline", {}), "cell_kinds": task.get("cell_kinds", [])}
 
 
 def unit_task(task: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,6 +163,11 @@ def _record(result: Result, answer: Mapping[str, Any],
         result.unknown += row["valid"] not in KNOWN
         verdict = judge(row, baseline.get(row["seed"]), cell_kinds)
         where = f"{answer['cell']} seed {row['seed']}"
+        if verdict.kind == LOSS_EXCESS:  # the first one kills, at the end (`settle`), unless a
+            if result.kind is None:      # later seed gives a safety or liveness kill
+                result.kind, result.by = verdict.kind, verdict.why
+                result.cell, result.seed = answer["cell"], row["seed"]
+            continue
         if verdict.kind is not None:
             result.outcome, result.kind, result.by = "killed", verdict.kind, verdict.why
             result.cell, result.seed, result.error = answer["cell"], row["seed"], row["error"]
@@ -179,8 +191,9 @@ def _record_baseline(result: Result, answer: Mapping[str, Any],
         result.seeds_run += 1
         result.unknown += row["valid"] not in KNOWN
         where = f"{answer['cell']} seed {row['seed']}"
-        if row["valid"] is False:
-            result.notes.append(f"{where}: {', '.join(sorted(row['anomalies']))}")
+        if row["valid"] is False:  # what a loss-excess kill is measured against, too
+            result.notes.append(f"{where}: {', '.join(sorted(row['anomalies']))}; lost "
+                                f"{row.get('lost', 0)} for {row['acked']} acknowledged")
         if not served(row) and row["valid"] != "unknown":
             result.outcome, result.cell, result.seed = "crashed", answer["cell"], row["seed"]
             result.error = row["error"] or "nothing acknowledged"
@@ -216,10 +229,15 @@ def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], 
                     on_result(result)
     for result in results.values():
         if result.outcome == "alive":
-            result.outcome = "survived"
+            settle(result)
             if on_result is not None:
                 on_result(result)
     return results
+
+
+def settle(result: Result) -> None:
+    """A mutant alive after every seed: killed by its first loss excess, if it had one."""
+    result.outcome = "killed" if result.kind == LOSS_EXCESS else "survived"
 
 
 def unit_test_all(results: Mapping[str, Result], which: str, runner: Runner, *,

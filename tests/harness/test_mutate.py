@@ -17,7 +17,16 @@ from harness.commands.mutate import cells, sample
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import changed_lines, mutant, mutants_of, mutants_of_source, parse_id
-from harness.mutate.score import BASELINE, Cell, Result, _record, local_runner, search_all
+from harness.mutate.score import (
+    BASELINE,
+    Cell,
+    Result,
+    _record,
+    child_job,
+    local_runner,
+    search_all,
+    settle,
+)
 
 SNIPPET = '''\
 """A module docstring."""
@@ -132,6 +141,43 @@ def test_a_blocks_answer_is_judged_against_the_baselines_same_seeds(rows, outcom
     assert (result.outcome, result.kind, result.by) == (outcome, kind, by)
 
 
+def _lossy(seed: int, lost: int, **anomalies) -> dict:
+    return {**_row(seed, False, acked=5000, anomalies={"lost-write": lost, **anomalies}),
+            "lost": lost}
+
+
+LOSSY = {s: _lossy(s, 500) for s in (1, 2)}  # a baseline that loses 500 records at both seeds
+
+
+def test_a_loss_excess_kills_only_once_no_later_seed_gives_a_safety_kill() -> None:
+    """The first loss excess is kept, the search goes on, and a later safety kill takes its
+    place (it counts in the safety score); with none, the mutant is killed by the excess."""
+    excess_then_new_kind = Result("a")
+    _record(excess_then_new_kind, _answer([_lossy(1, 900), _lossy(2, 500, **{"stale-read": 1})]),
+            LOSSY)
+    assert (excess_then_new_kind.outcome, excess_then_new_kind.kind,
+            excess_then_new_kind.seed) == ("killed", "safety", 2)
+    excess_only = Result("b")
+    _record(excess_only, _answer([_lossy(1, 900), _lossy(2, 1000)]), LOSSY)
+    assert (excess_only.outcome, excess_only.kind, excess_only.seed) == ("alive", "loss-excess", 1)
+    settle(excess_only)
+    assert excess_only.outcome == "killed"
+    within = Result("c")  # its twin: 1.4 times the baseline's loss is no excess
+    _record(within, _answer([_lossy(1, 700), _lossy(2, 700)]), LOSSY)
+    settle(within)
+    assert (within.outcome, within.kind) == ("survived", None)
+
+
+def test_the_child_stops_by_the_parents_rule_so_it_gets_the_cells_kinds() -> None:
+    """A child judging with no cell kinds stopped at a lossy seed's `unseen`, which the parent,
+    knowing the baseline shows it elsewhere in the cell, did not call a kill: the mutant then
+    "survived" on 1 seed of 5."""
+    task = {"mutant": "m", "cell": "safe", "config": {}, "seeds": [1], "timeout": 9,
+            "baseline": {"1": _row(1, False)}, "cell_kinds": ["unseen"]}
+    assert child_job(task)["cell_kinds"] == ["unseen"]
+    assert child_job({**task, "mutant": BASELINE})["mutant"] is None
+
+
 def test_a_timeout_or_a_module_that_does_not_import_is_not_a_kill() -> None:
     timed, broken = Result("a"), Result("b")
     _record(timed, {"timeout": True, "cell": "safe", "wall_s": 50.0}, CLEAN)
@@ -143,14 +189,18 @@ def test_the_safety_score_counts_neither_crashes_liveness_kills_nor_equivalent_m
     results = {i: Result(i, outcome=o, kind=k) for i, o, k in [
         (BASELINE, "survived", None), ("x.py:drop-stmt:1:0:0", "killed", "safety"),
         ("x.py:drop-stmt:2:0:0", "survived", None), ("x.py:drop-stmt:3:0:0", "survived", None),
-        ("x.py:drop-stmt:4:0:0", "crashed", None), ("x.py:drop-stmt:5:0:0", "killed", "liveness")]}
+        ("x.py:drop-stmt:4:0:0", "crashed", None), ("x.py:drop-stmt:5:0:0", "killed", "liveness"),
+        ("x.py:drop-stmt:6:0:0", "killed", "loss-excess")]}
     results["x.py:drop-stmt:3:0:0"].unit = "killed"
     hand = {"x.py:drop-stmt:2:0:0": {"verdict": "equivalent", "why": "a cache"}}
     row, total = page.score_table(results, hand)
     assert row == total | {"module": "x.py"}
-    assert (row["safety kills"], row["liveness kills"], row["killed only by unit tests"],
-            row["equivalent or safe"], row["survived both"]) == (1, 1, 1, 1, 0)
-    assert (row["safety score"], row["score with liveness kills"]) == ("1/2 = 50%", "2/3 = 67%")
+    assert (row["safety kills"], row["loss-excess kills"], row["liveness kills"],
+            row["killed only by unit tests"], row["equivalent or safe"],
+            row["survived both"]) == (1, 1, 1, 1, 1, 0)
+    # the loss-excess kill is no anomaly kill: counted, not a kill in the safety score
+    assert (row["safety score"], row["score with loss-excess kills"],
+            row["score with liveness kills"]) == ("1/3 = 33%", "2/3 = 67%", "3/4 = 75%")
 
 
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:

@@ -13,7 +13,7 @@ from harness.commands.mutate import CLASSIFIED, cells
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import mutants_of
-from harness.mutate.oracle import LIVENESS, SAFETY, judge
+from harness.mutate.oracle import LIVENESS, LOSS_EXCESS, SAFETY, decisive, judge, loss_excess
 from harness.mutate.score import BASELINE, local_runner, search_all
 
 
@@ -25,13 +25,79 @@ def _row(valid, anomalies=None, acked: int = 500, lost: int = 0, error=None) -> 
 LOSSY = _row(False, {"lost-write": 40, "invariant:LeaderCompleteness": 1}, lost=40)
 
 
-def test_what_the_baseline_also_has_is_no_kill_whatever_the_counts() -> None:
-    same_kinds = _row(False, {"lost-write": 400, "invariant:LeaderCompleteness": 3}, lost=400)
+def test_what_the_baseline_also_has_is_no_kill_within_the_loss_margins() -> None:
+    same_kinds = _row(False, {"lost-write": 55, "invariant:LeaderCompleteness": 3}, lost=55)
     verdict = judge(same_kinds, LOSSY)
     assert verdict.kind is None
     assert verdict.differs == ["invariant:LeaderCompleteness 3 (baseline 1)",
-                               "lost-write 400 (baseline 40)", "lost 400 (baseline 40)"]
+                               "lost-write 55 (baseline 40)",
+                               "lost 55 for 500 acknowledged (baseline 40 for 500)"]
     assert judge(LOSSY, LOSSY).kind is None  # the unmutated code never kills itself
+
+
+def _lossy(lost: int, acked: int) -> dict:
+    return _row(False, {"lost-write": lost}, acked=acked, lost=lost)
+
+
+# safe/power seed 1 as measured (docs/mutation.md): the unmutated code, then the mutant that
+# elects uncleanly when unclean election is disabled (metadata.py:elect_if_leaderless)
+BASE_1, UNCLEAN_1 = _lossy(592, 6845), _lossy(977, 6913)
+
+
+@pytest.mark.parametrize(("row", "base", "kind"), [
+    (UNCLEAN_1, BASE_1, LOSS_EXCESS),
+    # its twin: a safe mutant's seed 1 (pending produces expire early: Replica.tick)
+    (_lossy(594, 6635), BASE_1, None),
+    # twins on the rate: 1.5 times the baseline's kills, just below it does not
+    (_lossy(900, 6845), _lossy(600, 6845), LOSS_EXCESS),
+    (_lossy(899, 6845), _lossy(600, 6845), None),
+    # twins on the count: 1.5 times the rate from fewer sends kills only with 1.5 times the
+    # records (Log.append:arith-swap's seed 1 lost 588 for 3791 acknowledged, against 592 for 6845)
+    (_lossy(900, 3791), _lossy(600, 6845), LOSS_EXCESS),
+    (_lossy(588, 3791), BASE_1, None),
+    # and a safe mutant's 282 records more at the same order of rate (Replica.tick's seed 2)
+    (_lossy(4564, 4994), _lossy(4282, 5936), None),
+    # twins on the floor: 100 records more kills, 99 do not, whatever the ratio (a clean
+    # baseline's seed is no case: any loss there is a new kind, a safety kill)
+    (_lossy(110, 5000), _lossy(10, 5000), LOSS_EXCESS),
+    (_lossy(109, 5000), _lossy(10, 5000), None),
+    # a baseline that lost next to nothing: the floor alone decides
+    (_lossy(101, 5000), _lossy(1, 5000), LOSS_EXCESS),
+    (_lossy(100, 5000), _lossy(1, 5000), None),
+    # the rate, not the count alone: twice the records from twice the sends is no excess
+    (_lossy(1200, 13800), BASE_1, None),
+])
+def test_far_more_records_lost_and_per_acknowledged_send_is_a_loss_excess_kill(row, base,
+                                                                               kind) -> None:
+    assert judge(row, base).kind == kind
+
+
+def test_a_loss_excess_kill_says_both_rates() -> None:
+    assert judge(UNCLEAN_1, BASE_1).why == [
+        "lost 977 for 6913 acknowledged (14.1%; baseline 592 for 6845, 8.6%)"]
+
+
+def test_a_loss_excess_does_not_end_the_childs_search_a_safety_kill_does() -> None:
+    assert judge(UNCLEAN_1, BASE_1).kind == LOSS_EXCESS and not decisive(UNCLEAN_1, BASE_1)
+    assert decisive(_row(False, {"stale-read": 1}), _row(True))
+
+
+def test_no_loss_excess_without_a_baseline_or_where_either_did_not_serve() -> None:
+    assert loss_excess(UNCLEAN_1, None) is None
+    assert loss_excess(UNCLEAN_1, _row("unknown", acked=6845, lost=592)) is None
+    assert loss_excess(_row("unknown", acked=6900, lost=992), BASE_1) is None
+    assert judge(_row("unknown", lost=992), BASE_1).kind == LIVENESS
+
+
+@pytest.mark.parametrize("row", [
+    _row(True), _row(True, acked=0), _row("unknown"), _row("error", acked=0, error="E: x"),
+    LOSSY, BASE_1, UNCLEAN_1, _lossy(99, 100), _lossy(5000, 6000),
+    _row(False, {"unseen": 3, "invariant:ValidControllerState": 1}, lost=3)])
+def test_no_seed_of_any_kind_kills_itself(row) -> None:
+    """The unmutated code against itself (a deterministic simulation repeats a seed exactly):
+    no rule may fire, whatever the seed lost."""
+    assert judge(row, row, {"lost-write", "unseen"}).kind is None
+    assert judge(row, row).kind is None
 
 
 def test_an_anomaly_or_invariant_the_baseline_lacks_is_a_safety_kill() -> None:
@@ -71,18 +137,24 @@ def _one(path: str, operator: str, changed: str) -> str:
 
 def test_under_a_lossy_mix_a_known_bad_mutant_is_killed_and_an_equivalent_one_is_not() -> None:
     """Seed 1 of safe/power loses records with the unmutated code, seed 3 does not: the HWM
-    mutant adds nothing new at seed 1 and is killed at seed 3; the equivalent mutant (`<=`
-    where equality changes nothing) runs the very same seeds, so it is never killed."""
+    mutant adds nothing new at seed 1 and is killed at seed 3; unclean election when it is
+    disabled adds no kind at seed 1 but loses far more there (a loss-excess kill); the
+    equivalent mutant (`<=` where equality changes nothing) runs the very same seeds, so it is
+    never killed."""
     hwm = _one("replication/partition.py", "min-max", "max([settled if r == me")
+    unclean = _one("replication/metadata.py", "negate-cond", "if not (rules.unclean_election)")
     (same,) = [i for i, note in page.classified(CLASSIFIED).items()
                if ":Log.settled_end:cmp-boundary:" in i and note["verdict"] == "equivalent"]
     args = argparse.Namespace(cell=["safe/power"], campaign=ROOT / "campaigns" / "mutation.toml")
-    results = search_all([hwm, same], cells(args), [1, 3], local_runner(2), block=2)
+    results = search_all([hwm, unclean, same], cells(args), [1, 3], local_runner(2), block=2)
     baseline = results[BASELINE]
     assert (baseline.outcome, baseline.seeds_run) == ("survived", 2)
     assert [n.split(":")[0] for n in baseline.notes] == ["safe/power seed 1"]  # lossy on its own
+    assert " acknowledged" in baseline.notes[0]  # its loss, what a loss excess is measured by
     killed = results[hwm]
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", SAFETY, 3)
+    assert (results[unclean].outcome, results[unclean].kind, results[unclean].seed) == \
+        ("killed", LOSS_EXCESS, 1)
     assert (results[same].outcome, results[same].seeds_run, results[same].notes) == \
         ("survived", 2, [])
 
