@@ -378,17 +378,16 @@ class Remote:
         if pid is None:
             return False
         p = shlex.quote(str(pid))
-        script = (
-            f"kill -TERM -{p} 2>/dev/null; "
-            f"for i in $(seq {max(1, round(timeout * 10))}); do "
-            f"grep -qv '^[0-9]* (.*) Z' /proc/{p}/stat 2>/dev/null || exit 0; sleep 0.1; done; "
-            f"kill -KILL -{p} 2>/dev/null; exit 1"
-        )
-        killed = not self.run(["sh", "-c", script], timeout=timeout + 30, check=False).ok
-        if killed:  # SIGKILL is delivered at once; wait until the kernel has reaped it
-            self.run(["sh", "-c", f"while grep -qv '^[0-9]* (.*) Z' /proc/{p}/stat 2>/dev/null;"
-                     " do sleep 0.05; done"], timeout=30, check=False)
-        return killed
+        # After SIGKILL, wait too: the kernel ends the process soon, not at once.
+        script = f"""
+alive() {{ grep -qv '^[0-9]* (.*) Z' /proc/{p}/stat 2>/dev/null; }}
+kill -TERM -{p} 2>/dev/null
+for i in $(seq {max(1, round(timeout * 10))}); do alive || exit 0; sleep 0.1; done
+kill -KILL -{p} 2>/dev/null
+while alive; do sleep 0.05; done
+exit 1
+"""
+        return not self.run(["sh", "-c", script], timeout=timeout + 60, check=False).ok
 
     def stop_all(self, timeout: float = 10.0) -> list[str]:
         """SIGTERM every daemon started here, SIGKILL what is left after timeout.

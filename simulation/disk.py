@@ -240,7 +240,7 @@ class NodeDisk:
         self._store = None
         if self._lost_under_process:
             self._lost_under_process = False
-            self._recover_views(set(self.views), "page-cache loss")
+            self._recover_views(set(self.views), "page-cache loss", self.fs.copy())
 
     # ---- faults -------------------------------------------------------------------------------
 
@@ -259,17 +259,19 @@ class NodeDisk:
             report = self.fs.power_loss()
         open_now = set(self._store.open_keys()) if running and self._store is not None else set()
         self._lost_under_process = self._lost_under_process or bool(open_now)
+        scratch = self.fs.copy()  # one copy of the disk for every log's recovery below
         lost = self._recover_views(set(self.views) - open_now, "torn power loss" if rng else
-                                   "page-cache loss" if running else "power loss")
+                                   "page-cache loss" if running else "power loss", scratch)
         for key in sorted(open_now):  # what they will lose when the process dies
-            lost[key] = _lost_records(self.views[key].records, self._recovery(key))
+            lost[key] = _lost_records(self.views[key].records, self._recovery(key, scratch))
         logs = {f"{t}-{p}": n for (t, p), n in sorted(lost.items()) if n}
         return {**report, "lost_records": sum(logs.values()), "logs": logs}
 
-    def _recover_views(self, keys: set[tuple[str, int]], after: str) -> dict[tuple[str, int], int]:
-        """The views of `keys` become what the next recovery will keep; records lost each."""
+    def _recover_views(self, keys: set[tuple[str, int]], after: str,
+                       scratch: SimFs) -> dict[tuple[str, int], int]:
+        """The views of `keys` become what the next recovery will keep (run on `scratch`, a
+        copy of the disk); records lost each."""
         lost = {}
-        scratch = self.fs.copy() if keys else None
         for key in sorted(keys):
             view = self.views[key]
             kept = self._recovery(key, scratch)
@@ -277,14 +279,14 @@ class NodeDisk:
             view.recovered(kept, after)
         return lost
 
-    def _recovery(self, key: tuple[str, int], scratch: SimFs | None = None) -> list[Record]:
-        """The records the next recovery of the log keeps: the real recovery run on a scratch
-        copy of the disk. Nothing if it fails (the next start would fail the same way)."""
+    def _recovery(self, key: tuple[str, int], scratch: SimFs) -> list[Record]:
+        """The records the next recovery of the log keeps: the real recovery run on `scratch`,
+        a copy of the disk (each log's files are its own, so one copy serves every log).
+        Nothing if it fails (the next start would fail the same way)."""
         topic, partition = key
-        fs = scratch or self.fs.copy()
         try:
             log = SegmentLog(DATA_DIR / f"{topic}-{partition}", segment_bytes=self.log_config.segment_bytes,
-                             fs=fs)
+                             fs=scratch)
             records = log.read(0, log.end_offset)
             log.close(clean=False)
         except (OSError, ValueError):

@@ -6,22 +6,13 @@ holds when it stops leading."""
 
 from __future__ import annotations
 
+from test_protocol_hwm import CONFIG, _replica  # one leader, two followers, MinISR 2
+
 from replication import errors as E
-from replication.config import NodeConfig
-from replication.log import MemoryLog
 from replication.messages import ConsumerFetchReply, ConsumerFetchRequest, ErrorReply, FetchRequest
 from replication.metadata import PartitionState
 from replication.outputs import Reply
 from replication.partition import Replica
-
-CONFIG = NodeConfig(min_insync_replicas=2)
-STATE = PartitionState("A", 0, replicas=(1, 2, 3), leader=1, leader_epoch=0, isr=(1, 2, 3))
-
-
-def _replica(broker: int) -> Replica:
-    r = Replica(broker, "A", 0, MemoryLog())
-    r.on_metadata(STATE, CONFIG, now=0)
-    return r
 
 
 def _replicate(leader: Replica, followers: list[Replica], now: int) -> list:
