@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import tools
 from test_hardening_exits import SMALL_HISTORY
 
 from control.tools import TOOLS_ENV
@@ -98,3 +99,15 @@ def test_only_a_run_that_needs_toxiproxy_is_refused(tmp_path, monkeypatch):
     require_toxiproxy(load_config(overrides={"nemesis.faults": ["kill", "partition"]}))
     with pytest.raises(ToxiproxyError, match="Toxiproxy is not installed"):
         require_toxiproxy(load_config(overrides={"nemesis.faults": ["kill", "latency"]}))
+
+
+def test_a_part_is_skipped_in_bootstraps_words_only_when_bootstrap_skipped_it(monkeypatch, tmp_path):
+    """tests/support/tools.py: the `native` and `toxiproxy` markers skip a test only where the
+    program is missing AND make bootstrap left its note; a broken build still fails."""
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # where bootstrap writes its notes
+    monkeypatch.setitem(tools.PARTS, "native", (lambda: None, "skipped-native"))
+    assert tools.skip_reason("native") is None  # missing, no note: the test runs, and fails
+    (tmp_path / ".skipped-native").write_text("make bootstrap: no Rust cargo\n")
+    assert tools.skip_reason("native") == "make bootstrap: no Rust cargo"
+    monkeypatch.setitem(tools.PARTS, "native", (lambda: "/usr/bin/histcheck", "skipped-native"))
+    assert tools.skip_reason("native") is None  # built: never skipped, note or not
