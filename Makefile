@@ -108,10 +108,11 @@ clean-hosts: bootstrap
 	$(VENV)/bin/harness run --cleanup-only
 
 # VM hosts (docs/vms.md): a Debian box built here, libvirt, vagrant; KVM when a guest boots
-# under it, else TCG. `make vms VMS=3 ACCEL=tcg` to choose; `make vms-down` removes them.
+# under it, else TCG. `make vms VMS=3 ACCEL=tcg MEMORY=1536` to choose; `make vms-down` removes them.
 VM_APT_PKGS := vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils debootstrap dnsmasq-base fdisk rsync openssh-client chrony
 VMS   ?= 4
 ACCEL ?= auto
+MEMORY ?= 1536
 
 vms: bootstrap
 	@missing=""; for p in $(VM_APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -119,7 +120,7 @@ vms: bootstrap
 	  echo "installing system packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	$(VPY) vagrant/vms.py up --vms $(VMS) --accel $(ACCEL)
+	$(VPY) vagrant/vms.py up --vms $(VMS) --accel $(ACCEL) --memory $(MEMORY)
 
 vms-down:
 	$(PY) vagrant/vms.py down

@@ -143,7 +143,7 @@ class Cluster:
         long before the faults, so a power loss must not take its meta.properties."""
         assert self.kafka
         self.kafka.configure(host)
-        host.remote.run(self.kafka.format_argv(host), timeout=120)
+        host.remote.run(self.kafka.format_argv(host), timeout=self.kafka.settings.start_timeout_s)
         if self.lazyfs:
             self.lazyfs_ctl(host, "flush-all")
 

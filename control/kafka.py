@@ -83,11 +83,14 @@ _BROKER_BASE = {
 
 @dataclass(frozen=True)
 class KafkaSettings:
-    """The [kafka] table: which version runs and how big its JVMs are."""
+    """The [kafka] table: which version runs, how big its JVMs are, and how long a JVM may take
+    to start (the storage format, the brokers registering): seconds on this machine, minutes
+    on VMs under software emulation (docs/vms.md)."""
 
     version: str
     heap_mb: int = 512
     controller_heap_mb: int = 256
+    start_timeout_s: int = 120
 
 
 def has_elr(version: str) -> bool:

@@ -265,6 +265,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
                             "a Kafka release such as " + " or ".join(kafka_install.VERSIONS)),
         "heap_mb": _int(128, 65536),
         "controller_heap_mb": _int(128, 65536),
+        "start_timeout_s": _int(10, 3600),
     },
     "hosts": {
         "provider": _choice(*HOST_PROVIDERS),
@@ -279,7 +280,8 @@ _MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
 # stored before a key existed leave it out.
 _OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
               ("checker", "spark_min_ops"), ("checker", "ww_deps"), ("kafka", "heap_mb"),
-              ("kafka", "controller_heap_mb"), ("workload", "idempotence"), ("workload", "kind"),
+              ("kafka", "controller_heap_mb"), ("kafka", "start_timeout_s"),
+              ("workload", "idempotence"), ("workload", "kind"),
               ("workload", "uncommitted_consumers")}
              | {("nemesis", k) for k in all_settings()})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.

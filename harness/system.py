@@ -112,7 +112,8 @@ class ApacheKafka:
 
     async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
                            partitions: int, replication_factor: int) -> None:
-        await kafka_admin.create_topic(bootstrap, brokers, topic, partitions, replication_factor)
+        await kafka_admin.create_topic(bootstrap, brokers, topic, partitions, replication_factor,
+                                       timeout=self.settings.start_timeout_s)
 
     async def wait_healthy(self, bootstrap: list[str], topic: str, partitions: int,
                            timeout: float) -> bool:

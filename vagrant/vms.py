@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bring the VM hosts up and down: the locally built box, libvirt, vagrant, the inventory.
 
-    python3 vagrant/vms.py up [--vms N] [--accel auto|kvm|tcg]   # `make vms`
+    python3 vagrant/vms.py up [--vms N] [--accel auto|kvm|tcg] [--memory MiB]   # `make vms`
     python3 vagrant/vms.py down                                  # `make vms-down`
     python3 vagrant/vms.py status
     python3 vagrant/vms.py probe                                 # KVM or TCG, and why
@@ -303,7 +303,7 @@ def box_volumes() -> list[str]:
     return [line.split()[0] for line in out.splitlines()[2:] if line.split() and box_volume(line.split()[0])]
 
 
-def up(vms: int, accel: str) -> int:
+def up(vms: int, accel: str, memory: int) -> int:
     t0 = time.monotonic()
     check_tools()
     ensure_libvirtd()
@@ -320,7 +320,8 @@ def up(vms: int, accel: str) -> int:
         say(f"accelerator: {accel} (chosen with --accel)")
     STATE.mkdir(exist_ok=True)
     (STATE / "settings.json").write_text(json.dumps(
-        {"KCH_VMS": vms, "KCH_ACCEL": probe["accel"], "accel_why": probe["why"]}, indent=1))
+        {"KCH_VMS": vms, "KCH_MEMORY": memory, "KCH_ACCEL": probe["accel"],
+         "accel_why": probe["why"]}, indent=1))
     t_up = time.monotonic()
     run(["vagrant", "up", "--provider=libvirt"], env=vagrant_env(), quiet=False)
     say(f"vagrant up ({vms} VMs): {time.monotonic() - t_up:.0f} s")
@@ -424,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="number of VMs, 2..64 (default 4, or $KCH_VMS)")
     p_up.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                       help="auto: probe KVM, TCG when a guest does not boot under it")
+    # A Kafka broker's JVM (-Xmx512m) is 300-470 MB resident, beside the guest's own 150 MB.
+    p_up.add_argument("--memory", type=int, default=int(os.environ.get("KCH_MEMORY", "1536")),
+                      help="MiB per VM, 512..65536 (default 1536, enough for a Kafka broker; "
+                           "or $KCH_MEMORY)")
     p_down = sub.add_parser("down", help="destroy the VMs; check that nothing is left")
     p_down.add_argument("--box", action="store_true", help="remove the built box too")
     sub.add_parser("status", help="the VMs, and the accelerator they run under")
@@ -433,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             if not 2 <= args.vms <= 64:
                 raise VmsError(f"--vms must be between 2 and 64, got {args.vms}")
-            return up(args.vms, args.accel)
+            if not 512 <= args.memory <= 65536:
+                raise VmsError(f"--memory must be between 512 and 65536 MiB, got {args.memory}")
+            return up(args.vms, args.accel, args.memory)
         if args.command == "down":
             return down(args.box)
         if args.command == "probe":

@@ -163,6 +163,19 @@ def test_user_errors_are_one_line_and_exit_3(monkeypatch, capsys):
         "harness: error: nowhere: neither a run folder nor a campaign folder\n"
 
 
+def test_a_kafka_that_does_not_answer_is_one_line_and_exit_3(monkeypatch, capsys):
+    # Seen on VMs under software emulation: the topic's creation timed out, and the run ended
+    # in a traceback labelled an internal error.
+    from workloads.kafka_admin import KafkaAdminError
+
+    def report_path(path):
+        raise KafkaAdminError("creating topic 'chaos': Local: Timed out, still after 120 s")
+    monkeypatch.setattr(report_cmd, "report_path", report_path)
+    assert cli.main(["report", "nowhere"]) == 3
+    assert capsys.readouterr().err == \
+        "harness: error: creating topic 'chaos': Local: Timed out, still after 120 s\n"
+
+
 def test_a_crash_inside_the_checker_exits_3_with_a_short_traceback(monkeypatch, tmp_path, capsys):
     def check_path(path, **kw):
         return {}["valid"]  # a bug: KeyError

@@ -61,10 +61,11 @@ def _packages() -> set[str]:
 
 def test_box_holds_what_the_nodes_need():
     # docs/vms.md: kernel and boot loader, sshd, python3 >= 3.11 with venv, fuse3 (lazyfs),
-    # iptables (partitions), rsync (the synced folder), DHCP + ifupdown (vagrant's networking).
+    # iptables (partitions), rsync (the synced folder), DHCP + ifupdown (vagrant's networking),
+    # a Java 17 runtime (Kafka brokers: docs/kafka.md).
     needed = {"linux-image-cloud-amd64", "grub-pc-bin", "openssh-server", "python3",
               "python3-venv", "fuse3", "iptables", "rsync", "sudo", "ifupdown",
-              "isc-dhcp-client", "chrony"}
+              "isc-dhcp-client", "chrony", "openjdk-17-jre-headless"}
     assert needed <= _packages(), f"missing from the box: {sorted(needed - _packages())}"
 
 

@@ -22,10 +22,12 @@ suite=bookworm
 # (partitions, link faults), rsync (vagrant's synced folder), sudo (user = "vagrant"
 # inventories), ifupdown + DHCP (vagrant-libvirt finds a VM by its DHCP lease and configures the
 # private network with ifupdown on Debian guests), chrony (the guests' clocks follow the
-# host's: the trace checker orders events across hosts by them), and the kernel and boot loader.
+# host's: the trace checker orders events across hosts by them), a Java 17 runtime (Apache Kafka
+# as the system under test, docs/kafka.md: its jars are copied by the harness, the JVM is not),
+# and the kernel and boot loader.
 packages=linux-image-cloud-amd64,grub-pc-bin,initramfs-tools,systemd-sysv,openssh-server,\
 python3,python3-venv,fuse3,iptables,rsync,sudo,ifupdown,isc-dhcp-client,iproute2,procps,\
-psmisc,ca-certificates,util-linux,e2fsprogs,chrony
+psmisc,ca-certificates,util-linux,e2fsprogs,chrony,openjdk-17-jre-headless
 
 [ "$(id -u)" = 0 ] || { echo "build.sh: run as root (debootstrap, loop devices)" >&2; exit 1; }
 # In a mount namespace of our own, with private propagation: a namespace another process
