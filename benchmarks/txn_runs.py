@@ -1,7 +1,8 @@
 """One line per transactional run under a results root (docs/kafka.md's tables of
 campaigns/kafka-txn.toml): its cell, version and seed, the transactions committed, aborted
 and crashed, the faults that started (and on whom, by role), the verdict and the anomalies,
-what read-uncommitted consumers read of aborted transactions, the group's re-deliveries, and
+what read-uncommitted consumers read of aborted transactions, the group's re-deliveries, the
+consume-transform-produce transactions' exactly-once counts (when the run had some), and
 the longest stretch of the workload without a committed transaction (availability under the
 faults; not an anomaly).
 
@@ -62,6 +63,7 @@ def row(run: Path) -> dict | None:
             "faults": _faults(schedule), "valid": results["valid"], "anomalies": found,
             "ru_aborted": stats.get("read_uncommitted", {}).get("aborted"),
             "redelivered": stats.get("group_redelivered"),
+            "exactly_once": stats.get("exactly_once"),  # with consume-transform-produce
             "longest_gap_s": round(_longest_gap(commits, float(test["config"]["time_limit"])), 1)}
 
 

@@ -173,3 +173,28 @@ def test_without_transformers_an_output_partition_is_out_of_range(tmp_path):
     h = transformed_once(inputs())
     results = h.check(tmp_path, transformers=0)
     assert results["valid"] == "unknown" and "partition" in results["errors"][0], results
+
+
+def test_a_crashed_transaction_that_committed_is_neither_lost_nor_skipped(tmp_path):
+    h = inputs()
+    h.produce(4, 3)
+    h.transform("ok", [[0, 1], [1, 2]], 101, 0)
+    h.transform("info", [[2, 3]], 102, None)  # its commit timed out, yet it committed ...
+    h.transform("ok", [[3, 4]], 104, 3, process=20)  # ... so the next member went on after it
+    h.final(0, [[0, 1], [1, 2], [2, 3], [3, 4]])
+    h.final(1, [[0, 101], [1, 102], [3, 104]])
+    results = h.check(tmp_path)
+    assert results["valid"] is True and found(results) == {}, results["anomalies"]
+    assert results["stats"]["transactions"]["exactly_once"]["committed"] == 3
+
+
+def test_a_crashed_transaction_that_did_not_commit_leaves_its_inputs_lost(tmp_path):
+    h = inputs()
+    h.produce(4, 3)
+    h.transform("ok", [[0, 1], [1, 2]], 101, 0)
+    h.transform("info", [[2, 3]], 102, None)  # it did not commit: its output is not there
+    h.transform("ok", [[3, 4]], 104, 3, process=20)  # and yet the next member skipped 3
+    h.final(0, [[0, 1], [1, 2], [2, 3], [3, 4]])
+    h.final(1, [[0, 101], [3, 104]])
+    results = h.check(tmp_path)
+    assert found(results).get("lost-output") == 1, results["anomalies"]
