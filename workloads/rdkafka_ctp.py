@@ -56,6 +56,7 @@ class _Member:
         self.producer = producer
         self.processes: dict[int, int] = {}
         self.moved: set[int] = set()  # input partitions gained or lost since the last consume
+        self.broken = False  # its producer failed for good: the member must be replaced
 
     def rebalanced(self, _consumer: ck.Consumer, partitions: list[ck.TopicPartition]) -> None:
         self.moved.update(tp.partition for tp in partitions)  # on the consuming thread
@@ -138,10 +139,14 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
         return member
 
     async def _transform_until(self, member: _Member, client: int, stop: float) -> None:
-        """Transactions until `stop`, or until one ends `info` (the member is then done)."""
+        """Transactions until `stop`, or until one ends `info` or the producer or consumer
+        fails for good (the member is then done)."""
         loop = asyncio.get_running_loop()
-        while loop.time() < stop:
-            messages = await self._blocking(member.consumer.consume, BATCH, 0.5)
+        while loop.time() < stop and not member.broken:
+            try:
+                messages = await self._blocking(member.consumer.consume, BATCH, 0.5)
+            except ck.KafkaException:
+                return  # the consumer failed for good
             if member.moved:  # no comparison of a partition's reads across a move
                 for p in member.moved:
                     member.processes.pop(p, None)
@@ -212,6 +217,7 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
         try:
             producer.begin_transaction()
         except ck.KafkaException as e:
+            member.broken = e.args[0].fatal()
             return "fail", {"error": _error_name(e.args[0])}  # nothing was sent
         try:
             for p, value in outputs.items():
