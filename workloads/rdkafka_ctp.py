@@ -7,10 +7,12 @@ records) and, in one transaction of its own transactional producer, sends to the
 topic (`<topic>-out`, as many partitions) one record per input partition it read, made of
 those records (named in the record's `sources` header), and commits the group's offsets past
 them (`send_offsets_to_transaction` with the consumer's group metadata, so that a member the
-group has moved on from is fenced, KIP-447). One transaction in ten is aborted on purpose
-after its records were delivered. After any abort the member goes back to where its group's
-offsets are (a seek to the first record of the batch in each partition) and transforms the
-batch again, as an exactly-once application must.
+group has moved on from is fenced, KIP-447). One transaction in ten of each transformer is
+aborted on purpose after its records were delivered: its fourth, 14th, 24th, ..., so that
+even a short run aborts some (a run's transformers commit a few a second). After any abort
+the member goes back to where its group's offsets are (a seek to the first record of the
+batch in each partition) and transforms the batch again, as an exactly-once application
+must.
 
 In the history a transformer's transaction is one `txn`, Jepsen's :txn of [:poll] and
 [:send] micro-ops: a poll part per input partition (with `group`, `isolation` and its
@@ -36,9 +38,10 @@ import confluent_kafka as ck
 from workloads import kafka_admin
 from workloads.history import Pending
 from workloads.rdkafka import _error_name
-from workloads.rdkafka_txn import ABORT_SHARE, COMMITTED, RdKafkaTxnWorkload
+from workloads.rdkafka_txn import COMMITTED, RdKafkaTxnWorkload
 
 BATCH = 20  # records a transaction transforms at most (one consume)
+ABORT_EVERY, ABORT_AT = 10, 3  # a transformer's transactions n with n % 10 == 3 are aborted
 CTP_GROUP = "harness-ctp-group"
 Batch = dict[int, list[list[int]]]  # input partition -> its records [offset, value], in order
 
@@ -78,6 +81,7 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
         super().__init__(*args, **kwargs)
         self.stats.update({"transform-ok": 0, "transform-fail": 0, "transform-info": 0,
                            "transform-rebalances": 0})
+        self._transactions: dict[int, int] = defaultdict(int)  # transformer client -> count
 
     @property
     def keys(self) -> int:
@@ -162,7 +166,8 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
     async def _transform(self, member: _Member, client: int, batch: Batch) -> str:
         """One transaction: the batch's polls and an output record per input partition."""
         tid = next(self.txn_ids)
-        abort = self._rng.random() < ABORT_SHARE
+        abort = self._transactions[client] % ABORT_EVERY == ABORT_AT
+        self._transactions[client] += 1
         outputs = {p: next(self.values) for p in sorted(batch)}
         polls = [(p, self._part(member, p, "poll", tid, mop, client, isolation=COMMITTED,
                                 group=CTP_GROUP))
