@@ -68,9 +68,10 @@ def exactly_once(txns: list[Txn], findings: Findings) -> None:
     unsettled = {(p, v) for t, s in outputs if t.type == "info" and s.key not in log.final
                  for p, _, v in s.sources}
     position = _positions(transforms, {t.id for t, _ in committed})
-    lost = 0
+    lost = behind = 0
     for p, end in sorted(position.items()):
         for o, v in _records(log, p):
+            behind += o >= end
             if o < end and (p, v) not in made and (p, v) not in unsettled:
                 lost += 1
                 findings.add("lost-output", {"partition": p, "offset": o, "value": v,
@@ -78,7 +79,8 @@ def exactly_once(txns: list[Txn], findings: Findings) -> None:
     findings.stats["exactly_once"] = {
         "transactions": len(transforms), "committed": len({t.id for t, _ in committed}),
         "outputs": len(committed), "inputs": len(made), "lost": lost,
-        "duplicated": sum(len(outs) > 1 for outs in made.values())}
+        "duplicated": sum(len(outs) > 1 for outs in made.values()),
+        "past_position": behind}  # committed inputs the group had not transformed yet
 
 
 def _positions(transforms: list[Txn], committed: set[int]) -> dict[int, int]:

@@ -99,7 +99,7 @@ def test_each_input_transformed_once_through_an_abort_is_exactly_once(tmp_path):
     assert results["valid"] is True and found(results) == {}, results["anomalies"]
     assert results["stats"]["transactions"]["exactly_once"] == {
         "transactions": 3, "committed": 2, "outputs": 2, "inputs": 3, "lost": 0,
-        "duplicated": 0}
+        "duplicated": 0, "past_position": 0}
 
 
 def test_an_input_in_two_committed_outputs_is_a_duplicate_output(tmp_path):
@@ -152,6 +152,7 @@ def test_an_input_past_the_committed_position_is_not_lost(tmp_path):
     h.final(1, [[0, 101]])
     results = h.check(tmp_path)
     assert results["valid"] is True and found(results) == {}, results["anomalies"]
+    assert results["stats"]["transactions"]["exactly_once"]["past_position"] == 1
 
 
 def test_an_aborted_output_read_committed_is_an_aborted_read(tmp_path):
