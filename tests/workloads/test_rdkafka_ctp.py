@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import confluent_kafka as ck
 import pytest
 
 from checkers.exitcodes import UserError
@@ -19,12 +20,18 @@ from harness.runner import run_test
 from harness.system import system_of
 from harness.test import Test
 from workloads.history import read_history
+from workloads.rdkafka_ctp import Batch, TransformingTxnWorkload
 
 RUN = ["system.kind=kafka", "nodes=4", "time_limit=15", "nemesis.interval=4",
        "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=100",
        "workload.kind=txn", "workload.consumers=2", "workload.transformers=2",
        "nemesis.faults=['kill']", "nemesis.targets=txn-coordinator",
        "checker.allow=['stale-read']"]
+
+
+def _installed(version: str) -> None:
+    if not kafka_install.is_installed(version):
+        pytest.fail(f"Kafka {version} is not installed: `make bootstrap` resolves it")
 
 
 def test_transformers_need_the_transactional_workload(tmp_path):
@@ -36,10 +43,8 @@ def test_transformers_need_the_transactional_workload(tmp_path):
 @pytest.mark.netns
 @pytest.mark.fuse
 def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_path):
-    version = "4.2.1"
-    if not kafka_install.is_installed(version):
-        pytest.fail(f"Kafka {version} is not installed: `make bootstrap` resolves it")
-    config = load_config(None, [*RUN, f"kafka.version={version}", "seed=2"])
+    _installed("4.2.1")
+    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=2"])
     run_dir = run_test(Test.of(config, tmp_path))
     ops = read_history(run_dir / "history.jsonl")
     results = json.loads((run_dir / "results.json").read_text())
@@ -69,3 +74,44 @@ def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_pat
     once = results["stats"]["transactions"]["exactly_once"]
     assert once["lost"] == 0 and once["duplicated"] == 0 and once["inputs"] == len(made), once
     assert any(op["f"] == "start-kill" for op in ops), "a kill of the coordinator started"
+
+
+class _NoGoingBack(TransformingTxnWorkload):
+    """A transformer that forgets to seek back after an abort: the aborted batch's records
+    are never transformed again, while the next commit moves the group's offsets past them."""
+
+    def _rewind(self, consumer: ck.Consumer, batch: Batch) -> None:
+        return None
+
+
+class _GoingBackTooFar(TransformingTxnWorkload):
+    """A transformer that seeks back to the start of the partition after an abort: what
+    committed transactions had already transformed is transformed and committed again."""
+
+    def _rewind(self, consumer: ck.Consumer, batch: Batch) -> None:
+        super()._rewind(consumer, {p: [[0, 0]] for p in batch})
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+@pytest.mark.slow
+@pytest.mark.parametrize(("broken", "anomaly"), [(_NoGoingBack, "lost-output"),
+                                                 (_GoingBackTooFar, "duplicate-output")])
+def test_a_transformer_that_breaks_exactly_once_is_caught(tmp_path, monkeypatch, broken,
+                                                          anomaly):
+    """The twins of the run above on real Kafka, without faults: the checker must find the
+    input records the broken transformer left without output, or made output of twice."""
+    _installed("4.2.1")
+    monkeypatch.setattr("harness.system.TransformingTxnWorkload", broken)
+    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=2", "nemesis.faults=[]"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is False
+    found = results["anomalies"][anomaly]
+    assert found["count"] > 0, results["anomalies"]
+    # each example is an input record a planned abort held: the broken step came after it
+    ops = read_history(run_dir / "history.jsonl")
+    aborted = {(p, v) for op in ops if op["f"] == "send" and "sources" in op
+               and op.get("error") == "aborted-on-purpose" for p, _, v in op["sources"]}
+    if anomaly == "lost-output":
+        assert {(x["partition"], x["value"]) for x in found["examples"]} <= aborted
