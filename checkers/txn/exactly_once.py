@@ -51,23 +51,49 @@ def exactly_once(txns: list[Txn], findings: Findings) -> None:
         return
     log = Log(txns)
     outputs = [(t, s) for t in transforms if t.type != "fail" for s in t.sends if s.sources]
-    final = {k: set(records.values()) for k, records in log.final.items()}
-    committed = [(t, s) for t, s in outputs
-                 if (s.value in final[s.key] if s.key in final else t.type == "ok")]
+    committed = _committed(outputs, log)
     made: Made = defaultdict(list)
     for t, s in committed:
         for p, _, v in s.sources:
             made[(p, v)].append((t, s))
+    _duplicates(made, findings)
+    position = _positions(transforms, {t.id for t, _ in committed})
+    lost, behind = _lost(position, made, _unsettled(outputs, log), log, findings)
+    findings.stats["exactly_once"] = {
+        "transactions": len(transforms), "committed": len({t.id for t, _ in committed}),
+        "outputs": len(committed), "inputs": len(made), "lost": lost,
+        "duplicated": sum(len(outs) > 1 for outs in made.values()),
+        "past_position": behind}  # committed inputs the group had not transformed yet
+
+
+def _committed(outputs: list[tuple[Txn, Send]], log: Log) -> list[tuple[Txn, Send]]:
+    """The output records in their partition's completed final read, or, without one, the
+    ok transactions' (an info transaction's record counts once the final read holds it)."""
+    final = {k: set(records.values()) for k, records in log.final.items()}
+    return [(t, s) for t, s in outputs
+            if (s.value in final[s.key] if s.key in final else t.type == "ok")]
+
+
+def _unsettled(outputs: list[tuple[Txn, Send]], log: Log) -> set[tuple[int, int]]:
+    """Inputs of info transactions whose records no completed final read settles: they may
+    have committed, so their inputs are not reported lost."""
+    return {(p, v) for t, s in outputs if t.type == "info" and s.key not in log.final
+            for p, _, v in s.sources}
+
+
+def _duplicates(made: Made, findings: Findings) -> None:
     for (p, v), outs in sorted(made.items()):
         if len(outs) > 1:
             findings.add("duplicate-output", {
                 "partition": p, "value": v,
                 "outputs": [{"txn": t.id, "partition": s.key, "value": s.value,
                              "offset": s.offset} for t, s in outs]})
-    # an info transaction whose records no completed final read settles may have committed
-    unsettled = {(p, v) for t, s in outputs if t.type == "info" and s.key not in log.final
-                 for p, _, v in s.sources}
-    position = _positions(transforms, {t.id for t, _ in committed})
+
+
+def _lost(position: dict[int, int], made: Made, unsettled: set[tuple[int, int]], log: Log,
+          findings: Findings) -> tuple[int, int]:
+    """Committed inputs below the group's position without output (reported), and how many
+    lie past it: (lost, behind)."""
     lost = behind = 0
     for p, end in sorted(position.items()):
         for o, v in _records(log, p):
@@ -76,11 +102,7 @@ def exactly_once(txns: list[Txn], findings: Findings) -> None:
                 lost += 1
                 findings.add("lost-output", {"partition": p, "offset": o, "value": v,
                                              "group_position": end})
-    findings.stats["exactly_once"] = {
-        "transactions": len(transforms), "committed": len({t.id for t, _ in committed}),
-        "outputs": len(committed), "inputs": len(made), "lost": lost,
-        "duplicated": sum(len(outs) > 1 for outs in made.values()),
-        "past_position": behind}  # committed inputs the group had not transformed yet
+    return lost, behind
 
 
 def _positions(transforms: list[Txn], committed: set[int]) -> dict[int, int]:
