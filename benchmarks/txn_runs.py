@@ -1,7 +1,9 @@
 """One line per transactional run under a results root (docs/kafka.md's tables of
 campaigns/kafka-txn.toml): its cell, version and seed, the transactions committed, aborted
 and crashed, the faults that started (and on whom, by role), the verdict and the anomalies,
-what read-uncommitted consumers read of aborted transactions, the group's re-deliveries, and
+what read-uncommitted consumers read of aborted transactions, the group's re-deliveries, the
+consume-transform-produce transactions' exactly-once counts (when the run had some), how
+often the group coordinator moved, and
 the longest stretch of the workload without a committed transaction (availability under the
 faults; not an anomaly).
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 
@@ -47,6 +50,19 @@ def _faults(schedule: dict) -> str:
     return " ".join(out) or "-"
 
 
+# A broker's log says when it became the group coordinator (4.x, then 3.x's wording)
+_GROUP_LOADED = re.compile(r"Finished loading (of metadata|offsets and group metadata) from "
+                           r"__consumer_offsets-0")
+
+
+def _group_coordinator_moves(run: Path) -> int:
+    """How often the group coordinator (the leader of __consumer_offsets' one partition)
+    moved: every broker that took it logged a load, the first one included."""
+    loads = sum(len(_GROUP_LOADED.findall(log.read_text(errors="replace")))
+                for log in run.glob("nodes/*/node.log"))
+    return max(0, loads - 1)
+
+
 def row(run: Path) -> dict | None:
     try:
         test = json.loads((run / "test.json").read_text())
@@ -62,6 +78,8 @@ def row(run: Path) -> dict | None:
             "faults": _faults(schedule), "valid": results["valid"], "anomalies": found,
             "ru_aborted": stats.get("read_uncommitted", {}).get("aborted"),
             "redelivered": stats.get("group_redelivered"),
+            "exactly_once": stats.get("exactly_once"),  # with consume-transform-produce
+            "group_coordinator_moves": _group_coordinator_moves(run),
             "longest_gap_s": round(_longest_gap(commits, float(test["config"]["time_limit"])), 1)}
 
 

@@ -32,6 +32,7 @@ from checkers.ingest import ACKS, HistoryError, ingest
 from checkers.spark import get_session, resolve_master, say
 from checkers.trace import findings as invariant_findings
 from checkers.txn.consumers import committed_view
+from checkers.txn.exactly_once import history_partitions
 from checkers.txn.hook import drop_witnessed, merge, transactional
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import (
@@ -256,7 +257,7 @@ def _writing(history: Path) -> Iterator[None]:
 def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
            spark_master: str | None, backend: str, min_ops: int) -> dict:
     results_path, _ = output_paths(history)
-    partitions = config.get("topic", {}).get("partitions")
+    partitions = history_partitions(config)  # with transformers, the output topic's too
     # The history's tables: a new folder of our own, readable by Spark workers, removed after.
     scratch = make_private_tempdir(".check-", run_dir)
     try:

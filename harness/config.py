@@ -240,6 +240,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "kind": _choice("log", "txn"),
         # txn only: read-uncommitted consumers beside the read-committed ones (docs/kafka.md)
         "uncommitted_consumers": _int(0, 1000),
+        # txn only: consume-transform-produce transactions through a group (docs/kafka.md)
+        "transformers": _int(0, 1000),
     },
     "nemesis": {
         "faults": _names(KNOWN_FAULTS, "fault kinds"),
@@ -282,7 +284,7 @@ _OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxic
               ("checker", "spark_min_ops"), ("checker", "ww_deps"), ("kafka", "heap_mb"),
               ("kafka", "controller_heap_mb"), ("kafka", "start_timeout_s"),
               ("workload", "idempotence"), ("workload", "kind"),
-              ("workload", "uncommitted_consumers")}
+              ("workload", "uncommitted_consumers"), ("workload", "transformers")}
              | {("nemesis", k) for k in all_settings()})
 # What a table missing altogether means: configs stored before [hosts] existed ran on netns.
 _ABSENT_TABLES: dict[str, dict[str, Any]] = {"hosts": {"provider": "netns"},
@@ -730,6 +732,7 @@ class WorkloadSettings:
     idempotence: bool = True
     kind: str = "log"
     uncommitted_consumers: int = 0
+    transformers: int = 0
 
 
 @dataclass(frozen=True)
@@ -847,7 +850,8 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                   int(w["consumers"]), int(w["request_timeout_ms"]),
                                   float(w["final_read_timeout"]), bool(w.get("idempotence", True)),
                                   str(w.get("kind", "log")),
-                                  int(w.get("uncommitted_consumers", 0))),
+                                  int(w.get("uncommitted_consumers", 0)),
+                                  int(w.get("transformers", 0))),
         nemesis=NemesisSettings(tuple(n["faults"]), float(n["interval"]), float(n["duration"]),
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, s.default)) for k, s in all_settings().items()},

@@ -25,6 +25,7 @@ from workloads import kafka_admin, topics
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 from workloads.rdkafka import RdKafkaWorkload
+from workloads.rdkafka_ctp import TransformingTxnWorkload
 from workloads.rdkafka_txn import (
     TXN_LOG,
     RdKafkaTxnWorkload,
@@ -121,9 +122,14 @@ class ApacheKafka:
 
     def workload(self, params: WorkloadParams, bootstrap: list[str],
                  history: HistoryWriter) -> Workload:
-        if self.test.settings.workload.kind == "txn":
+        w = self.test.settings.workload
+        if w.kind == "txn" and w.transformers:
+            return TransformingTxnWorkload(params, bootstrap, history,
+                                           uncommitted=w.uncommitted_consumers,
+                                           transformers=w.transformers)
+        if w.kind == "txn":
             return RdKafkaTxnWorkload(params, bootstrap, history,
-                                      uncommitted=self.test.settings.workload.uncommitted_consumers)
+                                      uncommitted=w.uncommitted_consumers)
         return RdKafkaWorkload(params, bootstrap, history,
                                idempotence=self.test.settings.workload.idempotence)
 
@@ -174,9 +180,10 @@ def system_of(test: Test) -> System:
         raise UserError("targets = 'txn-coordinator' aims at the transactions of "
                         "workload.kind = 'txn'" if test.settings.system_kind == "kafka"
                         else NO_TRANSACTIONS)
-    if test.settings.workload.uncommitted_consumers and test.settings.workload.kind != "txn":
-        raise UserError("workload.uncommitted_consumers reads transactions: it needs "
-                        "workload.kind = 'txn' (on Apache Kafka)")
+    for key in ("uncommitted_consumers", "transformers"):
+        if getattr(test.settings.workload, key) and test.settings.workload.kind != "txn":
+            raise UserError(f"workload.{key} needs transactions: workload.kind = 'txn' "
+                            f"(on Apache Kafka)")
     if test.settings.system_kind == "kafka":
         return ApacheKafka(test)
     if test.settings.workload.kind != "log":

@@ -183,18 +183,41 @@ def _brokers_up(admin: AdminClient) -> int:
         return 0
 
 
-def _create(admin: AdminClient, topic: str, partitions: int, rf: int) -> None:
+_E = ck.KafkaError
+# A creation that failed so may work when asked again. librdkafka (2.10 and later) drops the
+# handle of a broker that a metadata answer no longer names and fails the requests in flight
+# on it with _DESTROY_BROKER ("Broker handle destroyed"): while a cluster starts, one broker's
+# metadata may not name another that registered a moment before, and a CreateTopics request
+# sent through that other failed so, once, at the start of a run.
+_CREATE_AGAIN = {_E._DESTROY_BROKER, _E._TRANSPORT, _E._TIMED_OUT, _E._ALL_BROKERS_DOWN,
+                 _E.NOT_CONTROLLER, _E.REQUEST_TIMED_OUT}
+
+
+def create_again(err: ck.KafkaError) -> bool:
+    """Whether a CreateTopics error is worth asking again (the topic may exist by then:
+    TOPIC_ALREADY_EXISTS is success)."""
+    return err.code() in _CREATE_AGAIN or err.retriable()
+
+
+def _create(admin: AdminClient, topic: str, partitions: int, rf: int) -> str | None:
+    """None once the topic exists; the error when asking again may help."""
     future = admin.create_topics([NewTopic(topic, partitions, rf)], operation_timeout=30)[topic]
     try:
         future.result()
     except ck.KafkaException as e:
-        if e.args[0].code() != ck.KafkaError.TOPIC_ALREADY_EXISTS:
-            raise KafkaAdminError(f"creating topic {topic!r}: {e.args[0].str()}") from None
+        err = e.args[0]
+        if err.code() == _E.TOPIC_ALREADY_EXISTS:
+            return None
+        if create_again(err):
+            return err.str()
+        raise KafkaAdminError(f"creating topic {topic!r}: {err.str()}") from None
+    return None
 
 
 async def create_topic(bootstrap: Sequence[str], brokers: int, topic: str, partitions: int,
                        replication_factor: int, timeout: float = 120) -> None:
-    """Once `brokers` brokers are registered, create the topic."""
+    """Once `brokers` brokers are registered, create the topic (asked again after an error
+    that may pass, until `timeout`)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     admin = _admin(bootstrap)
@@ -203,7 +226,12 @@ async def create_topic(bootstrap: Sequence[str], brokers: int, topic: str, parti
             raise KafkaAdminError(f"{up} of {brokers} Kafka brokers registered within "
                                   f"{timeout:g} s")
         await asyncio.sleep(0.5)
-    await asyncio.to_thread(_create, admin, topic, partitions, replication_factor)
+    while (error := await asyncio.to_thread(_create, admin, topic, partitions,
+                                            replication_factor)) is not None:
+        if loop.time() > deadline:
+            raise KafkaAdminError(f"creating topic {topic!r}: {error}, still after "
+                                  f"{timeout:g} s")
+        await asyncio.sleep(0.5)
 
 
 async def wait_healthy(bootstrap: Sequence[str], topic: str, partitions: int,

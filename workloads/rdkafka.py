@@ -64,6 +64,16 @@ class RdKafkaWorkload:
         """Fields a final read carries besides its own: none here."""
         return {}
 
+    @property
+    def keys(self) -> int:
+        """The history's partitions, 0 .. keys-1: here the test topic's (a workload that
+        writes a second topic numbers its partitions after these)."""
+        return self.p.partitions
+
+    def topic_partition(self, key: int, offset: int = ck.OFFSET_INVALID) -> ck.TopicPartition:
+        """The topic and partition behind the history's partition `key`."""
+        return ck.TopicPartition(self.p.topic, key, offset)
+
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
                  idempotence: bool = True) -> None:
         self.p = params
@@ -206,11 +216,11 @@ class RdKafkaWorkload:
             conf["isolation.level"] = isolation
         consumer = ck.Consumer(conf)
         process = self.pool.new()
-        offsets = [0] * self.p.partitions
-        partition = index % self.p.partitions
+        offsets = [0] * self.keys
+        partition = index % self.keys
         try:
             while loop.time() < stop:
-                partition = (partition + 1) % self.p.partitions
+                partition = (partition + 1) % self.keys
                 if self._rng.random() < 0.05:
                     # Re-seek: read an earlier stretch again, as a restarted consumer would.
                     offsets[partition] = self._rng.randrange(offsets[partition] + 1)
@@ -243,7 +253,8 @@ class RdKafkaWorkload:
         nothing fetched before the poll began is returned, and the high watermark is the one
         the end-of-partition event of this very fetch reported (none without one). It waits
         for the first message or event, then takes only what has already arrived."""
-        consumer.assign([ck.TopicPartition(self.p.topic, partition, offset)])
+        tp = self.topic_partition(partition, offset)
+        consumer.assign([tp])
         first = consumer.poll(min(1.0, self._timeout_ms / 1000))
         if first is None:
             return [], None, None, "NO_RECORDS"
@@ -257,7 +268,7 @@ class RdKafkaWorkload:
                 if records:
                     break
                 return [], None, None, _error_name(err)
-            if msg.partition() == partition:
+            if msg.partition() == tp.partition and msg.topic() == tp.topic:
                 records.append([msg.offset(), int(msg.value())])
                 epoch = msg.leader_epoch()
         return records, None, epoch, None
@@ -268,9 +279,9 @@ class RdKafkaWorkload:
         """Every partition from offset 0 until two reads agree and reach the high watermark
         the leader reports; one `final-poll` op per read. Which partitions completed."""
         results = await asyncio.gather(*(self._final_partition(p, timeout_s)
-                                         for p in range(self.p.partitions)))
+                                         for p in range(self.keys)))
         self._threads.shutdown(wait=False)
-        return dict(zip(range(self.p.partitions), results, strict=True))
+        return dict(zip(range(self.keys), results, strict=True))
 
     async def _final_partition(self, partition: int, timeout_s: float) -> bool:
         loop = asyncio.get_running_loop()
@@ -303,13 +314,13 @@ class RdKafkaWorkload:
     def _read_all(self, consumer: ck.Consumer, partition: int,
                   budget_s: float) -> tuple[list[list[int]], int, str | None]:
         """Records [0, hwm) of a partition, hwm asked of its leader first."""
-        tp = ck.TopicPartition(self.p.topic, partition)
+        tp = self.topic_partition(partition)
         try:
             low, hwm = consumer.get_watermark_offsets(tp, timeout=min(5.0, max(budget_s, 0.5)),
                                                       cached=False)
         except ck.KafkaException as e:
             return [], 0, _error_name(e.args[0])
-        consumer.assign([ck.TopicPartition(self.p.topic, partition, 0)])
+        consumer.assign([self.topic_partition(partition, 0)])
         # a log that no longer starts at 0 cannot be read whole: a retention we do not set
         whole = None if low == 0 else f"LOG_START_{low}"
         records: list[list[int]] = []

@@ -29,6 +29,7 @@ import asyncio
 import itertools
 import struct
 from collections import defaultdict
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -73,12 +74,16 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         self.log_end: dict[int, int] = {}  # partition -> its high watermark, at the final read
         # a thread per client: a commit, like a group member's consume, blocks its thread
         self._threads.shutdown(wait=False)
-        self._threads = ThreadPoolExecutor(
-            max_workers=self.p.producers + self.p.consumers + uncommitted + self.p.partitions + 2,
-            thread_name_prefix="rdkafka-txn")
+        self._threads = ThreadPoolExecutor(max_workers=self.threads_needed(),
+                                           thread_name_prefix="rdkafka-txn")
         self.txn_ids = itertools.count()
         self.stats.update({"txn-ok": 0, "txn-fail": 0, "txn-info": 0, "txn-aborted": 0,
                            "group-polls": 0, "rebalances": 0})
+
+    def threads_needed(self) -> int:
+        """A thread per client that blocks (a commit, a group member's consume) and per
+        partition the final read reads at once."""
+        return self.p.producers + self.p.consumers + self.uncommitted + self.keys + 2
 
     def final_fields(self, partition: int) -> dict[str, Any]:
         end = self.log_end.get(partition)
@@ -101,14 +106,17 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         """Nothing to warm: each client's producer gets its producer id in `run`."""
 
     async def run(self, duration_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        stop = loop.time() + duration_s
+        stop = asyncio.get_running_loop().time() + duration_s
+        await asyncio.gather(*self.clients(stop))
+
+    def clients(self, stop: float) -> list[Coroutine[Any, Any, None]]:
+        """Every client of the run, each until `stop` (on the event loop's clock)."""
         tasks = [self._txn_client(i, stop) for i in range(self.p.producers)]
         tasks += [self._consumer(i, stop) for i in range((self.p.consumers + 1) // 2)]
         tasks += [self._group_member(i, stop) for i in range(self.p.consumers // 2)]
         tasks += [self._consumer(self.p.consumers + i, stop, UNCOMMITTED)
                   for i in range(self.uncommitted)]
-        await asyncio.gather(*tasks)
+        return tasks
 
     # ---- transactional producers -----------------------------------------------------------
 
@@ -228,7 +236,7 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         read-committed read never returns, so the checker, which takes a final read as
         whole when its last record is just below `hwm`, would otherwise never take one
         whole; the high watermark itself is `log_end`."""
-        tp = ck.TopicPartition(self.p.topic, partition)
+        tp = self.topic_partition(partition)
         timeout = min(5.0, max(budget_s, 0.5))
         uncommitted = ck.Consumer({**self.consumer_config(), "isolation.level": UNCOMMITTED})
         try:

@@ -28,7 +28,8 @@ completed final read: a transaction commits whole), and what failed
 and crashed transactions' polls prove (`evidence`): a duplicate seen only there, and a poll
 that skips, or goes back, from the client's last committed read. A transactional consumer
 that aborts rewinds to its last committed position, so each poll is compared with the last
-ok one, as in Jepsen.
+ok one, as in Jepsen. A consume-transform-produce group's transactions are judged for
+exactly-once delivery (exactly_once.py: duplicate-output, lost-output).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checkers.txn.consumers import group_skips, judge_uncommitted, split
+from checkers.txn.exactly_once import NAMES as EXACTLY_ONCE
+from checkers.txn.exactly_once import exactly_once
 from checkers.txn.graph import ALL, NAMES, PROCESS, REALTIME, WR, WW, Graph, components, cycle_in
 from checkers.txn.ops import Poll, Txn, base_process
 
@@ -55,7 +58,7 @@ CYCLES = (
 )
 NAMES_FOUND = tuple(name for name, _, _ in CYCLES) + (
     "precommitted-read", "torn-transaction", "poll-skip", "nonmonotonic-poll", "duplicate",
-    "int-poll-skip", "int-nonmonotonic-poll", "inconsistent-offsets")
+    "int-poll-skip", "int-nonmonotonic-poll", "inconsistent-offsets", *EXACTLY_ONCE)
 
 
 @dataclass
@@ -323,6 +326,7 @@ def analyse(txns: list[Txn], budget_s: float = 300.0, ww: bool = False) -> Findi
     if uncommitted:
         judge_uncommitted(txns, uncommitted, findings)
     group_skips(txns, findings)
+    exactly_once(txns, findings)
     if not findings.complete:
         findings.notes.append(
             f"the transactional cycle search stopped after its budget of {budget_s:.0f} s: "

@@ -187,12 +187,14 @@ def _what_they_read(txns: list[Txn], uncommitted: list[tuple[Txn, Poll]]) -> dic
 def group_skips(txns: list[Txn], findings: Findings) -> None:
     """Committed records below the highest offset a group read that none of its members
     returned (a poll-skip of the group, across its rebalances); and how many records it
-    returned more than once."""
+    returned more than once. A crashed transaction's polls count as returned: it may have
+    committed the group's offsets past them (a consume-transform-produce transaction whose
+    commit timed out), and then no member returns them again; an aborted one's do not."""
     log = Log(txns)
     read: dict[tuple[str, int], list[int]] = defaultdict(list)  # (group, key) -> offsets
     for t in txns:
         for p in t.polls:
-            if p.group is not None and t.type == "ok":
+            if p.group is not None and t.type != "fail":
                 read[(p.group, p.key)] += [o for o, _ in p.records]
     again = 0
     for (group, k), offsets in sorted(read.items()):

@@ -26,6 +26,9 @@ class Send:
     key: int
     value: int
     offset: int | None
+    # the input records (partition, offset, value) a consume-transform-produce transaction
+    # made this record of (checkers/txn/exactly_once.py); none for a plain send
+    sources: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(slots=True)
@@ -115,7 +118,8 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
         mop = int(op.get("mop", 0))
         if op.get("f") == "send":
             offset = op.get("offset") if kind != "fail" else None
-            t.sends.append(Send(mop, int(op["partition"]), int(op["value"]), offset))
+            sources = tuple((int(p), int(o), int(v)) for p, o, v in op.get("sources") or ())
+            t.sends.append(Send(mop, int(op["partition"]), int(op["value"]), offset, sources))
         elif op.get("f") in ("poll", "final-poll"):
             records = [(int(o), int(v)) for o, v in op.get("records") or []]
             final = op.get("f") == "final-poll" and kind == "ok" and op.get("complete") is True

@@ -29,7 +29,8 @@ def test_default_matches_the_shared_shape():
     assert c["topic"] == {"name": "chaos", "partitions": 3, "replication_factor": 3}
     assert c["workload"] == {"acks": "all", "rate": 500, "producers": 4, "consumers": 2,
                              "request_timeout_ms": 3000, "final_read_timeout": 60,
-                             "idempotence": True, "kind": "log", "uncommitted_consumers": 0}
+                             "idempotence": True, "kind": "log", "uncommitted_consumers": 0,
+                             "transformers": 0}
     assert c["system"]["kind"] == "embedded"
     assert c["kafka"] == {"version": "4.2.1", "heap_mb": 512, "controller_heap_mb": 256}
     assert c["nemesis"]["faults"] == ["kill", "partition"]

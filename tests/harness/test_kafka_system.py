@@ -23,6 +23,7 @@ from harness.config import ConfigError, load_config, typed
 from harness.kafka_events import PartitionWatch, log_events
 from workloads.kafka_admin import (
     _uvarint,
+    create_again,
     describe_partitions,
     describe_request,
     parse_describe,
@@ -207,6 +208,19 @@ def test_a_delivery_error_is_a_fail_only_when_nothing_can_have_been_written():
     assert send_outcome(e._MSG_TIMED_OUT, single_attempt=True) == "info"
     assert send_outcome(e.NOT_ENOUGH_REPLICAS_AFTER_APPEND, single_attempt=True) == "info"
     assert send_outcome(e.REQUEST_TIMED_OUT, single_attempt=True) == "info"
+
+
+def test_a_topic_creation_is_asked_again_after_a_dropped_broker_handle_only():
+    import confluent_kafka as ck
+
+    e = ck.KafkaError
+    # librdkafka dropped the handle the request was on ("Broker handle destroyed"), or the
+    # request or its answer was lost: ask again (an existing topic is then success)
+    for code in (e._DESTROY_BROKER, e._TRANSPORT, e.REQUEST_TIMED_OUT, e.NOT_CONTROLLER):
+        assert create_again(ck.KafkaError(code)), code
+    for code in (e.INVALID_REPLICATION_FACTOR, e.TOPIC_AUTHORIZATION_FAILED,
+                 e.INVALID_PARTITIONS, e._DESTROY):
+        assert not create_again(ck.KafkaError(code)), code
 
 
 LOG = """\

@@ -1,0 +1,117 @@
+"""Consume-transform-produce (workloads/rdkafka_ctp.py) on real Apache Kafka, end to end on
+namespace hosts: transformers in one group read the test topic read-committed and, in each
+transaction, send records made of what they read to the output topic and commit the group's
+offsets with them, aborting some on purpose, under kills of the transaction coordinator; then
+the final read of both topics and the checker's exactly-once judgement. One short run in the
+default suite (CPU is shared), as the transactional workload's own."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import confluent_kafka as ck
+import pytest
+
+from checkers.exitcodes import UserError
+from control import kafka_install
+from harness.config import load_config
+from harness.runner import run_test
+from harness.system import system_of
+from harness.test import Test
+from workloads.history import read_history
+from workloads.rdkafka_ctp import Batch, TransformingTxnWorkload
+
+RUN = ["system.kind=kafka", "nodes=4", "time_limit=15", "nemesis.interval=4",
+       "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=100",
+       "workload.kind=txn", "workload.consumers=2", "workload.transformers=2",
+       "nemesis.faults=['kill']", "nemesis.targets=txn-coordinator",
+       "checker.allow=['stale-read']"]
+
+
+def _installed(version: str) -> None:
+    if not kafka_install.is_installed(version):
+        pytest.fail(f"Kafka {version} is not installed: `make bootstrap` resolves it")
+
+
+def test_transformers_need_the_transactional_workload(tmp_path):
+    test = Test.of(load_config(None, ["system.kind=kafka", "workload.transformers=1"]), tmp_path)
+    with pytest.raises(UserError, match="workload.transformers needs transactions"):
+        system_of(test)
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_path):
+    _installed("4.2.1")
+    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=2"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    ops = read_history(run_dir / "history.jsonl")
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True, results["anomalies"]
+    partitions = config["topic"]["partitions"]
+    assert sorted(results["stats"]["complete_partitions"]) == list(range(2 * partitions))
+
+    outputs = [op for op in ops if op["f"] == "send" and "sources" in op
+               and op["type"] != "invoke"]
+    kinds = Counter(op["type"] for op in outputs)
+    assert kinds["ok"] > 5, f"the transformers should have committed: {kinds}"
+    assert any(op.get("error") == "aborted-on-purpose" for op in outputs)
+    assert all(op["partition"] >= partitions for op in outputs), "outputs in the output topic"
+
+    # the committed output, as the final reads found it, made each input it names once
+    final = {(op["partition"], v) for op in ops if op["f"] == "final-poll"
+             and op["type"] == "ok" and op["complete"] for _, v in op["records"]}
+    made = Counter((p, v) for op in outputs if (op["partition"], op["value"]) in final
+                   for p, _, v in op["sources"])
+    assert made and max(made.values()) == 1, made.most_common(3)
+    aborted = [op for op in outputs if op["type"] == "fail"]
+    assert not any((op["partition"], op["value"]) in final for op in aborted)
+    # and an aborted batch was transformed again: its inputs are in the committed output
+    again = {(p, v) for op in aborted for p, _, v in op["sources"]}
+    assert again & set(made), "an aborted batch's records should have been committed later"
+
+    once = results["stats"]["transactions"]["exactly_once"]
+    assert once["lost"] == 0 and once["duplicated"] == 0 and once["inputs"] == len(made), once
+    assert any(op["f"] == "start-kill" for op in ops), "a kill of the coordinator started"
+
+
+class _NoGoingBack(TransformingTxnWorkload):
+    """A transformer that forgets to seek back after an abort: the aborted batch's records
+    are never transformed again, while the next commit moves the group's offsets past them."""
+
+    def _rewind(self, consumer: ck.Consumer, batch: Batch) -> None:
+        return None
+
+
+class _GoingBackTooFar(TransformingTxnWorkload):
+    """A transformer that seeks back to the start of the partition after an abort: what
+    committed transactions had already transformed is transformed and committed again."""
+
+    def _rewind(self, consumer: ck.Consumer, batch: Batch) -> None:
+        super()._rewind(consumer, {p: [[0, 0]] for p in batch})
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+@pytest.mark.slow
+@pytest.mark.parametrize(("broken", "anomaly"), [(_NoGoingBack, "lost-output"),
+                                                 (_GoingBackTooFar, "duplicate-output")])
+def test_a_transformer_that_breaks_exactly_once_is_caught(tmp_path, monkeypatch, broken,
+                                                          anomaly):
+    """The twins of the run above on real Kafka, without faults: the checker must find the
+    input records the broken transformer left without output, or made output of twice."""
+    _installed("4.2.1")
+    monkeypatch.setattr("harness.system.TransformingTxnWorkload", broken)
+    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=2", "nemesis.faults=[]"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is False
+    found = results["anomalies"][anomaly]
+    assert found["count"] > 0, results["anomalies"]
+    # each example is an input record a planned abort held: the broken step came after it
+    ops = read_history(run_dir / "history.jsonl")
+    aborted = {(p, v) for op in ops if op["f"] == "send" and "sources" in op
+               and op.get("error") == "aborted-on-purpose" for p, _, v in op["sources"]}
+    if anomaly == "lost-output":
+        assert {(x["partition"], x["value"]) for x in found["examples"]} <= aborted
