@@ -61,7 +61,7 @@ def simulate(tmp: Path, seed: int, segment_bytes: int, hit: str, hook=None) -> S
                             consumers=2, request_timeout_s=3.0, seed=seed)
     return run_simulation(tmp, seed=seed, params=params, time_limit=8.0,
                           system={**SAFE, "segment.bytes": segment_bytes},
-                          faults=shrink_then(hit, "chaos"), final_read_timeout=30,
+                          faults=shrink_then(hit, "chaos", tmp), final_read_timeout=30,
                           keep_going=True, world_hook=hook)
 
 
