@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
+sys.path.insert(0, str(ROOT / "tests" / "simulation"))  # the twins of test_invariants_sim
 
 from support.scenarios import acknowledged_loss  # noqa: E402
 
