@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml
 	fi
 	$(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev]'
+	$(VPY) -m pip install -q -e '.[dev,baseline]'
 	touch $(STAMP)
 
 # -trimpath and a fixed -ldflags: the same tag gives the same binary on every machine with

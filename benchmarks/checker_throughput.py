@@ -49,15 +49,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
 
-from checkers import (  # noqa: E402
-    duck_checks,
-    native_checks,
-    reference,
-    spark_checks,
-    spark_cluster,
-    spark_native,
-)
+from support import spark_cluster  # noqa: E402
+
+from checkers import native_checks, reference, spark_checks, spark_native  # noqa: E402
 from checkers.ingest import ingest  # noqa: E402
 from checkers.spark import get_session  # noqa: E402
 from checkers.verdict import classify_unread  # noqa: E402
@@ -205,7 +201,7 @@ def stage(name: str, times: list[float], n: int) -> float:
 
 @contextlib.contextmanager
 def standalone(workers: int, memory: str, work: Path) -> Iterator[tuple[str, list[int]]]:
-    """checkers.spark_cluster's cluster of `workers` one-core workers: (master URL, worker
+    """tests/support/spark_cluster.py's cluster of `workers` one-core workers: (master URL, worker
     pids), with its start time printed."""
     t = time.perf_counter()
     with spark_cluster.standalone(work, workers=workers, cores=1, memory=memory) as cluster:
@@ -316,6 +312,8 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
         found["histcheck"] = summary(h_out)
         del h_out
     if not args.no_duckdb:
+        from support import duck_checks  # the `baseline` extra's duckdb, only when asked for
+
         d_out, ducks = _runs(args, duck_checks.run, ops_path, reads_path, "all")
         baselines["DuckDB"] = stage("check, single-process DuckDB", ducks, n)
         found["DuckDB"] = summary(d_out)

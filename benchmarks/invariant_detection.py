@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
+sys.path.insert(0, str(ROOT / "tests" / "simulation"))  # the twins of test_invariants_sim
 
 from support.scenarios import acknowledged_loss  # noqa: E402
 
@@ -51,7 +52,7 @@ def episodes() -> list[tuple[str, dict, str, object]]:
 def run_episode(folder: Path, seed: int, system: dict, acks: str, episode) -> tuple[set, int, dict]:
     from test_invariants_sim import SAFE, simulate
 
-    r = simulate(folder, seed, system, acks, episode())
+    r = simulate(folder, seed, system, acks, episode(folder))
     config = {"system": {**SAFE, **system}, "workload": {"acks": acks}, "topic": {"name": "chaos"}}
     return ({v["name"] for v in r.invariants}, len(acknowledged_loss(r.history).lost), config)
 

@@ -218,7 +218,7 @@ def local_only(master: str) -> dict[str, str]:
     whole check, open to anyone who reaches it. Authentication is on too (Spark makes a random
     secret for a local master and keeps it in the JVM): a local user can still connect to
     loopback, but not talk to the driver. Executors elsewhere (any other master) must reach
-    the driver, so those keep Spark's defaults (spark_cluster.py's are on loopback too)."""
+    the driver, so those keep Spark's defaults (tests/support/spark_cluster.py's are on loopback too)."""
     if not master.startswith("local"):
         return {}
     return {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1",

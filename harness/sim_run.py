@@ -19,7 +19,7 @@ from harness.test import Test
 from nemesis.faults import Nemesis, metadata_topology
 from nemesis.kinds import lookup
 from nemesis.schedule import ScheduleRecord
-from simulation.run import SimResult, run_simulation
+from simulation.run import FaultScript, SimResult, run_simulation
 from simulation.world import Verbs, World
 
 SIM = "sim"
@@ -59,6 +59,23 @@ def controller_view(world: World, topic: str) -> Callable[[int], Awaitable[dict 
     return state
 
 
+def nemesis_faults(schedule: ScheduleRecord, topic: str,
+                   settings: Mapping[str, Any]) -> FaultScript:
+    """The nemesis carrying `schedule` out in the world, its time axis starting with the
+    workload: a simulated run's faults (`run_simulation(faults=)`), as on real hosts."""
+
+    def faults(world: World, loop) -> Any:
+        started = loop.time()  # the workload starts now: the schedule's time axis
+        topology = replace(metadata_topology(world.nodes, world.bootstrap(), topic,
+                                             pool_factory=world.pool),
+                           oracle=controller_view(world, topic))
+        nemesis = Nemesis(Verbs(world), topology, world.history, schedule,
+                          lambda: loop.time() - started, settings)
+        return nemesis.run()
+
+    return faults
+
+
 def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
                   invariants: bool = True) -> SimResult:
     """Simulate `test` into `out_dir`: history.jsonl, events.jsonl, schedule.json.
@@ -72,20 +89,12 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
     schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,
                               test.plan.entries_for(schedule_params))
 
-    def faults(world: World, loop) -> Any:
-        started = loop.time()  # the workload starts now: the schedule's time axis
-        topology = replace(metadata_topology(world.nodes, world.bootstrap(), s.topic.name,
-                                             pool_factory=world.pool),
-                           oracle=controller_view(world, s.topic.name))
-        nemesis = Nemesis(Verbs(world), topology, world.history, schedule,
-                          lambda: loop.time() - started, s.nemesis.link)
-        return nemesis.run()
-
     try:
         return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
                               system=node_settings(test.config["system"]), n_nodes=s.nodes,
                               replication_factor=s.topic.replication_factor,
-                              final_read_timeout=s.workload.final_read_timeout, faults=faults,
+                              final_read_timeout=s.workload.final_read_timeout,
+                              faults=nemesis_faults(schedule, s.topic.name, s.nemesis.link),
                               keep_going=keep_going, invariants=invariants)
     finally:
         schedule.finish("time limit reached")

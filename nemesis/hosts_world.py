@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from control import toxiproxy
 from control.cluster import Cluster
 from control.host import Host
 from control.parallel import on_hosts
-from nemesis import link
+from nemesis import link, segment_damage
 from nemesis import partition as grudges
 from nemesis.partition import Grudge
 
@@ -27,6 +29,17 @@ STEP_CLOCK = ("import sys, time; c = time.CLOCK_REALTIME; "
 # The guest's NTP daemon would slew a stepped clock back: stopped while the clock is skewed.
 # Debian names it chrony, others chronyd; a guest without it has nothing to stop.
 CHRONY = "systemctl {0} chrony 2>/dev/null || systemctl {0} chronyd 2>/dev/null || true"
+STOP_WAIT_S = 10.0  # how long a SIGKILLed node may take to be gone before corrupt-segment
+
+# argv: <data dir> <seed>. Prints one JSON object: what was done, or {"note": why nothing was}.
+CORRUPT_PROGRAM = Path(segment_damage.__file__).read_text()
+
+
+def corrupt_argv(python: str, data_dir: str, seed: str) -> list[str]:
+    """The command that damages one segment file under `data_dir` (an argv list: Remote.run
+    quotes each argument, no shell line is built from data): nemesis/segment_damage.py, run
+    by the host's python, which has nothing else of the harness."""
+    return [python, "-c", CORRUPT_PROGRAM, str(data_dir), str(seed)]
 
 
 class HostsWorld:
@@ -64,6 +77,26 @@ class HostsWorld:
 
     async def page_cache_loss(self, node: str) -> dict[str, Any]:
         return await self._lazyfs(node, "lose-unsynced")
+
+    async def corrupt_segment(self, node: str, pick: int) -> dict[str, Any]:
+        """Kill, wait until the process is gone (SIGKILL is asynchronous: no write after the
+        damage), then damage one segment file in its data directory (nemesis.segment_damage,
+        run on the host)."""
+        await self.kill(node)
+        return await self._blocking(self._damage, self.cluster.host(node), f"{pick}:{node}")
+
+    def _damage(self, host: Host, seed: str) -> dict[str, Any]:
+        deadline = time.monotonic() + STOP_WAIT_S
+        while host.remote.is_running("node"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{host.name}: node still running {STOP_WAIT_S:.0f} s after SIGKILL")
+            time.sleep(0.05)
+        out = host.remote.run(corrupt_argv(self.cluster.python, str(host.data_dir), seed),
+                              timeout=60).stdout
+        try:
+            return json.loads(out)
+        except ValueError:
+            return {"raw": out.strip()}
 
     async def _lazyfs(self, node: str, *command: str) -> dict[str, Any]:
         if not self.cluster.lazyfs:

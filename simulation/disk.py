@@ -18,6 +18,9 @@ The faults are the filesystem's:
   durable state; with an rng, `SimFs.torn_power_loss` (lazyfs's `torn --mode prefix`: a
   seeded prefix of the unsynced bytes reaches the disk, so recovery cuts a torn tail and
   reports it as `log-recovery` at the next start).
+- **corrupt-segment** (`corrupt`, the process is dead already): one record of one segment
+  file damaged (bits flipped, or the file cut mid-record) and synced, as on real hosts; the
+  next process's `SegmentLog` cuts the log there by CRC and re-fetches the rest.
 - **page-cache loss** (`lose(running=True)`): `SimFs.page_cache_loss` under the running
   process; every descriptor it has open fails with EIO from then on (its appends, its
   syncs, the controller's metadata appends), as lazyfs's do; what needs no I/O, or opens a
@@ -46,6 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from checkers.invariants import synced_record_lost
+from nemesis import segment_damage
 from replication.broker_store import BrokerStore, LogConfig
 from replication.log import Record, SyncJob
 from replication.metadata_file import METADATA_LOG, MetadataFile, parse_records
@@ -266,6 +270,24 @@ class NodeDisk:
             lost[key] = _lost_records(self.views[key].records, self._recovery(key, scratch))
         logs = {f"{t}-{p}": n for (t, p), n in sorted(lost.items()) if n}
         return {**report, "lost_records": sum(logs.values()), "logs": logs}
+
+    def corrupt(self, seed: str) -> dict[str, Any]:
+        """`corrupt-segment` on a stopped broker's disk: one record of one segment file damaged,
+        durably, chosen from `seed` exactly as on real hosts (nemesis/segment_damage.py).
+        Returns its report with "lost_records". The damaged log's view becomes what the next
+        recovery keeps; damage is not a failed fsync, so the records it cuts leave the synced
+        prefix instead of counting against SyncedRecordsSurvive."""
+        report = segment_damage.damage(self.fs, str(DATA_DIR), seed)
+        if "file" not in report:
+            return report
+        topic, partition = report["file"].split("/")[0].rsplit("-", 1)
+        key = (topic, int(partition))
+        view = self.views[key]
+        kept = self._recovery(key, self.fs.copy())
+        view.synced = min(view.synced, len(kept))
+        lost = _lost_records(view.records, kept)
+        view.recovered(kept, "corrupt-segment")
+        return {**report, "lost_records": lost}
 
     def _recover_views(self, keys: set[tuple[str, int]], after: str,
                        scratch: SimFs) -> dict[tuple[str, int], int]:

@@ -17,6 +17,7 @@ name and take effect at the current virtual time:
     power_loss(node, torn, pick)    kill, then lose every unsynced write (torn: a seeded part
                                     of them survives); returns what was lost
     page_cache_loss(node)           lose unsynced writes under the running process
+    corrupt_segment(node, pick)     kill, then damage one record of a segment file (seeded)
     partition(grudge)               {node: nodes whose packets it drops}; replaces the last one
     heal_partition()
     degrade_link(node, kind, settings, pick) / restore_link(node)
@@ -244,6 +245,17 @@ class World:
         self._fault("power_loss", node, {"torn": torn, "lost_records": lost["lost_records"]})
         return lost
 
+    def corrupt_segment(self, node: str, pick: int = 0) -> dict[str, Any]:
+        """Kill, then damage one record of one segment file on the node's disk, seeded by
+        (pick, node) as on real hosts (nemesis/kinds/corrupt.py). Returns its report
+        ({"file", "mode", "record_offset", ...}, or {"note"} when there was nothing to damage)
+        with "lost_records" (NodeDisk.corrupt)."""
+        self.kill(node)
+        report = self.disks[node].corrupt(f"{pick}:{node}")
+        self._fault("corrupt_segment", node, {"mode": report.get("mode"),
+                                              "lost_records": report.get("lost_records", 0)})
+        return report
+
     def page_cache_loss(self, node: str) -> dict[str, Any]:
         """Unsynced writes are lost while the process runs on; its open files fail (EIO)."""
         self._check(node)
@@ -384,6 +396,9 @@ class Verbs:
 
     async def page_cache_loss(self, node: str) -> dict[str, Any]:
         return self.world.page_cache_loss(node)
+
+    async def corrupt_segment(self, node: str, pick: int) -> dict[str, Any]:
+        return self.world.corrupt_segment(node, pick)
 
     async def partition(self, grudge: Mapping[str, Iterable[str]]) -> None:
         self.world.partition(grudge)

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import spark_cluster
 from test_checker_anomalies import loss
-
-from checkers import spark_cluster
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The DuckDB implementation of the checks (checkers/duck_checks.py, the benchmark's second
+"""The DuckDB implementation of the checks (tests/support/duck_checks.py, the benchmark's second
 single-process baseline) is held to the pandas reference's exact results: every anomaly
 scenario at once, and a workload-shaped history with injected anomalies."""
 
@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 from histories import merge
+from support import duck_checks
 from test_checker_anomalies import SCENARIOS
 
-from checkers import duck_checks, reference
+from checkers import reference
 from checkers.ingest import ingest
 from checkers.verdict import CheckOutput, classify_unread, records
 

@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import spark_cluster
 from support.users import reaches
-
-from checkers import spark_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [

@@ -84,7 +84,7 @@ def test_a_search_of_the_safe_configuration_finds_nothing():
 
 
 def test_real_host_only_faults_are_refused(capsys):
-    code = cli.main(["simulate", "--config", "fast", "--nemesis", "corrupt-segment"])
+    code = cli.main(["simulate", "--config", "fast", "--nemesis", "bandwidth"])
     assert code == 3
     assert "real hosts only" in capsys.readouterr().err
 

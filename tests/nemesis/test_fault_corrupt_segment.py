@@ -2,8 +2,10 @@
 damage by CRC, cut its log to the last good record and re-fetch the rest from the leader,
 never serving the damaged record.
 
-- pure: the kind is registered, planned and accepted by the config; its snippet damages a
-  real segment directory as it reports;
+- pure: the kind is registered, planned and accepted by the config; its program
+  (nemesis/segment_damage.py) damages a real segment directory as it reports;
+- simulated: the World's verb damages the simulated disk exactly as the program damages real
+  files, and a simulated run with the fault cuts, re-fetches and loses nothing;
 - storage: replication.segment_log recovery on real files with a bit flipped mid-log;
 - real hosts (netns): a run where partition 0's followers are damaged while stopped, then its
   leader is killed so a repaired follower leads: nothing acknowledged is lost, no damaged
@@ -14,29 +16,32 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 from harness.config import load_config
+from nemesis import segment_damage
+from nemesis.hosts_world import corrupt_argv
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, Topology, lookup
-from nemesis.kinds.corrupt import corrupt_argv
 from nemesis.schedule import ScheduleParams, plan
 from replication.log import OffsetOutOfRange, Record
 from replication.segment_format import HEADER_SIZE, encode_record, scan_segment, segment_name
 from replication.segment_log import CorruptLogError, SegmentLog
+from simulation.simfs import SimFs
 
 KIND = "corrupt-segment"
 
 # -- pure ---------------------------------------------------------------------------------
 
 
-def test_registered_as_a_real_host_disk_fault():
+def test_registered_as_a_disk_fault_of_both_worlds():
     kind = lookup(KIND)
     assert KIND in KNOWN_FAULTS
-    assert (kind.family, kind.simulated, kind.needs_lazyfs) == ("disk", False, False)
+    assert (kind.family, kind.simulated, kind.needs_lazyfs) == ("disk", True, False)
 
 
 # (aimed at the transaction coordinator it is refused: tests/nemesis/test_txn_targets.py)
@@ -74,15 +79,6 @@ def test_targets_resolve_to_brokers_only():
     assert resolve({"select": "leader", "partition": 0, "pick": 1}) == ["n2"]
     assert resolve({"fixed": {"nodes": ["n1", "n3"]}}) == ["n3"]  # a replay never hits n1
     assert resolve({"select": "controller", "pick": 1}) == []
-
-
-def test_applying_it_to_a_simulated_world_is_a_clear_error():
-    class SimWorld:
-        async def kill(self, node: str) -> None:
-            raise AssertionError("must refuse before touching the world")
-
-    with pytest.raises(TypeError, match="real hosts.*HostsWorld.*SimWorld"):
-        asyncio.run(lookup(KIND).apply(SimWorld(), ["n2"], 5, {}))
 
 
 def _records(n: int) -> list[Record]:
@@ -135,6 +131,73 @@ def test_the_snippet_damages_what_it_reports_and_recovery_cuts_exactly_there(tmp
 def test_the_snippet_reports_an_empty_data_directory(tmp_path):
     (tmp_path / "chaos-0").mkdir()
     assert "no segment data" in _corrupt(tmp_path, "1:n2")["note"]
+
+
+# -- simulated ------------------------------------------------------------------------------
+
+
+def _sim_copy(data: Path) -> SimFs:
+    """A SimFs holding the files under `data` at /data, durably."""
+    fs = SimFs()
+    for path in sorted(data.rglob("*")):
+        if path.is_file():
+            target = PurePosixPath("/data") / path.relative_to(data).as_posix()
+            fs.makedirs(target.parent)
+            fd = fs.open(target, os.O_WRONLY | os.O_CREAT)
+            fs.pwrite(fd, path.read_bytes(), 0)
+            fs.fsync(fd)
+            fs.close(fd)
+    return fs
+
+
+def test_the_simulated_disk_is_damaged_exactly_as_the_program_damages_real_files(tmp_path):
+    original = tmp_path / "original"
+    _write_log(original / "chaos-0", _records(60), segment_bytes=400)
+    _write_log(original / "chaos-1", _records(5), segment_bytes=400)
+    for seed in range(12):
+        real = tmp_path / f"d{seed}"
+        shutil.copytree(original, real)
+        fs = _sim_copy(original)
+        done = _corrupt(real, f"{seed}:n3")
+        assert segment_damage.damage(fs, "/data", f"{seed}:n3") == done
+        for path in sorted(p for p in real.rglob("*") if p.is_file()):
+            sim = PurePosixPath("/data") / path.relative_to(real).as_posix()
+            assert fs.read_bytes(sim) == path.read_bytes(), (seed, sim)
+
+
+def test_a_simulated_run_repairs_damaged_followers_from_the_leader(tmp_path):
+    """The real-host run below, in the simulator through the same nemesis and kind: partition
+    0's followers are killed and damaged (bit flips), started again, then its leader is
+    killed. The damaged brokers cut their logs where the damage is and re-fetch; no invariant
+    is violated (the damage cuts records whose fsync completed, and is not counted against
+    SyncedRecordsSurvive), nothing acknowledged is lost."""
+    from checkers.check import check_path
+    from harness.sim_run import as_simulated, simulate_into
+    from harness.test import Plan, Test
+    from workloads.history import read_history
+
+    pick = _bit_flip_pick(tmp_path, ["n2", "n3", "n4"])
+    config = as_simulated(load_config("fast", [
+        "nodes=4", "topic.partitions=1", "time_limit=17", "seed=5", "workload.rate=300",
+        "workload.final_read_timeout=30", f"nemesis.faults=['{KIND}', 'kill']",
+        "system.flush.messages=1",  # every record synced: the damage cuts synced records
+    ]))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    r = simulate_into(Test.of(config, tmp_path, plan=Plan.scripted(_scripted(pick)),
+                              check=False), run_dir, keep_going=True)
+    assert r.invariants == [], r.invariants
+    ops = read_history(run_dir / "history.jsonl")
+    (started,) = [op for op in ops if op["f"] == f"start-{KIND}"]
+    damage = started["value"]["lost"]
+    assert len(damage) == 2 and all(d["mode"] == "bit-flip" for d in damage.values()), damage
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    for node, d in damage.items():
+        (recovery, *_) = [e for e in events if e["kind"] == "log-recovery" and e["host"] == node]
+        assert (recovery["reason"], recovery["log_end_offset"]) == ("corrupt", d["record_offset"])
+        assert d["lost_records"] > 0
+    results = check_path(run_dir, backend="reference")
+    assert results["valid"] is True, results["anomalies"]
 
 
 # -- storage --------------------------------------------------------------------------------
@@ -234,6 +297,17 @@ def _bit_flip_pick(tmp_path: Path, nodes: list[str]) -> int:
     raise AssertionError("no pick found")
 
 
+def _scripted(pick: int) -> list[dict]:
+    """Partition 0's followers are killed, damaged and started again; once they are back in
+    the ISR its leader is killed, so a repaired follower leads and the final read reads it."""
+    return [
+        {"id": 0, "kind": KIND, "start_s": 3.0, "duration_s": 3.0,
+         "target": {"select": "followers", "partition": 0, "pick": pick}},
+        {"id": 1, "kind": "kill", "start_s": 11.0, "duration_s": 3.0,
+         "target": {"select": "leader", "partition": 0, "pick": 1}},
+    ]
+
+
 @pytest.mark.netns
 @needs_hosts
 def test_followers_damaged_while_stopped_repair_from_the_leader(tmp_path):
@@ -243,14 +317,7 @@ def test_followers_damaged_while_stopped_repair_from_the_leader(tmp_path):
     from workloads.history import read_history
 
     pick = _bit_flip_pick(tmp_path, ["n2", "n3", "n4"])
-    # Partition 0's followers are killed, damaged and started again; once they are back in
-    # the ISR its leader is killed, so a repaired follower leads and the final read reads it.
-    scripted = [
-        {"id": 0, "kind": KIND, "start_s": 3.0, "duration_s": 3.0,
-         "target": {"select": "followers", "partition": 0, "pick": pick}},
-        {"id": 1, "kind": "kill", "start_s": 11.0, "duration_s": 3.0,
-         "target": {"select": "leader", "partition": 0, "pick": 1}},
-    ]
+    scripted = _scripted(pick)
     config = load_config("fast", [
         "nodes=4", "topic.partitions=1", "time_limit=17", "seed=5", "workload.rate=300",
         "workload.final_read_timeout=30", f"nemesis.faults=['{KIND}', 'kill']",

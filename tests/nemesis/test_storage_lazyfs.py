@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.memory_log import MemoryLog
 
-from replication.log import MemoryLog
 from replication.segment_log import SegmentLog
 
 pytestmark = pytest.mark.fuse

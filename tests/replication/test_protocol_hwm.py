@@ -10,9 +10,10 @@ Kafka would park an empty fetch until data arrives, which would merge T5 into T7
 
 from __future__ import annotations
 
+from support.memory_log import MemoryLog
+
 from replication import errors as E
 from replication.config import NodeConfig
-from replication.log import MemoryLog
 from replication.messages import (
     AlterPartitionReply,
     AlterPartitionRequest,

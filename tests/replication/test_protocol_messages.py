@@ -10,12 +10,13 @@ import struct
 from collections.abc import Mapping
 
 import pytest
+from support.memory_log import MemoryLog
 
 from replication import errors as E
 from replication.broker import Broker
 from replication.config import NodeConfig
 from replication.controller import Controller
-from replication.log import MemoryLog, Record
+from replication.log import Record
 from replication.messages import (
     AlterPartitionReply,
     AlterPartitionRequest,

@@ -39,12 +39,12 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support.memory_log import MemoryLog
 from support.protocol_sim import Sim
 
 from replication import errors as E
 from replication import metadata as md
 from replication.config import NodeConfig
-from replication.log import MemoryLog
 from replication.messages import (
     AlterPartitionReply,
     AlterPartitionRequest,

@@ -11,11 +11,11 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.memory_log import MemoryLog
 from support.protocol_sim import ClientCall, Sim
 
 from replication import errors as E
 from replication.config import NodeConfig
-from replication.log import MemoryLog
 from replication.messages import ErrorReply, FetchReply, FetchRequest, ProduceReply, ProduceRequest
 from replication.metadata import PartitionState
 from replication.outputs import Reply, Send, Sync

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.memory_log import MemoryLog
 
-from replication.log import MemoryLog
 from replication.segment_log import CHECKPOINT, SegmentLog
 
 

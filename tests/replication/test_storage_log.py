@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from support.memory_log import MemoryLog
 
-from replication.log import Log, LogClosedError, MemoryLog, OffsetOutOfRange, Record
+from replication.log import Log, LogClosedError, OffsetOutOfRange, Record
 from replication.segment_log import SegmentLog
 
 MakeLog = Callable[..., Log]

@@ -91,6 +91,26 @@ def test_truncation_across_segments_deletes_later_files(tmp_path: Path) -> None:
     assert reopened.recovery_info.truncated_bytes == 0
 
 
+def test_a_second_truncation_after_a_cross_segment_one_and_a_roll_finds_its_segment(
+        tmp_path: Path) -> None:
+    """The segments and their base offsets stay in step through a truncation across segments:
+    the next roll, truncation and reads land in the right files (in simulation this needs two
+    truncations in one process's life, which a search rarely makes)."""
+    log = SegmentLog(tmp_path, segment_bytes=100)
+    fill(log, 20)
+    log.truncate_to(5)
+    fill(log, 15)  # rolls again past offset 5
+    assert len(segment_files(tmp_path)) > 3
+    log.truncate_to(17)
+    assert [r.offset for r in log.read(0, 100)] == list(range(17))
+    assert all(int(n[:-4]) <= 17 for n in segment_files(tmp_path))
+    fill(log, 3)
+    log.close(clean=True)
+    reopened = SegmentLog(tmp_path, segment_bytes=100)
+    assert [r.offset for r in reopened.read(0, 100)] == list(range(20))
+    assert reopened.recovery_info.truncated_bytes == 0
+
+
 def test_reopen_recovers_everything_after_a_kill(tmp_path: Path) -> None:
     log = SegmentLog(tmp_path, segment_bytes=200)
     fill(log, 10)

@@ -15,8 +15,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.memory_log import MemoryLog
 
-from replication.log import MemoryLog, Record
+from replication.log import Record
 from replication.segment_format import encoded_size, scan_segment
 from replication.segment_log import SegmentLog
 

@@ -2,7 +2,8 @@
 
 Must-fail twins: each weakness of docs/replication.md's "Alternative behaviours" -- the six
 switches -- violates its invariant in a simulated run under a scripted episode aimed at it
-(tests/support/scenarios.py `weakness`, `shrink_then`), searching a few seeds; the safe
+(tests/support/scenarios.py `weakness`, and `shrink_then`, a plan the nemesis carries out),
+searching a few seeds; the safe
 configuration under the same episodes violates none and loses nothing. The trace checker
 (checkers/trace.py), given the same run's events.jsonl and history.jsonl, finds the same
 invariant. The longer search over more seeds is marked `slow`."""
@@ -26,24 +27,24 @@ SAFE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
 
 # weakness, node config, producer acks, the episode, the invariant it must violate
 TWINS = [
-    ("acks=1", {}, "1", lambda: weakness("isolate-leader", "chaos"), "AcknowledgedCompleteness"),
+    ("acks=1", {}, "1", lambda run_dir: weakness("isolate-leader", "chaos"), "AcknowledgedCompleteness"),
     ("unclean.leader.election.enable", {"unclean.leader.election.enable": True}, "all",
-     lambda: weakness("stale-follower", "chaos"), "LeaderCompleteness"),
+     lambda run_dir: weakness("stale-follower", "chaos"), "LeaderCompleteness"),
     ("eligible.leader.replicas.enable=false", {"eligible.leader.replicas.enable": False}, "all",
-     lambda: shrink_then("power-loss", "chaos"), "ValidControllerState"),
+     lambda run_dir: shrink_then("power-loss", "chaos", run_dir), "ValidControllerState"),
     ("replica.truncation=high-watermark", {"replica.truncation": "high-watermark"}, "all",
-     lambda: weakness("pause-pair", "chaos"), "LeaderCandidateCompleteness"),
+     lambda run_dir: weakness("pause-pair", "chaos"), "LeaderCandidateCompleteness"),
     ("unclean.shutdown.detection=false", {"unclean.shutdown.detection": False}, "all",
-     lambda: weakness("elr-power-loss", "chaos"), "LeaderCandidateCompleteness"),
+     lambda run_dir: weakness("elr-power-loss", "chaos"), "LeaderCandidateCompleteness"),
     ("isr.update=local-first", {"isr.update": "local-first"}, "all",
-     lambda: weakness("halves", "chaos"), "LeaderCompleteness"),
+     lambda run_dir: weakness("halves", "chaos"), "LeaderCompleteness"),
 ]
-EPISODES = {"isolate-leader": lambda: weakness("isolate-leader", "chaos"),
-            "stale-follower": lambda: weakness("stale-follower", "chaos"),
-            "shrink-then-power-loss": lambda: shrink_then("power-loss", "chaos"),
-            "pause-pair": lambda: weakness("pause-pair", "chaos"),
-            "elr-power-loss": lambda: weakness("elr-power-loss", "chaos"),
-            "halves": lambda: weakness("halves", "chaos")}
+EPISODES = {"isolate-leader": lambda run_dir: weakness("isolate-leader", "chaos"),
+            "stale-follower": lambda run_dir: weakness("stale-follower", "chaos"),
+            "shrink-then-power-loss": lambda run_dir: shrink_then("power-loss", "chaos", run_dir),
+            "pause-pair": lambda run_dir: weakness("pause-pair", "chaos"),
+            "elr-power-loss": lambda run_dir: weakness("elr-power-loss", "chaos"),
+            "halves": lambda run_dir: weakness("halves", "chaos")}
 
 
 def simulate(tmp: Path, seed: int, system: dict, acks: str = "all", faults=None, *,
@@ -71,7 +72,7 @@ def names(result) -> set[str]:
 def test_each_weakness_violates_its_invariant(tmp_path, weakness_name, system, acks, episode, expected):
     seen = {}
     for seed in (1, 2, 3):
-        r = simulate(tmp_path / f"s{seed}", seed, system, acks, episode())
+        r = simulate(tmp_path / f"s{seed}", seed, system, acks, episode(tmp_path / f"s{seed}"))
         seen[seed] = names(r)
         if expected in seen[seed]:
             break
@@ -86,7 +87,7 @@ def test_each_weakness_violates_its_invariant(tmp_path, weakness_name, system, a
 @pytest.mark.parametrize("episode", sorted(EPISODES))
 def test_the_safe_configuration_violates_nothing(tmp_path, episode):
     for seed in (1, 2):
-        r = simulate(tmp_path / f"s{seed}", seed, {}, "all", EPISODES[episode]())
+        r = simulate(tmp_path / f"s{seed}", seed, {}, "all", EPISODES[episode](tmp_path / f"s{seed}"))
         loss = acknowledged_loss(r.history)
         assert r.invariants == [], r.invariants[0]
         assert loss.final_complete and loss.lost == [] and len(loss.acked) > 300
@@ -95,7 +96,7 @@ def test_the_safe_configuration_violates_nothing(tmp_path, episode):
 
 def test_the_first_violation_stops_the_run_with_the_steps_that_led_to_it(tmp_path):
     r = simulate(tmp_path, 1, {"eligible.leader.replicas.enable": False}, "all",
-                 shrink_then("power-loss", "chaos"), keep_going=False)
+                 shrink_then("power-loss", "chaos", tmp_path), keep_going=False)
     (v,) = r.invariants
     assert r.stopped_by and v["name"] in r.stopped_by and r.final_read == {}
     assert [json.loads(x) for x in (tmp_path / "invariants.jsonl").read_text().splitlines()] == [v]
@@ -123,7 +124,7 @@ def test_every_run_that_loses_a_record_violates_an_invariant(tmp_path, weakness_
     (the invariants see at least what the history shows), and at least one did."""
     violated = 0
     for seed in range(1, 11):
-        r = simulate(tmp_path / f"s{seed}", seed, system, acks, episode())
+        r = simulate(tmp_path / f"s{seed}", seed, system, acks, episode(tmp_path / f"s{seed}"))
         lost = acknowledged_loss(r.history).lost
         assert not lost or r.invariants, f"seed {seed} lost {len(lost)} records unseen by the invariants"
         violated += bool(r.invariants)

@@ -132,7 +132,7 @@ def test_power_loss_of_the_last_isr_member_without_elr_loses_acknowledged_record
     its followers truncate to its log. With flush.messages=1 there is no unflushed tail; a
     kill keeps the page cache. Neither loses anything, for the same seeds."""
     lossy = run(tmp_path / "lossy", seed, time_limit=8.0, system=NO_ELR,
-                faults=shrink_then("power-loss", "chaos"))
+                faults=shrink_then("power-loss", "chaos", tmp_path / "lossy"))
     lost = acknowledged_loss(lossy.history)
     assert len(lost.lost) > 100, lost.lost
     start = next(o for o in read_history(lossy.history) if o["f"] == "start-power-loss")
@@ -140,9 +140,10 @@ def test_power_loss_of_the_last_isr_member_without_elr_loses_acknowledged_record
     assert report["lost_records"] > 0 and report["logs"]["chaos-0"] > 0
 
     flushed = run(tmp_path / "flushed", seed, time_limit=8.0,
-                  system={**NO_ELR, "flush.messages": 1}, faults=shrink_then("power-loss", "chaos"))
+                  system={**NO_ELR, "flush.messages": 1},
+                  faults=shrink_then("power-loss", "chaos", tmp_path / "flushed"))
     killed = run(tmp_path / "killed", seed, time_limit=8.0, system=NO_ELR,
-                 faults=shrink_then("kill", "chaos"))
+                 faults=shrink_then("kill", "chaos", tmp_path / "killed"))
     for r in (flushed, killed):
         loss = acknowledged_loss(r.history)
         assert loss.final_complete and loss.lost == [] and len(loss.acked) > 1000
@@ -206,7 +207,7 @@ def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_pat
     """A search checks each seed with check_path(backend="native"): histcheck, faster than the
     pandas reference. Both write the same results for a run that lost records."""
     lossy = run(tmp_path / "a", 1, time_limit=8.0, system=NO_ELR,
-                faults=shrink_then("power-loss", "chaos"))
+                faults=shrink_then("power-loss", "chaos", tmp_path / "a"))
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     capfd.readouterr()
     native = check_path(tmp_path / "a", backend="native")

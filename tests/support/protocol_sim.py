@@ -21,7 +21,6 @@ from replication import errors as E
 from replication.broker import Broker
 from replication.config import NodeConfig
 from replication.controller import Controller
-from replication.log import MemoryLog
 from replication.messages import (
     ConsumerFetchReply,
     ConsumerFetchRequest,
@@ -32,6 +31,7 @@ from replication.messages import (
     Request,
 )
 from replication.outputs import Event, Output, Persist, Reply, Send, Sync
+from support.memory_log import MemoryLog
 
 
 @dataclass

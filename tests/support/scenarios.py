@@ -1,8 +1,10 @@
 """Scripted fault callbacks for `run_simulation` and the analysis tests need.
 
-These are small hand-written schedules (the randomised nemesis schedule is the lead's to plug
-in); each writes `start-<kind>` / `stop-<kind>` nemesis operations into the history as the
-real nemesis does, so the history checkers see the faults.
+`shrink_then` is a plan the nemesis carries out (`planned`), as in any run. `tour` and
+`weakness` are still hand-written scripts calling the World's verbs and writing `start-<kind>`
+/ `stop-<kind>` nemesis operations themselves: their episodes wait for partition states (a
+follower out of the ISR, the ISR the leader alone) and aim at roles (the successor, an ELR
+member, "halves" with the controller) the nemesis's targets cannot express yet.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.sim_run import nemesis_faults
 from nemesis.faults import metadata_topology
+from nemesis.schedule import ScheduleParams, ScheduleRecord
 from simulation.loop import SimLoop
 from simulation.world import World
 from workloads.history import read_history
@@ -32,47 +36,35 @@ def _note(world: World, f: str, value: Any) -> None:
         world.history.nemesis(f, value)
 
 
-def shrink_then(hit: str, topic: str, partition: int = 0, *, at: float = 2.0,
-                shrink_wait: float = 16.0, down: float = 1.0, pick: int = 0) -> Faults:
-    """nemesis.schedule's shrink-first episode: at `at` s pause the partition's followers until
-    the leader's ISR is the leader alone (at most `shrink_wait` s), then `hit` ("kill",
-    "power-loss" or "torn-power-loss") the last ISR member, resume the followers `down` s
-    later, and start the node again `down` s after that."""
-    if hit not in ("kill", "power-loss", "torn-power-loss"):
-        raise ValueError(f"unknown hit {hit!r}")
+def planned(entries: list[dict[str, Any]], topic: str, run_dir: Path) -> Faults:
+    """A scripted plan carried out by the nemesis (its kinds, targets resolved against live
+    metadata, history operations and run_dir/schedule.json), as `harness simulate` carries
+    out a cell's schedule."""
+    end = max(e["start_s"] + e["duration_s"] for e in entries)
+    params = ScheduleParams(seed=0, faults=tuple(sorted({e["kind"] for e in entries})),
+                            time_limit=end, interval=end, duration=end)  # recorded only
 
-    async def faults(world: World, loop: SimLoop) -> None:
-        await asyncio.sleep(at)
-        state = await partition_state(world, topic, partition)
-        if state is None or state["leader"] is None:
-            return
-        leader = world.brokers[state["leader"]]
-        followers = [world.brokers[r] for r in state["replicas"] if r != state["leader"]]
-        for node in followers:
-            world.pause(node)
-        _note(world, "start-pause", {"nodes": followers})
-        deadline = loop.time() + shrink_wait
-        while loop.time() < deadline:
-            await asyncio.sleep(0.1)
-            state = await partition_state(world, topic, partition)
-            if state is not None and list(state["isr"]) == [state["leader"]]:
-                break
-        if hit == "kill":
-            world.kill(leader)
-            value: dict[str, Any] = {"nodes": [leader]}
-        else:
-            lost = world.power_loss(leader, torn=hit == "torn-power-loss", pick=pick)
-            value = {"nodes": [leader], "lost": {leader: lost}}
-        _note(world, f"start-{hit}", value)
-        await asyncio.sleep(down)
-        for node in followers:
-            world.resume(node)
-        _note(world, "stop-pause", {"nodes": followers})
-        await asyncio.sleep(down)
-        world.start(leader)
-        _note(world, f"stop-{hit}", {"nodes": [leader]})
+    def faults(world: World, loop: SimLoop) -> Awaitable[Any]:
+        schedule = ScheduleRecord(Path(run_dir) / "schedule.json", params, entries)
+        return nemesis_faults(schedule, topic, {})(world, loop)
 
     return faults
+
+
+def shrink_then(hit: str, topic: str, run_dir: Path, partition: int = 0, *, at: float = 2.0,
+                shrink_wait: float = 3.0, down: float = 1.0, pick: int = 0) -> Faults:
+    """nemesis.schedule's shrink-first episode as a plan: at `at` s the partition's followers
+    are paused; `shrink_wait` s later (time for the leader's ISR to shrink to itself) `hit`
+    ("kill", "power-loss" or "torn-power-loss") strikes the last ISR member; the followers
+    resume `down` s after that and the node starts again `down` s later."""
+    if hit not in ("kill", "power-loss", "torn-power-loss"):
+        raise ValueError(f"unknown hit {hit!r}")
+    return planned([
+        {"id": 0, "kind": "pause", "start_s": at, "duration_s": shrink_wait + down,
+         "target": {"select": "followers", "partition": partition, "pick": 0}},
+        {"id": 1, "kind": hit, "start_s": at + shrink_wait, "duration_s": 2 * down, "after": 0,
+         "target": {"select": "last-isr-member", "partition": partition, "pick": pick}},
+    ], topic, run_dir)
 
 
 def tour(topic: str, partition: int = 0, *, start: float = 1.0, step: float = 1.5) -> Faults:
