@@ -371,4 +371,4 @@ def build_incidents(recs: list[dict[str, Any]], events: list[dict[str, Any]],
 
 def read_records(loss_path: Path) -> list[dict[str, Any]]:
     """loss.parquet's rows."""
-    return pq.read_table(loss_path).to_pylist()
+    return pq.ParquetFile(loss_path).read().to_pylist()

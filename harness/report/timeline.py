@@ -229,7 +229,7 @@ def _lost(loss_path: Path | None) -> dict[str, list[list[Any]]]:
         return out
     cols = [c for c in ("partition", "offset", "ack_time", "value", "kind")
             if c in pq.read_schema(loss_path).names]
-    rows = pq.read_table(loss_path, columns=cols).to_pylist()
+    rows = pq.ParquetFile(loss_path).read(columns=cols).to_pylist()
     stride = max(1, len(rows) // LOST_CAP)
     for r in rows[::stride]:
         if r.get("ack_time") is None or r.get("offset") is None:
