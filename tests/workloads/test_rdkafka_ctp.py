@@ -2,8 +2,9 @@
 namespace hosts: transformers in one group read the test topic read-committed and, in each
 transaction, send records made of what they read to the output topic and commit the group's
 offsets with them, aborting some on purpose, under kills of the transaction coordinator; then
-the final read of both topics and the checker's exactly-once judgement. One short run in the
-default suite (CPU is shared), as the transactional workload's own."""
+the final read of both topics and the checker's exactly-once judgement. One short run without
+faults in the default suite (CPU is shared); the same under kills of the transaction
+coordinator, and the must-fail twins on real Kafka, run with -m slow."""
 
 from __future__ import annotations
 
@@ -42,9 +43,15 @@ def test_transformers_need_the_transactional_workload(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.fuse
-def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_path):
+@pytest.mark.parametrize("faults", [
+    pytest.param("[]", id="quiet"),
+    # kills of the transaction coordinator often stall the transformers for most of so short
+    # a run (docs/kafka.md, "Consume-transform-produce"): the verdict is what is held then
+    pytest.param("['kill']", id="coordinator-kills", marks=pytest.mark.slow)])
+def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_path, faults):
     _installed("4.2.1")
-    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=2"])
+    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=2",
+                                f"nemesis.faults={faults}"])
     run_dir = run_test(Test.of(config, tmp_path))
     ops = read_history(run_dir / "history.jsonl")
     results = json.loads((run_dir / "results.json").read_text())
@@ -54,11 +61,7 @@ def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_pat
 
     outputs = [op for op in ops if op["f"] == "send" and "sources" in op
                and op["type"] != "invoke"]
-    kinds = Counter(op["type"] for op in outputs)
-    assert kinds["ok"] > 5, f"the transformers should have committed: {kinds}"
-    assert any(op.get("error") == "aborted-on-purpose" for op in outputs)
     assert all(op["partition"] >= partitions for op in outputs), "outputs in the output topic"
-
     # the committed output, as the final reads found it, made each input it names once
     final = {(op["partition"], v) for op in ops if op["f"] == "final-poll"
              and op["type"] == "ok" and op["complete"] for _, v in op["records"]}
@@ -67,13 +70,22 @@ def test_each_input_record_is_transformed_exactly_once_through_the_group(tmp_pat
     assert made and max(made.values()) == 1, made.most_common(3)
     aborted = [op for op in outputs if op["type"] == "fail"]
     assert not any((op["partition"], op["value"]) in final for op in aborted)
-    # and an aborted batch was transformed again: its inputs are in the committed output
-    again = {(p, v) for op in aborted for p, _, v in op["sources"]}
-    assert again & set(made), "an aborted batch's records should have been committed later"
-
     once = results["stats"]["transactions"]["exactly_once"]
     assert once["lost"] == 0 and once["duplicated"] == 0 and once["inputs"] == len(made), once
-    assert any(op["f"] == "start-kill" for op in ops), "a kill of the coordinator started"
+    if faults != "[]":
+        assert any(op["f"] == "start-kill" for op in ops), "a kill of the coordinator started"
+        return
+    kinds = Counter(op["type"] for op in outputs)
+    assert kinds["ok"] > 20, f"the transformers should have committed: {kinds}"
+    # each transformer's fourth transaction was aborted, and that batch transformed again (a
+    # later planned abort may come as the run ends)
+    planned = [op for op in aborted if op.get("error") == "aborted-on-purpose"]
+    first = {c: min(op["txn"] for op in planned if op["client"] == c)
+             for c in {op["client"] for op in planned}}
+    assert len(first) == 2, planned
+    again = {(p, v) for op in planned if op["txn"] == first[op["client"]]
+             for p, _, v in op["sources"]}
+    assert again <= set(made), "the first aborted batches should have been committed later"
 
 
 class _NoGoingBack(TransformingTxnWorkload):
