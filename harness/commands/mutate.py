@@ -152,11 +152,16 @@ def main(args: argparse.Namespace) -> int:
     runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
               else local_runner(args.jobs))
     started = time.perf_counter()
-    results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
-                         block=args.block, seed_timeout=args.seed_timeout,
-                         on_result=_progress(out))
-    search_s = time.perf_counter() - started
-    unit_test_all(results, args.unit_tests, runner)
+    results: dict[str, Result] = {}
+    try:
+        results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
+                             block=args.block, seed_timeout=args.seed_timeout,
+                             on_result=_progress(out))
+        search_s = time.perf_counter() - started
+        unit_test_all(results, args.unit_tests, runner)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (exit 130 or 143): the runner has killed
+        _cut_short(args, out, mutants, results)  # its children; keep what was decided
+        raise
     seeds = list(args.seeds)
     wall_s = time.perf_counter() - started
     meta = {"argv": " ".join(args.argv), "cells": args.cell or ["safe"],
@@ -166,6 +171,20 @@ def main(args: argparse.Namespace) -> int:
             "mutants per hour (search)": round(len(mutants) * 3600 / search_s, 1),
             "mutants per hour (with unit tests)": round(len(mutants) * 3600 / wall_s, 1)}
     return _report(args, out, mutants, results, meta)
+
+
+def _cut_short(args: argparse.Namespace, out: Path, mutants: list[Mutant],
+               results: dict[str, Result]) -> None:
+    """The report of an interrupted campaign: the mutants decided so far (from progress.jsonl
+    while the search ran; every result if the unit tests were running), which `--rescore`
+    reads and merges like any other campaign's."""
+    if not results and (out / "progress.jsonl").is_file():
+        results = {r["id"]: Result(**r) for r in _saved(out)["results"]}
+    decided = {i: r for i, r in results.items() if r.outcome != "alive"}
+    meta = {"argv": " ".join(args.argv), "cut short": "interrupted (Ctrl-C or SIGTERM): "
+            f"{len(decided)} of {len(mutants)} mutants decided", "mutants": len(mutants)}
+    path = page.write(out, decided, {m.id: m for m in mutants}, _hand(args.classified), meta)
+    print(f"[mutate] {meta['cut short']}: {path}", file=sys.stderr, flush=True)
 
 
 def _mutant(mutant_id: str, diff: str | None = None) -> Mutant:
