@@ -278,6 +278,22 @@ def test_a_later_campaigns_result_replaces_an_earlier_one_and_keeps_its_unit_tes
         ("killed", "safe/reach", "killed", ["t"])
 
 
+def test_a_kill_stands_against_a_later_survival_of_other_cells_only() -> None:
+    """A campaign over new cells does not undo a kill of an earlier one's cell; one that ran
+    that cell again (a changed rule) does, and so does one whose cells are not known."""
+    from harness.commands.mutate import _merged
+
+    def kill() -> Result:
+        return Result("m", outcome="killed", kind="safety", cell="safe/power", seed=3)
+
+    later = Result("m", outcome="survived", unit="killed", unit_failed=["t"])
+    kept = _merged(kill(), later, ["flush-time/restart-power"])
+    assert (kept.outcome, kept.cell, kept.unit, kept.unit_failed) == \
+        ("killed", "safe/power", "killed", ["t"])
+    assert _merged(kill(), later, ["safe/safe-mix", "safe/power"]).outcome == "survived"
+    assert _merged(kill(), later, None).outcome == "survived"
+
+
 def test_a_kill_saved_before_kills_had_a_kind_gets_one_on_rescore() -> None:
     from harness.commands.mutate import _older
 
