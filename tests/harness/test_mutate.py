@@ -247,6 +247,24 @@ def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
         cell("validation.toml", "safe")["nemesis"]["faults"]
 
 
+@pytest.mark.parametrize("name, key, value", [
+    ("flush-count/power", "flush.messages", 1), ("flush-time/power", "flush.ms", 5),
+    ("flush-time/restart-power", "flush.ms", 5), ("small-segments/power", "segment.bytes", 4096),
+])
+def test_the_gap_closing_cells_are_the_safe_configuration_with_one_setting_more(name, key,
+                                                                                 value) -> None:
+    """A kill in these cells is a mutant the safe configuration would lose records through
+    once a flush policy or small segments make its code run, not another configuration's."""
+    def cell(which: str) -> dict:
+        args = argparse.Namespace(cell=[which], campaign=ROOT / "campaigns" / "mutation.toml")
+        return cells(args)[0].config
+
+    base, gap = cell("safe/power"), cell(name)
+    assert gap["system"] == {**base["system"], key: value}
+    assert {k: v for k, v in gap.items() if k not in ("system", "name", "nemesis")} == \
+        {k: v for k, v in base.items() if k not in ("system", "name", "nemesis")}
+
+
 def test_every_hand_classified_survivor_is_a_mutant_that_still_makes_its_recorded_change() -> None:
     hand = page.classified(ROOT / "campaigns" / "mutation-survivors.toml")
     assert hand, "the classification file is empty or gone"
