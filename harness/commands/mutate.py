@@ -14,7 +14,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -152,11 +152,16 @@ def main(args: argparse.Namespace) -> int:
     runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
               else local_runner(args.jobs))
     started = time.perf_counter()
-    results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
-                         block=args.block, seed_timeout=args.seed_timeout,
-                         on_result=_progress(out))
-    search_s = time.perf_counter() - started
-    unit_test_all(results, args.unit_tests, runner)
+    results: dict[str, Result] = {}
+    try:
+        results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
+                             block=args.block, seed_timeout=args.seed_timeout,
+                             on_result=_progress(out))
+        search_s = time.perf_counter() - started
+        unit_test_all(results, args.unit_tests, runner)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (exit 130 or 143): the runner has killed
+        _cut_short(args, out, mutants, results)  # its children; keep what was decided
+        raise
     seeds = list(args.seeds)
     wall_s = time.perf_counter() - started
     meta = {"argv": " ".join(args.argv), "cells": args.cell or ["safe"],
@@ -166,6 +171,20 @@ def main(args: argparse.Namespace) -> int:
             "mutants per hour (search)": round(len(mutants) * 3600 / search_s, 1),
             "mutants per hour (with unit tests)": round(len(mutants) * 3600 / wall_s, 1)}
     return _report(args, out, mutants, results, meta)
+
+
+def _cut_short(args: argparse.Namespace, out: Path, mutants: list[Mutant],
+               results: dict[str, Result]) -> None:
+    """The report of an interrupted campaign: the mutants decided so far (from progress.jsonl
+    while the search ran; every result if the unit tests were running), which `--rescore`
+    reads and merges like any other campaign's."""
+    if not results and (out / "progress.jsonl").is_file():
+        results = {r["id"]: Result(**r) for r in _saved(out)["results"]}
+    decided = {i: r for i, r in results.items() if r.outcome != "alive"}
+    meta = {"argv": " ".join(args.argv), "cut short": "interrupted (Ctrl-C or SIGTERM): "
+            f"{len(decided)} of {len(mutants)} mutants decided", "mutants": len(mutants)}
+    path = page.write(out, decided, {m.id: m for m in mutants}, _hand(args.classified), meta)
+    print(f"[mutate] {meta['cut short']}: {path}", file=sys.stderr, flush=True)
 
 
 def _mutant(mutant_id: str, diff: str | None = None) -> Mutant:
@@ -186,10 +205,11 @@ def _rescore(args: argparse.Namespace) -> int:
         saved = _saved(folder)
         now = {i: _mutant(i, diff) for i, diff in saved.pop("diffs").items()}
         mutants.update({m.id: m for m in now.values()})
+        ran = saved.get("cells")  # a campaign cut short, or an older one, does not say
         for r in saved.pop("results"):
             result = _older(Result(**r))
             result.id = now[r["id"]].id if r["id"] in now else r["id"]
-            results[result.id] = _merged(results.get(result.id), result)
+            results[result.id] = _merged(results.get(result.id), result, ran)
     if len(args.rescore) == 1:
         out, meta = args.rescore[0], {k: v for k, v in saved.items() if k != "scores"}
     else:
@@ -224,13 +244,21 @@ def _older(result: Result) -> Result:
     return result
 
 
-def _merged(earlier: Result | None, later: Result) -> Result:
-    """A later campaign's result of a mutant (another cell, or a changed rule), keeping the
-    unit tests' verdict of the earlier one when the later did not run them."""
-    if earlier is not None and later.unit is None:
-        later.unit, later.unit_failed = earlier.unit, earlier.unit_failed
-        later.unit_wall_s = earlier.unit_wall_s
-    return later
+def _merged(earlier: Result | None, later: Result,
+            later_cells: Collection[str] | None = None) -> Result:
+    """A later campaign's result of a mutant (a changed rule, another cell) in place of the
+    earlier one, keeping the unit tests' verdict of whichever ran them. Only a campaign that
+    ran the cell of an earlier kill replaces it (`later_cells`, None: unknown, it does): a
+    survivor of other cells was asked another question, and the kill stands."""
+    if earlier is None:
+        return later
+    stands = (earlier.outcome == "killed" and later.outcome != "killed"
+              and later_cells is not None and earlier.cell not in later_cells)
+    kept, other = (earlier, later) if stands else (later, earlier)
+    if kept.unit is None:
+        kept.unit, kept.unit_failed = other.unit, other.unit_failed
+        kept.unit_wall_s = other.unit_wall_s
+    return kept
 
 
 def _report(args: argparse.Namespace, out: Path, mutants: list[Mutant],

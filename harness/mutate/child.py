@@ -16,10 +16,13 @@ kill is measured against, over every seed."""
 
 from __future__ import annotations
 
+import ctypes
 import importlib.abc
 import importlib.util
 import io
 import json
+import os
+import signal
 import sys
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -30,6 +33,8 @@ from harness.mutate.mutants import Mutant, mutant
 from harness.mutate.oracle import decisive
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+PARENT = "HARNESS_MUTATE_PARENT"  # the pid of the process that started this child
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class _MutantLoader(importlib.abc.Loader):
@@ -103,7 +108,21 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows, "loaded": m is None or m.module in sys.modules}
 
 
+def die_with_parent() -> None:
+    """Be killed when the process that started this child ends, however it ends: a campaign
+    killed outright, or a Spark worker killed when its job is cancelled, leaves no child
+    searching on for minutes with no one to read its answer (the parent's own interrupt
+    kills its children's process groups: harness/mutate/score.py)."""
+    parent = os.environ.get(PARENT)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(parent):  # it ended before prctl could watch it
+        os._exit(1)
+
+
 def main() -> None:
+    die_with_parent()
     job = json.loads(sys.stdin.read())
     answers = sys.stdout
     sys.stdout = sys.stderr  # whatever the run prints; stdout carries only the answer

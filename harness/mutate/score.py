@@ -22,15 +22,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.mutate.child import ROOT
+from harness.mutate.child import PARENT, ROOT
 from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
 
 # Tests of the protocol that run in this process; the process tests start brokers as
@@ -69,18 +71,68 @@ class Result:
     unit_wall_s: float = 0.0
 
 
-def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
-    """One job in a fresh child process; its answer, or {"timeout": True} / {"error": ...}."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+class Children:
+    """The child processes this process runs now, so that an interrupt (Ctrl-C, SIGTERM) can
+    end them all at once: each is the leader of a process group of its own (it and whatever it
+    starts, histcheck), killed whole; once stopped, no task starts another."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    def start(self, argv: list[str], env: Mapping[str, str]) -> subprocess.Popen | None:
+        with self._lock:  # a stop in between would miss a child started after it
+            if self.stopped:
+                return None
+            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+            self._running.add(proc)
+            return proc
+
+    def forget(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self.stopped = True
+            running = list(self._running)
+        for proc in running:
+            kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
     try:
-        done = subprocess.run([sys.executable, "-m", "harness.mutate.child"], cwd=ROOT, env=env,
-                              input=json.dumps(job), capture_output=True, text=True,
-                              timeout=timeout)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended on its own meanwhile
+        pass
+
+
+CHILDREN = Children()  # of this process: a Spark worker process has its own
+
+
+def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+    """One job in a fresh child process; its answer, or {"timeout": True} / {"error": ...}, or
+    {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), PARENT: str(os.getpid())}
+    proc = CHILDREN.start([sys.executable, "-m", "harness.mutate.child"], env)
+    if proc is None:
+        return {"stopped": True}
+    try:
+        out, err = proc.communicate(json.dumps(job), timeout=timeout)
     except subprocess.TimeoutExpired:
+        kill_group(proc)
+        proc.communicate()
         return {"timeout": True}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        return {"error": f"the child exited with {done.returncode}: {done.stderr.strip()[-800:]}"}
+    finally:
+        CHILDREN.forget(proc)
+    if CHILDREN.stopped:
+        return {"stopped": True}
+    lines = out.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        return {"error": f"the child exited with {proc.returncode}: {err.strip()[-800:]}"}
     return json.loads(lines[-1])
 
 
@@ -111,22 +163,33 @@ def unit_task(task: Mapping[str, Any]) -> dict[str, Any]:
 Runner = Callable[[Callable[[dict], dict], list[dict]], Iterable[dict]]
 
 
-def _as_done(fn: Callable[[dict], dict], tasks: list[dict], jobs: int) -> Iterable[dict]:
-    """Each task's answer as soon as it is done (an answer names its mutant: order is moot)."""
+def _as_done(fn: Callable[[dict], dict], tasks: list[dict], jobs: int,
+             stop: Callable[[], None]) -> Iterable[dict]:
+    """Each task's answer as soon as it is done (an answer names its mutant: order is moot).
+    On an interrupt, `stop` ends the tasks running and no queued one starts, so the pool's
+    threads are done within moments, not after every task left."""
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for done in as_completed([pool.submit(fn, t) for t in tasks]):
-            yield done.result()
+        futures = [pool.submit(fn, t) for t in tasks]
+        try:
+            for done in as_completed(futures):
+                yield done.result()
+        except (KeyboardInterrupt, GeneratorExit):  # GeneratorExit: the interrupt came in the
+            for f in futures:                       # caller's loop body, which dropped us
+                f.cancel()
+            stop()
+            raise
 
 
 def local_runner(jobs: int) -> Runner:
     """Tasks on `jobs` threads, each waiting on its child process."""
-    return lambda fn, tasks: _as_done(fn, tasks, jobs)
+    return lambda fn, tasks: _as_done(fn, tasks, jobs, CHILDREN.stop_all)
 
 
 def spark_runner(master: str, jobs: int) -> Runner:
     """Each task a Spark job of one task, `jobs` of them at a time from as many threads (Spark
     schedules concurrent jobs of one context): results come as each task ends, and a long
-    task holds up no other, as it would in one RDD collected at once."""
+    task holds up no other, as it would in one RDD collected at once. An interrupt cancels
+    every job: Spark kills their Python workers, whose children die with them (child.py)."""
     from checkers.spark import get_session  # pyspark's import is slow
 
     # Spark's Python workers must import this checkout's harness.mutate, not whichever one
@@ -138,7 +201,8 @@ def spark_runner(master: str, jobs: int) -> Runner:
     def one(fn: Callable[[dict], dict], task: dict) -> dict:
         return sc.parallelize([task], 1).map(fn).collect()[0]
 
-    return lambda fn, tasks: _as_done(lambda task: one(fn, task), tasks, jobs)
+    return lambda fn, tasks: _as_done(lambda task: one(fn, task), tasks, jobs,
+                                      sc.cancelAllJobs)
 
 
 def blocks(seeds: Sequence[int], size: int) -> list[list[int]]:

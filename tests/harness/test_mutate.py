@@ -247,6 +247,24 @@ def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
         cell("validation.toml", "safe")["nemesis"]["faults"]
 
 
+@pytest.mark.parametrize("name, key, value", [
+    ("flush-count/power", "flush.messages", 1), ("flush-time/power", "flush.ms", 5),
+    ("flush-time/restart-power", "flush.ms", 5), ("small-segments/power", "segment.bytes", 4096),
+])
+def test_the_gap_closing_cells_are_the_safe_configuration_with_one_setting_more(name, key,
+                                                                                 value) -> None:
+    """A kill in these cells is a mutant the safe configuration would lose records through
+    once a flush policy or small segments make its code run, not another configuration's."""
+    def cell(which: str) -> dict:
+        args = argparse.Namespace(cell=[which], campaign=ROOT / "campaigns" / "mutation.toml")
+        return cells(args)[0].config
+
+    base, gap = cell("safe/power"), cell(name)
+    assert gap["system"] == {**base["system"], key: value}
+    assert {k: v for k, v in gap.items() if k not in ("system", "name", "nemesis")} == \
+        {k: v for k, v in base.items() if k not in ("system", "name", "nemesis")}
+
+
 def test_every_hand_classified_survivor_is_a_mutant_that_still_makes_its_recorded_change() -> None:
     hand = page.classified(ROOT / "campaigns" / "mutation-survivors.toml")
     assert hand, "the classification file is empty or gone"
@@ -276,6 +294,22 @@ def test_a_later_campaigns_result_replaces_an_earlier_one_and_keeps_its_unit_tes
     later = _merged(earlier, Result("m", outcome="killed", cell="safe/reach", seed=3))
     assert (later.outcome, later.cell, later.unit, later.unit_failed) == \
         ("killed", "safe/reach", "killed", ["t"])
+
+
+def test_a_kill_stands_against_a_later_survival_of_other_cells_only() -> None:
+    """A campaign over new cells does not undo a kill of an earlier one's cell; one that ran
+    that cell again (a changed rule) does, and so does one whose cells are not known."""
+    from harness.commands.mutate import _merged
+
+    def kill() -> Result:
+        return Result("m", outcome="killed", kind="safety", cell="safe/power", seed=3)
+
+    later = Result("m", outcome="survived", unit="killed", unit_failed=["t"])
+    kept = _merged(kill(), later, ["flush-time/restart-power"])
+    assert (kept.outcome, kept.cell, kept.unit, kept.unit_failed) == \
+        ("killed", "safe/power", "killed", ["t"])
+    assert _merged(kill(), later, ["safe/safe-mix", "safe/power"]).outcome == "survived"
+    assert _merged(kill(), later, None).outcome == "survived"
 
 
 def test_a_kill_saved_before_kills_had_a_kind_gets_one_on_rescore() -> None:

@@ -1,0 +1,86 @@
+"""`harness mutate` stops within seconds of a SIGTERM (or Ctrl-C): its running children are
+killed with whatever they started, no queued task starts another, the mutants decided so far
+are written as a report `--rescore` reads, and it exits 143. Before, its pool's threads went
+on starting the next children and the campaign ran on for minutes.
+
+A real campaign in a real process: the mutant known to break acks=all (killed at its first
+seed) and two whose runs are the unmutated code's (they survive every seed, so they are still
+being searched when the signal comes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from test_mutate import HWM_MAX as KILLED
+
+from harness.mutate.child import ROOT
+
+# two, so that with one task at a time a round has a task queued behind the one running
+SURVIVORS = ("replication/metadata.py:leader_candidates_ok:and-or:f6dafdd8:0",
+             "replication/metadata.py:leader_candidates_ok:cmp-negate:0862a0c3:0")
+
+
+def _processes_with(marker: str) -> list[int]:
+    """The processes whose environment holds `marker` (this test's results folder): the
+    campaign and every child it started, wherever they were re-parented."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and marker.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
+def _wait_for(path: Path, text: str, proc: subprocess.Popen, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.is_file() and text in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text} never reached {path} (exit {proc.poll()})")
+
+
+def test_a_sigterm_mid_campaign_stops_it_within_seconds_and_keeps_what_was_decided(tmp_path):
+    marker = str(tmp_path / "results")
+    env = {**os.environ, "HARNESS_RESULTS": marker, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "harness.cli", "mutate", "--mutant", KILLED,
+           *(a for s in SURVIVORS for a in ("--mutant", s)),
+           "--seeds", "1-12", "--block", "6", "--jobs", "1", "--unit-tests", "none"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        progress = None
+        deadline = time.monotonic() + 240
+        while progress is None and time.monotonic() < deadline and proc.poll() is None:
+            progress = next(iter(Path(marker).glob("mutation/*/progress.jsonl")), None)
+            time.sleep(0.2)
+        assert progress is not None, "the campaign never decided a mutant"
+        _wait_for(progress, KILLED, proc, 60)
+        time.sleep(2)  # a survivor's block is under way, the other's queued
+        assert proc.poll() is None, "the campaign should still be searching the survivors"
+        assert len(_processes_with(marker)) > 1, "a child should be searching"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+        stopped_s = time.monotonic() - sent
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, out[-3000:]
+    assert stopped_s < 8, f"took {stopped_s:.1f} s to stop"
+    print(f"stopped {stopped_s:.1f} s after the SIGTERM")
+    assert "harness: terminated" in out and "Traceback" not in out, out[-3000:]
+    time.sleep(1)
+    assert _processes_with(marker) == [], "every child must be gone"
+    saved = json.loads((progress.parent / "mutants.json").read_text())
+    assert "interrupted" in saved["cut short"]
+    outcomes = {r["id"]: (r["outcome"], r["kind"]) for r in saved["results"]}
+    assert outcomes == {KILLED: ("killed", "safety")}, outcomes
+    assert (progress.parent / "index.html").is_file()
