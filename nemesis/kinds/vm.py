@@ -194,8 +194,6 @@ class VmPowerOff(FaultKind):
     auto_targets = HOST_AUTO
     mode_targets = HOST_MODES
     simulated = False  # a simulated world has no VMs to power off
-    not_on_kafka = ("not tried on Kafka yet: Kafka runs over SSH (control/kafka_hosts.py), but "
-                    "no VM booted under KVM here to power one off under it")
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         from nemesis.hosts_world import HostsWorld  # real hosts only: SSH and Toxiproxy

@@ -51,11 +51,14 @@ LAZYFS_TIME_LIMIT = 60
 # tests/nemesis/test_power_loss.py's scenario: partition 0's followers stop long enough to
 # be fenced (the ISR shrinks to the leader), then the leader loses power; the followers come
 # back while it is still down.
-def last_replica_standing(kind: str) -> list[dict]:
+# `at` moves it later (Kafka under TCG acknowledges its first records tens of seconds in);
+# `cut` is when the power goes, after the pause began (the fault waits up to 10 s for the ISR
+# to shrink to the leader).
+def last_replica_standing(kind: str, at: float = 0.0, cut: float = 5.0) -> list[dict]:
     return [
-        {"id": 0, "kind": "pause", "start_s": 4.0, "duration_s": 8.0,
+        {"id": 0, "kind": "pause", "start_s": at + 4.0, "duration_s": 8.0,
          "target": {"select": "followers", "partition": 0, "pick": 1}},
-        {"id": 1, "kind": kind, "start_s": 9.0, "duration_s": 6.0,
+        {"id": 1, "kind": kind, "start_s": at + 4.0 + cut, "duration_s": 6.0,
          "target": {"select": "last-isr-member", "partition": 0, "pick": 2}},
     ]
 
@@ -184,7 +187,9 @@ def test_last_replica_standing(vms, tmp_path, case, kind):
 # resolved to each VM (control/kafka_hosts.py). n1 is the KRaft controller, n2..n4 brokers.
 # Under TCG a JVM starts in minutes, not seconds: a longer final read leaves room for a broker
 # that was powered off to boot, start and be elected again.
-KAFKA = ["system.kind=kafka", "kafka.start_timeout_s=900", "workload.final_read_timeout=600"]
+# Its requests take seconds there too (0.4 to 28 s, one run), hence 30 s timeouts, half the rate.
+KAFKA = ["system.kind=kafka", "kafka.start_timeout_s=900", "workload.final_read_timeout=600",
+         "workload.request_timeout_ms=30000", "workload.rate=50"]
 
 
 def test_kafka_kill_and_partition_on_vms(vms, tmp_path):
@@ -215,7 +220,7 @@ def test_kafka_last_replica_standing_vm_power_off(vms, tmp_path, version):
     sets = [*KAFKA, f"kafka.version={version}"]
     results, run_dir = _run(tmp_path, [*sets, f"time_limit={VM_TIME_LIMIT}",
                                        "nemesis.faults=['vm-power-off', 'pause']"],
-                            last_replica_standing("vm-power-off"))
+                            last_replica_standing("vm-power-off", at=30.0, cut=1.0))
     row = _record(f"kafka-{version}", "vm-power-off", sets, results, run_dir)
     assert row["fault_error"] is None, row
     if KAFKA_CASES[version]:
