@@ -4,7 +4,8 @@ transaction, send records made of what they read to the output topic and commit 
 offsets with them, aborting some on purpose, under kills of the transaction coordinator; then
 the final read of both topics and the checker's exactly-once judgement. One short run without
 faults in the default suite (CPU is shared); the same under kills of the transaction
-coordinator, and the must-fail twins on real Kafka, run with -m slow."""
+coordinator, under kills of the group coordinator, and the must-fail twins on real Kafka, run
+with -m slow."""
 
 from __future__ import annotations
 
