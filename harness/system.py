@@ -16,17 +16,19 @@ from control import kafka_install
 from control.host import Host
 from control.kafka import KafkaNodes
 from control.provider import Provider
-from harness.config import node_settings
+from harness.config import WorkloadSettings, node_settings
 from harness.kafka_events import PartitionWatch, node_log_events
 from harness.test import Test
 from nemesis.faults import metadata_topology
-from nemesis.kinds.base import NO_TRANSACTIONS, Topology
+from nemesis.kinds.base import NO_GROUPS, NO_TRANSACTIONS, Topology
 from workloads import kafka_admin, topics
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 from workloads.rdkafka import RdKafkaWorkload
-from workloads.rdkafka_ctp import TransformingTxnWorkload
+from workloads.rdkafka_ctp import CTP_GROUP, TransformingTxnWorkload
 from workloads.rdkafka_txn import (
+    GROUP,
+    OFFSETS_LOG,
     TXN_LOG,
     RdKafkaTxnWorkload,
     coordinator_partition,
@@ -141,19 +143,27 @@ class ApacheKafka:
                 return None
             return next((p for p in states if p["partition"] == partition), None)
 
-        async def txn_state() -> dict[str, Any] | None:
-            """The log partition coordinating the workload's transactional ids (they all
-            hash alike while the log has one partition, as control.kafka sets it)."""
+        async def coordinating(log: str, coordinated_id: str) -> dict[str, Any] | None:
+            """The log partition coordinating `coordinated_id` (the workload's ids all hash
+            alike while each log has one partition, as control.kafka sets it)."""
             try:
-                states = await kafka_admin.describe_partitions(bootstrap, TXN_LOG)
+                states = await kafka_admin.describe_partitions(bootstrap, log)
             except kafka_admin.KafkaAdminError:
-                return None  # not created before the first transactional producer
-            wanted = coordinator_partition(transactional_id(self.test.settings.seed, 0),
-                                           len(states))
+                return None  # not created before the first transactional producer (member)
+            wanted = coordinator_partition(coordinated_id, len(states))
             return next((p for p in states if p["partition"] == wanted), None)
 
+        async def txn_state() -> dict[str, Any] | None:
+            return await coordinating(TXN_LOG, transactional_id(self.test.settings.seed, 0))
+
+        group = consumer_group(self.test.settings.workload)
+
+        async def group_state() -> dict[str, Any] | None:
+            return None if group is None else await coordinating(OFFSETS_LOG, group)
+
         brokers = {i: name for i, name in enumerate(nodes[1:], start=1)}
-        return Topology(tuple(nodes), nodes[0], brokers, partition_state, txn_state=txn_state)
+        return Topology(tuple(nodes), nodes[0], brokers, partition_state, txn_state=txn_state,
+                        group_state=group_state)
 
     async def observe(self, bootstrap: list[str], topic: str) -> None:
         self.watch = PartitionWatch(bootstrap, topic)
@@ -173,6 +183,17 @@ class ApacheKafka:
         return events
 
 
+def consumer_group(w: WorkloadSettings) -> str | None:
+    """The group a `group-coordinator` target aims at: the transformers' (consume-transform-
+    produce commits its offsets in transactions), else the group members' of the
+    transactional workload (half its consumers, rounded down); None: no group runs."""
+    if w.kind != "txn":
+        return None
+    if w.transformers:
+        return CTP_GROUP
+    return GROUP if w.consumers >= 2 else None
+
+
 def system_of(test: Test) -> System:
     """The system a test runs (a missing Kafka install is a one-line error here, before any
     host is made)."""
@@ -180,6 +201,13 @@ def system_of(test: Test) -> System:
         raise UserError("targets = 'txn-coordinator' aims at the transactions of "
                         "workload.kind = 'txn'" if test.settings.system_kind == "kafka"
                         else NO_TRANSACTIONS)
+    if test.settings.nemesis.targets == "group-coordinator":
+        if test.settings.system_kind != "kafka":
+            raise UserError(NO_GROUPS)
+        if consumer_group(test.settings.workload) is None:
+            raise UserError("targets = 'group-coordinator' aims at a consumer group: "
+                            "workload.kind = 'txn' with workload.transformers >= 1 or "
+                            "workload.consumers >= 2")
     for key in ("uncommitted_consumers", "transformers"):
         if getattr(test.settings.workload, key) and test.settings.workload.kind != "txn":
             raise UserError(f"workload.{key} needs transactions: workload.kind = 'txn' "

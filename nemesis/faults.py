@@ -9,7 +9,7 @@ started, on the same clock as the history."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -45,8 +45,8 @@ def metadata_topology(nodes: list[str], bootstrap: list[str], topic: str,
 
 
 def _asking_once(topology: Topology) -> Topology:
-    """The topology for one fault's start: each partition's state (and the transaction
-    log's) is asked for once, so the roles recorded (nemesis.roles) and the target resolved
+    """The topology for one fault's start: each partition's state (and the coordinating
+    logs') is asked for once, so the roles recorded (nemesis.roles) and the target resolved
     come from the same answer."""
     answers: dict[int, dict | None] = {}
 
@@ -55,17 +55,23 @@ def _asking_once(topology: Topology) -> Topology:
             answers[partition] = await topology.partition_state(partition)
         return answers[partition]
 
-    if topology.txn_state is None:
-        return replace(topology, partition_state=partition_state)
-    asked_log = topology.txn_state
-    log: list[dict | None] = []
+    return replace(topology, partition_state=partition_state,
+                   txn_state=_once(topology.txn_state), group_state=_once(topology.group_state))
 
-    async def txn_state() -> dict | None:
-        if not log:
-            log.append(await asked_log())
-        return log[0]
 
-    return replace(topology, partition_state=partition_state, txn_state=txn_state)
+def _once(ask: Callable[[], Awaitable[dict | None]] | None
+          ) -> Callable[[], Awaitable[dict | None]] | None:
+    """`ask`, answering its first answer from then on (None stays None: no such log)."""
+    if ask is None:
+        return None
+    answer: list[dict | None] = []
+
+    async def asked() -> dict | None:
+        if not answer:
+            answer.append(await ask())
+        return answer[0]
+
+    return asked
 
 
 class Nemesis:

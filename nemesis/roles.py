@@ -21,6 +21,12 @@ system without transactions refuses it, nemesis.kinds.base.NO_TRANSACTIONS):
                             coordinator FindCoordinator names for the ids
     txn-log-replica#k       the k-th other replica of that partition
 
+and a fault aimed at the consumer group (targets = "group-coordinator") off the consumer
+offsets log's partition that coordinates the workload's group (NO_GROUPS where there is none):
+
+    group-coordinator       the leader of that `__consumer_offsets` partition
+    offsets-log-replica#k   the k-th other replica of that partition
+
 A role target ({"roles": {"nodes": [...]}} or {"roles": {"grudge": {role: [roles]}}}) is
 resolved against the live state when the fault starts. A fault aimed at the last ISR member
 waits up to LAST_MEMBER_WAIT_S for the ISR to shrink to one (another system may take longer to
@@ -33,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from nemesis.kinds.base import TXN_SELECTORS, Resolved, Topology
+from nemesis.kinds.base import GROUP_SELECTORS, TXN_SELECTORS, Resolved, Topology
 from nemesis.kinds.partition import TXN_SHAPE
 from nemesis.schedule import RealisedFault, replay_entries
 
@@ -49,7 +55,12 @@ _NEAREST = {
     "broker": ("lagging-follower", "elr-member", "isr-follower"),
     "txn-coordinator": ("txn-log-replica", "broker"),
     "txn-log-replica": ("broker",),
+    "group-coordinator": ("offsets-log-replica", "broker"),
+    "offsets-log-replica": ("broker",),
 }
+# A coordinator's role and its log's other replicas', by the log.
+TXN_ROLES = ("txn-coordinator", "txn-log-replica")
+GROUP_ROLES = ("group-coordinator", "offsets-log-replica")
 
 
 def roles_in(topology: Topology, state: Mapping[str, Any] | None) -> dict[str, str]:
@@ -80,19 +91,21 @@ def _part(broker: int, leader: int | None, isr: set[int], elr: set[int],
     return "lagging-follower" if broker in replicas else "broker"
 
 
-def txn_roles_in(topology: Topology, state: Mapping[str, Any] | None) -> dict[str, str]:
-    """node -> role as the transaction log's partition `state` makes it: its leader the
-    txn-coordinator, its other replicas txn-log-replica#k, the rest broker#k (None: unknown
-    now, every broker just a broker)."""
+def coordinator_roles_in(topology: Topology, state: Mapping[str, Any] | None,
+                         parts: tuple[str, str]) -> dict[str, str]:
+    """node -> role as a coordinating log's partition `state` makes it: its leader the
+    coordinator (parts[0]), its other replicas parts[1]#k, the rest broker#k (None: unknown
+    now, every broker just a broker): TXN_ROLES for the transaction log, GROUP_ROLES for the
+    consumer offsets log."""
     roles = {topology.controller: "controller"}
     state = state or {}
     leader, replicas = state.get("leader"), set(state.get("replicas") or ())
     counts: dict[str, int] = {}
     for broker in sorted(topology.brokers):
         if broker == leader:
-            roles[topology.brokers[broker]] = "txn-coordinator"
+            roles[topology.brokers[broker]] = parts[0]
             continue
-        part = "txn-log-replica" if broker in replicas else "broker"
+        part = parts[1] if broker in replicas else "broker"
         counts[part] = counts.get(part, 0) + 1
         roles[topology.brokers[broker]] = f"{part}#{counts[part]}"
     return roles
@@ -105,6 +118,14 @@ def aims_at_transactions(target: Mapping[str, Any]) -> bool:
     named = [*spec.get("nodes", ()), *spec.get("grudge", {})]
     return (target.get("select") in TXN_SELECTORS or target.get("shape") == TXN_SHAPE
             or any(r.startswith("txn-") for r in named))
+
+
+def aims_at_group(target: Mapping[str, Any]) -> bool:
+    """Whether a target names the group coordinator or its log, by selector or role."""
+    spec = target.get("roles", {})
+    named = [*spec.get("nodes", ()), *spec.get("grudge", {})]
+    return (target.get("select") in GROUP_SELECTORS
+            or any(r.split("#")[0] in GROUP_ROLES for r in named))
 
 
 def role_target(resolved: Resolved, roles: Mapping[str, str]) -> dict[str, Any]:
@@ -156,9 +177,12 @@ def as_fixed(roles: Mapping[str, str], target: Mapping[str, Any]) -> dict[str, A
 
 async def roles_now(topology: Topology, target: Mapping[str, Any]) -> dict[str, str]:
     """Every node's role now, for the partition the target aims at (else partition 0), or
-    the transaction log's for a target aimed at transactions."""
+    the transaction log's (the consumer offsets log's) for a target aimed at transactions
+    (at the group)."""
     if aims_at_transactions(target):
-        return txn_roles_in(topology, await topology.txn_log())
+        return coordinator_roles_in(topology, await topology.txn_log(), TXN_ROLES)
+    if aims_at_group(target):
+        return coordinator_roles_in(topology, await topology.offsets_log(), GROUP_ROLES)
     return roles_in(topology, await topology.peek(target.get("partition", 0)))
 
 

@@ -44,17 +44,19 @@ _TXN_TIMEOUT_MS = 10_000
 COMMITTED, UNCOMMITTED = "read_committed", "read_uncommitted"  # isolation.level, in polls
 GROUP = "harness-txn-group"
 TXN_LOG = "__transaction_state"  # Kafka's transaction log: its leaders are the coordinators
+OFFSETS_LOG = "__consumer_offsets"  # its leaders are the consumer groups' coordinators
 
 
 def transactional_id(seed: int, client: int) -> str:
     return f"harness-{seed}-{client}"
 
 
-def coordinator_partition(transactional_id: str, log_partitions: int) -> int:
-    """The transaction log partition whose leader coordinates `transactional_id`, as Kafka's
-    TransactionStateManager.partitionFor computes it: the abs of Java's String.hashCode,
-    modulo the log's partition count (FindCoordinator answers with that partition's leader)."""
-    data = transactional_id.encode("utf-16-be")  # Java hashes a String's UTF-16 code units
+def coordinator_partition(coordinated_id: str, log_partitions: int) -> int:
+    """The log partition whose leader coordinates `coordinated_id` (a transactional id in the
+    transaction log, a group id in the consumer offsets log), as Kafka's partitionFor computes
+    both: the abs of Java's String.hashCode, modulo the log's partition count
+    (FindCoordinator answers with that partition's leader)."""
+    data = coordinated_id.encode("utf-16-be")  # Java hashes a String's UTF-16 code units
     h = 0
     for (unit,) in struct.iter_unpack(">H", data):
         h = (31 * h + unit) & 0xFFFFFFFF

@@ -24,7 +24,8 @@ Grudge = grudges.Grudge
 # A resolved target: the node names hit, or for a partition the grudge applied.
 Resolved = list[str] | Grudge
 PICK_RANGE = 2**31
-TARGET_MODES = ("auto", "leader", "controller", "random", "majority", "txn-coordinator")
+TARGET_MODES = ("auto", "leader", "controller", "random", "majority", "txn-coordinator",
+                "group-coordinator")
 # Selectors aimed at one partition's replicas (their target carries "partition").
 PER_PARTITION = frozenset({"leader", "last-isr-member", "elr-members", "followers",
                            "isolate-leader"})
@@ -34,6 +35,12 @@ TXN_SELECTORS = frozenset({"txn-coordinator", "txn-log-replicas"})
 NO_TRANSACTIONS = ("txn-coordinator targets need a transaction coordinator, and this system has "
                    "no transactions (the embedded one): run on Apache Kafka "
                    "(--set system.kind=kafka)")
+# Selectors aimed at the coordinator of the workload's consumer group: the leader of the
+# `__consumer_offsets` partition the group id hashes to, and that partition's replicas.
+GROUP_SELECTORS = frozenset({"group-coordinator", "offsets-log-replicas"})
+NO_GROUPS = ("group-coordinator targets need a consumer group's coordinator, and this system "
+             "has no consumer groups (the embedded one): run on Apache Kafka "
+             "(--set system.kind=kafka)")
 
 
 class World(Protocol):
@@ -86,6 +93,9 @@ class Topology:
     # transactional ids (its leader is their coordinator); None: the system has no
     # transactions, and a target aimed at them is refused (NO_TRANSACTIONS).
     txn_state: Callable[[], Awaitable[dict | None]] | None = None
+    # The same for the consumer offsets log's partition that coordinates the workload's
+    # consumer group (its leader is the group coordinator); None: no groups (NO_GROUPS).
+    group_state: Callable[[], Awaitable[dict | None]] | None = None
 
     def nodes_of(self, broker_ids: Sequence[int]) -> list[str]:
         return [self.brokers[b] for b in broker_ids if b in self.brokers]
@@ -100,6 +110,13 @@ class Topology:
         if self.txn_state is None:
             raise ValueError(NO_TRANSACTIONS)
         return await self.txn_state()
+
+    async def offsets_log(self) -> dict | None:
+        """The coordinating consumer offsets partition's state now (None: unknown now, as
+        before the first group member made Kafka create the log)."""
+        if self.group_state is None:
+            raise ValueError(NO_GROUPS)
+        return await self.group_state()
 
 
 @dataclass(frozen=True)
@@ -205,7 +222,9 @@ async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> lis
     if select == "majority":
         return topology.nodes_of(rng.sample(brokers, len(brokers) // 2 + 1))
     if select in TXN_SELECTORS:
-        return _txn_nodes(topology, select, await topology.txn_log())
+        return _coordinator_nodes(topology, select, await topology.txn_log())
+    if select in GROUP_SELECTORS:
+        return _coordinator_nodes(topology, select, await topology.offsets_log())
     if select not in PER_PARTITION:
         raise ValueError(f"unknown target {dict(target)}")
     state = await topology.partition_state(target.get("partition", 0))
@@ -225,10 +244,13 @@ async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> lis
     raise ValueError(f"unknown target {dict(target)}")
 
 
-def _txn_nodes(topology: Topology, select: str, state: Mapping[str, Any] | None) -> list[str]:
+def _coordinator_nodes(topology: Topology, select: str,
+                       state: Mapping[str, Any] | None) -> list[str]:
+    """A coordinator (the leader of its log's partition `state`), or that partition's
+    replicas."""
     if state is None or state.get("leader") is None:
         return []
-    if select == "txn-coordinator":
+    if select.endswith("-coordinator"):
         return topology.nodes_of([state["leader"]])
     return topology.nodes_of(state["replicas"])
 

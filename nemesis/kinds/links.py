@@ -13,7 +13,8 @@ from runformat import effects as fx
 # Whose links degrade: one node's, or several (Toxiproxy's toxics target the same way).
 LINK_AUTO = {"leader": 4, "random-broker": 2, "followers": 2, "controller": 1, "majority": 1}
 LINK_MODES = {"leader": "leader", "controller": "controller", "random": "random-broker",
-              "majority": "majority", "txn-coordinator": "txn-coordinator"}
+              "majority": "majority", "txn-coordinator": "txn-coordinator",
+              "group-coordinator": "group-coordinator"}
 
 
 class LinkFault(FaultKind):

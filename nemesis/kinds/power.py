@@ -24,8 +24,11 @@ from runformat import effects as fx
 HOST_AUTO = {"leader": 4, "random-broker": 2, "controller": 1, "last-isr-member": 1,
              "elr-members": 1}
 HOST_MODES = {"leader": "leader", "controller": "controller", "random": "random-broker",
-              "txn-coordinator": "txn-coordinator",
+              "txn-coordinator": "txn-coordinator", "group-coordinator": "group-coordinator",
               "majority": "random-broker"}
+# An outage aimed at a coordinator powers off every replica of its log's partition.
+COORDINATOR_LOGS = {"txn-coordinator": "txn-log-replicas",
+                    "group-coordinator": "offsets-log-replicas"}
 
 
 class HostFault(FaultKind):
@@ -80,7 +83,7 @@ class TornPowerLoss(_PowerLoss):
 @register
 class Outage(_PowerLoss):
     """A correlated outage: several broker hosts lose power together (a rack, a zone); aimed
-    at the transaction coordinator, every replica of its transaction log at once."""
+    at a coordinator (of transactions, of the group), every replica of its log at once."""
 
     name = "outage"
     family = "outage"
@@ -88,8 +91,8 @@ class Outage(_PowerLoss):
     phrase = "{who} {loses} power together"
 
     def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
-        if params.targets == "txn-coordinator":
-            return {"select": "txn-log-replicas", "pick": rng.randrange(PICK_RANGE)}
+        if params.targets in COORDINATOR_LOGS:
+            return {"select": COORDINATOR_LOGS[params.targets], "pick": rng.randrange(PICK_RANGE)}
         return {"count": rng.randint(min(2, params.brokers), params.brokers),
                 "pick": rng.randrange(PICK_RANGE)}
 

@@ -12,7 +12,7 @@ from runformat import effects as fx
 PROCESS_AUTO = {"leader": 4, "random-broker": 2, "controller": 1, "majority": 1,
                 "last-isr-member": 1, "elr-members": 1}
 PROCESS_MODES = {"leader": "leader", "controller": "controller", "random": "random-broker",
-                 "txn-coordinator": "txn-coordinator",
+                 "txn-coordinator": "txn-coordinator", "group-coordinator": "group-coordinator",
                  "majority": "majority"}
 
 

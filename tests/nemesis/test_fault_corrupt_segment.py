@@ -44,8 +44,8 @@ def test_registered_as_a_disk_fault_of_both_worlds():
     assert (kind.family, kind.simulated, kind.needs_lazyfs) == ("disk", True, False)
 
 
-# (aimed at the transaction coordinator it is refused: tests/nemesis/test_txn_targets.py)
-@pytest.mark.parametrize("targets", [m for m in TARGET_MODES if m != "txn-coordinator"])
+# (aimed at a coordinator it is refused: tests/nemesis/test_txn_targets.py, test_group_targets.py)
+@pytest.mark.parametrize("targets", [m for m in TARGET_MODES if not m.endswith("-coordinator")])
 def test_planned_when_listed_and_never_at_the_controller(targets):
     params = ScheduleParams(seed=11, faults=(KIND,), time_limit=600, interval=5, duration=3,
                             partitions=3, brokers=3, targets=targets)  # fmt: skip

@@ -16,7 +16,7 @@ from harness.system import system_of
 from harness.test import Test
 from nemesis.kinds import lookup
 from nemesis.kinds.base import NO_TRANSACTIONS, PlanParams, Topology, resolve_selector
-from nemesis.roles import as_fixed, role_target, roles_now, txn_roles_in
+from nemesis.roles import TXN_ROLES, as_fixed, coordinator_roles_in, role_target, roles_now
 from nemesis.schedule import ScheduleParams, plan
 from workloads.rdkafka_txn import coordinator_partition
 
@@ -106,7 +106,7 @@ def test_a_system_without_transactions_refuses_the_target_in_words():
 
 
 def test_roles_are_read_off_the_transaction_log_and_cast_on_its_next_coordinator():
-    then = txn_roles_in(topology({}, None), state(2, replicas=(2, 1, 3)))
+    then = coordinator_roles_in(topology({}, None), state(2, replicas=(2, 1, 3)), TXN_ROLES)
     assert then == {"n1": "controller", "n3": "txn-coordinator", "n2": "txn-log-replica#1",
                     "n4": "txn-log-replica#2", "n5": "broker#1"}
     target = {"roles": role_target(["n3"], then)}

@@ -4,7 +4,8 @@ transaction, send records made of what they read to the output topic and commit 
 offsets with them, aborting some on purpose, under kills of the transaction coordinator; then
 the final read of both topics and the checker's exactly-once judgement. One short run without
 faults in the default suite (CPU is shared); the same under kills of the transaction
-coordinator, and the must-fail twins on real Kafka, run with -m slow."""
+coordinator, under kills of the group coordinator, and the must-fail twins on real Kafka, run
+with -m slow."""
 
 from __future__ import annotations
 
@@ -127,3 +128,26 @@ def test_a_transformer_that_breaks_exactly_once_is_caught(tmp_path, monkeypatch,
                and op.get("error") == "aborted-on-purpose" for p, _, v in op["sources"]}
     if anomaly == "lost-output":
         assert {(x["partition"], x["value"]) for x in found["examples"]} <= aborted
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+@pytest.mark.slow
+def test_exactly_once_through_the_group_under_kills_of_its_coordinator(tmp_path):
+    """Kills aimed at the group coordinator (targets = "group-coordinator"): each one hits the
+    node then leading the transformers' `__consumer_offsets` partition, and the transformers'
+    output is still exactly once."""
+    _installed("4.2.1")
+    config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=3",
+                                "nemesis.targets=group-coordinator"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True, results["anomalies"]
+    once = results["stats"]["transactions"]["exactly_once"]
+    assert once["lost"] == 0 and once["duplicated"] == 0 and once["committed"] > 0, once
+    started = [f for f in json.loads((run_dir / "schedule.json").read_text())["faults"]
+               if f["outcome"] == "ok"]
+    assert started, "a kill of the group coordinator started"
+    for f in started:
+        coordinator = [n for n, role in f["roles"].items() if role == "group-coordinator"]
+        assert coordinator == f["resolved"]["nodes"], f

@@ -1,0 +1,142 @@
+"""Faults aimed at the consumer group's coordinator (targets = "group-coordinator"): which
+`__consumer_offsets` partition coordinates the workload's group, how the fault kinds resolve
+the target, the roles recorded and cast again on replay, and the refusals where no group
+runs. Pure logic on partition states; the real-Kafka run is in
+tests/workloads/test_rdkafka_ctp.py."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from checkers.exitcodes import UserError
+from harness.config import load_config
+from harness.system import consumer_group, system_of
+from harness.test import Test
+from nemesis.kinds import lookup
+from nemesis.kinds.base import NO_GROUPS, PlanParams, Topology
+from nemesis.roles import GROUP_ROLES, as_fixed, coordinator_roles_in, role_target, roles_now
+from workloads.rdkafka_ctp import CTP_GROUP
+from workloads.rdkafka_txn import GROUP, coordinator_partition
+
+NODES = ("n1", "n2", "n3", "n4", "n5")
+BROKERS = {i: f"n{i + 1}" for i in range(1, 5)}  # broker 1 is n2, ..., broker 4 is n5
+KAFKA_TXN = ["system.kind=kafka", "workload.kind=txn", "nemesis.targets=group-coordinator"]
+
+
+def state(leader, replicas=(1, 2, 3)) -> dict:
+    return {"leader": leader, "isr": list(replicas), "elr": [], "replicas": list(replicas)}
+
+
+def topology(data: dict | None, offsets: dict | None, groups: bool = True) -> Topology:
+    async def partition_state(partition: int) -> dict | None:
+        return data
+
+    async def group_state() -> dict | None:
+        return offsets
+
+    return Topology(NODES, "n1", BROKERS, partition_state,
+                    group_state=group_state if groups else None)
+
+
+def resolve(kind: str, target: dict, topo: Topology):
+    return asyncio.run(lookup(kind).resolve(topo, target))
+
+
+def java_hash(s: str) -> int:
+    """String.hashCode as Java defines it (s[0]*31^(n-1) + ... + s[n-1], in 32-bit two's
+    complement): the reference the shared hash is checked against, written differently."""
+    h = sum(ord(c) * 31 ** (len(s) - 1 - i) for i, c in enumerate(s)) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+@pytest.mark.parametrize("group", [GROUP, CTP_GROUP, "harness-workload"])
+@pytest.mark.parametrize("partitions", [1, 3, 50])
+def test_a_group_is_coordinated_by_abs_of_its_java_hash_modulo_the_offsets_partitions(
+        group, partitions):
+    assert coordinator_partition(group, partitions) == abs(java_hash(group)) % partitions
+
+
+@pytest.mark.parametrize(("group", "partition"), [
+    # from OpenJDK 17: "harness-txn-group".hashCode() == -1634397121, "harness-ctp-group"'s
+    # -1873709004; Math.abs(h) % 50
+    (GROUP, 21), (CTP_GROUP, 4)])
+def test_the_workloads_groups_partitions_are_javas(group, partition):
+    assert coordinator_partition(group, 50) == partition
+
+
+def test_the_workloads_groups_land_on_different_partitions_of_kafkas_default_fifty():
+    # with Kafka's default 50 offsets partitions the two groups have two coordinators; the
+    # harness's one-partition log (control.kafka) gives both the same one
+    assert coordinator_partition(GROUP, 50) != coordinator_partition(CTP_GROUP, 50)
+    assert coordinator_partition(GROUP, 1) == coordinator_partition(CTP_GROUP, 1) == 0
+
+
+def test_the_partition_count_matters():
+    """The must-fail twin: with a wrong partition count the coordinator is another one."""
+    assert coordinator_partition(CTP_GROUP, 50) != coordinator_partition(CTP_GROUP, 49)
+
+
+def test_process_host_and_link_faults_hit_the_leader_of_the_offsets_partition():
+    topo = topology(state(1), state(3, replicas=(3, 1, 2)))
+    for kind in ("kill", "pause", "restart", "power-loss", "slow-link"):
+        target = lookup(kind).plan_target(random.Random(1),
+                                          PlanParams(3, 4, "group-coordinator"))
+        assert target["select"] == "group-coordinator"
+        assert resolve(kind, target, topo) == ["n4"]  # broker 3, not the data leader n2
+
+
+def test_an_outage_aimed_at_the_group_powers_off_every_replica_of_its_offsets_partition():
+    topo = topology(None, state(3, replicas=(3, 1, 4)))
+    target = lookup("outage").plan_target(random.Random(1), PlanParams(3, 4, "group-coordinator"))
+    assert target["select"] == "offsets-log-replicas"
+    assert resolve("outage", target, topo) == ["n4", "n2", "n5"]
+
+
+def test_an_unknown_offsets_log_resolves_to_nobody():
+    topo = topology(state(1), None)  # before the first group member made Kafka create it
+    assert resolve("kill", {"select": "group-coordinator"}, topo) == []
+
+
+def test_roles_are_read_off_the_offsets_log_and_cast_on_its_next_coordinator():
+    then = coordinator_roles_in(topology(None, None), state(2, replicas=(2, 1, 3)), GROUP_ROLES)
+    assert then == {"n1": "controller", "n3": "group-coordinator", "n2": "offsets-log-replica#1",
+                    "n4": "offsets-log-replica#2", "n5": "broker#1"}
+    target = {"roles": role_target(["n3"], then)}
+    now = asyncio.run(roles_now(topology(state(2), state(4, replicas=(4, 1))), target))
+    assert now["n5"] == "group-coordinator"  # the coordinator moved to broker 4
+    assert as_fixed(now, target)["fixed"] == {"nodes": ["n5"]}
+
+
+def test_a_system_without_groups_refuses_the_target_in_words():
+    topo = topology(state(1), None, groups=False)
+    with pytest.raises(ValueError, match="no consumer groups"):
+        resolve("kill", {"select": "group-coordinator"}, topo)
+    with pytest.raises(ValueError, match="cannot be aimed by targets = 'group-coordinator'"):
+        lookup("partition").plan_target(random.Random(1), PlanParams(3, 4, "group-coordinator"))
+
+
+@pytest.mark.parametrize(("sets", "group"), [
+    ([], None), (["workload.consumers=1"], None), (["workload.consumers=2"], GROUP),
+    (["workload.consumers=0", "workload.transformers=1"], CTP_GROUP),
+    (["workload.consumers=4", "workload.transformers=2"], CTP_GROUP)])
+def test_the_group_aimed_at_is_the_transformers_else_the_group_members(tmp_path, sets, group):
+    base = ["system.kind=kafka", "workload.kind=txn", "workload.consumers=0"]
+    test = Test.of(load_config(None, [*base, *sets]), tmp_path)
+    assert consumer_group(test.settings.workload) == group
+
+
+def test_the_embedded_system_refuses_group_coordinator_targets(tmp_path):
+    test = Test.of(load_config(None, ["nemesis.targets=group-coordinator"]), tmp_path)
+    with pytest.raises(UserError) as refused:
+        system_of(test)
+    assert str(refused.value) == NO_GROUPS
+
+
+@pytest.mark.parametrize("sets", [["workload.kind=log"], ["workload.consumers=1"]])
+def test_kafka_without_a_consumer_group_refuses_group_coordinator_targets(tmp_path, sets):
+    test = Test.of(load_config(None, [*KAFKA_TXN, *sets]), tmp_path)
+    with pytest.raises(UserError, match="aims at a consumer group: workload.kind = 'txn' with"):
+        system_of(test)
