@@ -447,10 +447,12 @@ done
         with self._sftp() as sftp:
             sftp.get(str(remote_path), str(local))
 
-    def fetch_dir(self, remote_dir: str | PurePosixPath, local_dir: Path) -> int:
-        """Copy a remote directory tree (regular files and dirs; symlinks skipped): file count."""
+    def fetch_dir(self, remote_dir: str | PurePosixPath, local_dir: Path,
+                  skip_suffixes: tuple[str, ...] = ()) -> int:
+        """Copy a remote directory tree (regular files and dirs; symlinks and files whose names
+        end in one of `skip_suffixes` skipped): file count."""
         with self._sftp() as sftp:
-            return _fetch_tree(sftp, PurePosixPath(remote_dir), local_dir)
+            return _fetch_tree(sftp, PurePosixPath(remote_dir), local_dir, skip_suffixes)
 
 
 def _feed(channel: paramiko.Channel, data: bytes) -> None:
@@ -461,7 +463,8 @@ def _feed(channel: paramiko.Channel, data: bytes) -> None:
         pass  # the command exited or the channel closed early; run() reports what happened
 
 
-def _fetch_tree(sftp: paramiko.SFTPClient, remote: PurePosixPath, local: Path) -> int:
+def _fetch_tree(sftp: paramiko.SFTPClient, remote: PurePosixPath, local: Path,
+                skip_suffixes: tuple[str, ...] = ()) -> int:
     local.mkdir(parents=True, exist_ok=True)
     count = 0
     for entry in sftp.listdir_attr(str(remote)):
@@ -470,8 +473,8 @@ def _fetch_tree(sftp: paramiko.SFTPClient, remote: PurePosixPath, local: Path) -
             continue
         src, dst = remote / entry.filename, local / entry.filename
         if stat.S_ISDIR(mode):
-            count += _fetch_tree(sftp, src, dst)
-        elif stat.S_ISREG(mode):
+            count += _fetch_tree(sftp, src, dst, skip_suffixes)
+        elif stat.S_ISREG(mode) and not entry.filename.endswith(skip_suffixes):
             sftp.get(str(src), str(dst))
             count += 1
     return count

@@ -181,10 +181,10 @@ class RdKafkaWorkload:
     async def _send(self, delivery: _Delivery, partition: int,
                     value: int) -> tuple[str, dict[str, Any]]:
         loop = asyncio.get_running_loop()
-        answer: asyncio.Future[tuple[ck.KafkaError | None, int]] = loop.create_future()
+        answer: asyncio.Future[tuple[ck.KafkaError | None, int | None]] = loop.create_future()
 
         def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:  # poller thread
-            loop.call_soon_threadsafe(_settle, answer, (err, msg.offset()))
+            loop.call_soon_threadsafe(_settle, answer, (err, known_offset(msg.offset())))
 
         try:
             delivery.producer.produce(self.p.topic, str(value).encode(), partition=partition,
@@ -206,7 +206,7 @@ class RdKafkaWorkload:
             if err.fatal():
                 self._renew(delivery)
             return send_outcome(err.code(), not self.idempotence), {"error": _error_name(err)}
-        return "ok", ({"offset": offset} if offset >= 0 else {})
+        return "ok", ({"offset": offset} if offset is not None else {})
 
     async def _consumer(self, index: int, stop: float, isolation: str | None = None) -> None:
         """Polls partition by partition; `isolation` overrides the consumers' isolation.level."""
@@ -337,6 +337,13 @@ class RdKafkaWorkload:
                 if msg.offset() < hwm:
                     records.append([msg.offset(), int(msg.value())])
         return records, hwm, whole
+
+
+def known_offset(offset: int | None) -> int | None:
+    """A delivery report's offset, or None when it has none: confluent-kafka gives None (not a
+    negative number) for a message delivered without an offset. Seen on Kafka 4.2.1 on a VM,
+    after a leader change, for a send acknowledged with acks=all and idempotence."""
+    return offset if offset is not None and offset >= 0 else None
 
 
 def _settle(future: asyncio.Future[Any], result: Any) -> None:

@@ -37,7 +37,7 @@ import confluent_kafka as ck
 
 from workloads import kafka_admin
 from workloads.history import Pending
-from workloads.rdkafka import _error_name
+from workloads.rdkafka import _error_name, known_offset
 from workloads.rdkafka_txn import COMMITTED, RdKafkaTxnWorkload
 
 BATCH = 20  # records a transaction transforms at most (one consume)
@@ -216,8 +216,8 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
         timeout = self._timeout_ms / 1000 + 5
 
         def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:
-            if err is None and msg.offset() >= 0:
-                offsets[msg.partition()] = msg.offset()
+            if err is None and (offset := known_offset(msg.offset())) is not None:
+                offsets[msg.partition()] = offset
 
         try:
             producer.begin_transaction()

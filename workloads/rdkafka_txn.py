@@ -36,7 +36,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from workloads.kafka import Pacer
-from workloads.rdkafka import RdKafkaWorkload, _error_name
+from workloads.rdkafka import RdKafkaWorkload, _error_name, known_offset
 
 ABORT_SHARE = 0.1  # transactions aborted on purpose
 MAX_PARTS = 3
@@ -186,8 +186,8 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
         timeout = self._timeout_ms / 1000 + 5
 
         def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:
-            if err is None and msg.offset() >= 0:
-                offsets[msg.partition()] = msg.offset()
+            if err is None and (offset := known_offset(msg.offset())) is not None:
+                offsets[msg.partition()] = offset
 
         try:
             producer.begin_transaction()

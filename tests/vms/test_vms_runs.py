@@ -188,8 +188,11 @@ def test_last_replica_standing(vms, tmp_path, case, kind):
 # Under TCG a JVM starts in minutes, not seconds: a longer final read leaves room for a broker
 # that was powered off to boot, start and be elected again.
 # Its requests take seconds there too (0.4 to 28 s, one run), hence 30 s timeouts, half the rate.
+# Kafka's consumers may read behind the high watermark after a leader change (docs/kafka.md):
+# stale reads are allowed, as in campaigns/kafka.toml; the traces' invariants are the embedded
+# system's.
 KAFKA = ["system.kind=kafka", "kafka.start_timeout_s=900", "workload.final_read_timeout=600",
-         "workload.request_timeout_ms=30000", "workload.rate=50"]
+         "workload.request_timeout_ms=30000", "workload.rate=50", "checker.allow=['stale-read']"]
 
 
 def test_kafka_kill_and_partition_on_vms(vms, tmp_path):
@@ -208,11 +211,15 @@ def test_kafka_kill_and_partition_on_vms(vms, tmp_path):
     _nothing_left(vms)
 
 
-# The last replica standing with the leader's VM powered off for real: the guest kernel's page
-# cache is gone, and Kafka acknowledges before it flushes (its default flush policy). On 3.9.1
-# (no ELR) the leader is elected again with what its disk kept and the followers truncate to
-# it; on 4.2.1 the controller elects a member of the ELR instead, which has every record.
-KAFKA_CASES = {"3.9.1": True, "4.2.1": False}
+# The last replica standing with the leader's VM powered off for real, the cut as soon as the
+# ISR has shrunk to the leader: the guest kernel's page cache is gone, and Kafka acknowledges
+# before it flushes (its default flush policy). On 3.9.1 (no ELR) the leader is elected again
+# with what its disk kept and the followers truncate to it, so it loses whatever of its log
+# the guest had not written back -- which on ext4 (a journal commit every 5 s takes appended
+# data with it) was nothing in the runs here: the leader stops appending once the ISR is below
+# min.insync.replicas, seconds before the cut (docs/vms.md). On 4.2.1 the controller elects a
+# member of the ELR instead, which has every record: nothing may be lost.
+KAFKA_CASES = {"3.9.1": "may lose", "4.2.1": "loses nothing"}
 
 
 @pytest.mark.parametrize("version", list(KAFKA_CASES))
@@ -223,8 +230,9 @@ def test_kafka_last_replica_standing_vm_power_off(vms, tmp_path, version):
                             last_replica_standing("vm-power-off", at=30.0, cut=1.0))
     row = _record(f"kafka-{version}", "vm-power-off", sets, results, run_dir)
     assert row["fault_error"] is None, row
-    if KAFKA_CASES[version]:
-        assert _loss(results) > 0, f"expected lost acknowledged records, got {results['anomalies']}"
-    else:
+    (lost,) = row["lost"].values()  # the leader's VM was cut and came back, measured
+    assert lost["boot_s"] > 0 and lost["compared"] == "content", lost
+    assert set(results["anomalies"]) <= {"lost-write", "unseen", "stale-read"}, results["anomalies"]
+    if KAFKA_CASES[version] == "loses nothing":
         assert _loss(results) == 0, results["anomalies"]
     _nothing_left(vms)
