@@ -32,7 +32,8 @@ def test_default_matches_the_shared_shape():
                              "idempotence": True, "kind": "log", "uncommitted_consumers": 0,
                              "transformers": 0}
     assert c["system"]["kind"] == "embedded"
-    assert c["kafka"] == {"version": "4.2.1", "heap_mb": 512, "controller_heap_mb": 256}
+    assert c["kafka"] == {"version": "4.2.1", "heap_mb": 512, "controller_heap_mb": 256,
+                          "start_timeout_s": 120}
     assert c["nemesis"]["faults"] == ["kill", "partition"]
     assert (c["nemesis"]["interval"], c["nemesis"]["duration"]) == (10, 5)
     assert c["nemesis"]["targets"] == "auto"
