@@ -115,9 +115,9 @@ def _snapshot(host: Host, skip: tuple[str, ...]) -> tuple[dict[str, int], dict[s
 
 def derived_files(cluster: Cluster) -> tuple[str, ...]:
     """Suffixes of files the node rebuilds after an unclean shutdown, left out of what a
-    power-off is measured on: Kafka's offset and time indexes. Their preallocated 10 MB
-    bodies took long enough to read over SSH under TCG that the guest, its node frozen, had
-    written every appended byte back before the cut: the measurement hid the very loss."""
+    power-off is measured on: Kafka's offset and time indexes. With their preallocated 10 MB
+    bodies the copy before the cut was 29 MB, read over SSH under TCG while the guest kernel
+    went on writing dirty pages back: the cut came later than the fault meant."""
     return cluster.kafka.mapped_suffixes if cluster.kafka else ()
 
 
