@@ -551,22 +551,32 @@ def test_a_writers_kernel_cached_pages_do_not_survive_a_power_loss(fs: Mount, wr
 
 def test_a_stopped_writers_kernel_cached_pages_are_torn_with_the_rest(fs: Mount) -> None:
     """A torn power loss keeps a prefix of all unsynced data, the pages the kernel still
-    held for a writer stopped at the moment included; the mount then shows exactly the disk."""
-    fs.write("log", b"D" * 5000, fsync=True)
-    proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(fs.mnt / "log")],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        os.kill(proc.pid, signal.SIGSTOP)
-        torn = fs.client.torn(seed=11, mode="prefix")["files"]["/log"]
-    finally:
-        proc.kill()
-        proc.wait()
-    assert torn["unsynced_bytes"] == 100_000 and torn["kept_bytes"] + torn["lost_bytes"] == 100_000
-    assert 0 < torn["kept_bytes"] < 100_000  # seed 11 cuts inside: kernel-held pages were torn
-    disk = (fs.backing / "log").read_bytes()
-    assert disk == b"D" * 5000 + b"U" * torn["kept_bytes"]
-    assert (fs.mnt / "log").read_bytes() == disk and (fs.mnt / "log").stat().st_size == len(disk)
+    held for a writer stopped at the moment included; the mount then shows exactly the disk.
+    Where a seed cuts depends on how many metadata operations the kernel sent (the journal's
+    length draws first), so several seeds are tried until one cuts inside the kernel-held
+    pages; each must keep an exact prefix."""
+    inside = []
+    for seed in range(11, 16):
+        name = f"log{seed}"
+        fs.write(name, b"D" * 5000, fsync=True)
+        proc = subprocess.Popen([sys.executable, "-c", APPENDER, str(fs.mnt / name)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            os.kill(proc.pid, signal.SIGSTOP)
+            torn = fs.client.torn(seed=seed, mode="prefix")["files"][f"/{name}"]
+        finally:
+            proc.kill()
+            proc.wait()
+        assert torn["unsynced_bytes"] == 100_000
+        assert torn["kept_bytes"] + torn["lost_bytes"] == 100_000
+        disk = (fs.backing / name).read_bytes()
+        assert disk == b"D" * 5000 + b"U" * torn["kept_bytes"]
+        assert (fs.mnt / name).read_bytes() == disk and (fs.mnt / name).stat().st_size == len(disk)
+        inside.append(0 < torn["kept_bytes"] < 100_000)
+        if inside[-1]:
+            break
+    assert any(inside), "no seed of 11-15 cut inside the kernel-held pages"
 
 
 def test_a_file_created_where_a_lost_one_was_starts_empty(fs: Mount) -> None:
