@@ -30,14 +30,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import confluent_kafka as ck
 
 from workloads import kafka_admin
 from workloads.history import Pending
-from workloads.rdkafka import _error_name, known_offset
+from workloads.rdkafka import _error_name
 from workloads.rdkafka_txn import COMMITTED, RdKafkaTxnWorkload
 
 BATCH = 20  # records a transaction transforms at most (one consume)
@@ -212,19 +212,13 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
     def _try_batch(self, member: _Member, batch: Batch, outputs: dict[int, int],
                    abort: bool) -> tuple[str, dict[Any, Any]]:
         producer = member.producer
-        offsets: dict[Any, Any] = {}
-        timeout = self._timeout_ms / 1000 + 5
-
-        def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:
-            if err is None and (offset := known_offset(msg.offset())) is not None:
-                offsets[msg.partition()] = offset
-
         try:
             producer.begin_transaction()
         except ck.KafkaException as e:
             member.broken = e.args[0].fatal()
             return "fail", {"error": _error_name(e.args[0])}  # nothing was sent
-        try:
+
+        def send(delivered: Callable[..., None], timeout: float) -> None:
             for p, value in outputs.items():
                 sources = json.dumps([[p, o, v] for o, v in batch[p]]).encode()
                 producer.produce(output_topic(self.p.topic), str(value).encode(), partition=p,
@@ -233,19 +227,7 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
                         for p, records in batch.items()]
             producer.send_offsets_to_transaction(
                 consumed, member.consumer.consumer_group_metadata(), timeout)
-            if abort:
-                producer.flush(timeout)  # in the log, for read-committed readers to skip
-                producer.abort_transaction(timeout)
-                return "fail", {"error": "aborted-on-purpose"}
-            producer.commit_transaction(timeout)
-            return "ok", offsets
-        except BufferError:
-            return self._abort(producer, "QUEUE_FULL")
-        except ck.KafkaException as e:
-            err = e.args[0]
-            if err.txn_requires_abort():
-                return self._abort(producer, _error_name(err))
-            return "info", {"error": _error_name(err)}
+        return self._finish(producer, send, abort)
 
     def _rewind(self, consumer: ck.Consumer, batch: Batch) -> None:
         """Back to the group's committed offsets: the first record of the batch in each

@@ -29,7 +29,7 @@ import asyncio
 import itertools
 import struct
 from collections import defaultdict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -182,6 +182,21 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
                   abort: bool) -> tuple[str, dict[Any, Any]]:
         """One transaction, on this workload's thread: ("ok", {partition: offset}),
         ("fail", {"error": ...}) or ("info", {"error": ...})."""
+        try:
+            producer.begin_transaction()
+        except ck.KafkaException as e:
+            return "fail", {"error": _error_name(e.args[0])}  # nothing was sent
+
+        def send(delivered: Callable[..., None], _timeout: float) -> None:
+            for p, v in zip(parts, values, strict=True):
+                producer.produce(self.p.topic, str(v).encode(), partition=p,
+                                 on_delivery=delivered)
+        return self._finish(producer, send, abort)
+
+    def _finish(self, producer: ck.Producer, send: Callable[[Callable[..., None], float], None],
+                abort: bool) -> tuple[str, dict[Any, Any]]:
+        """The rest of a begun transaction: `send(delivered, timeout)` its records, then the
+        planned abort or the commit: ("ok", {partition: offset}), ("fail", ...) or ("info", ...)."""
         offsets: dict[Any, Any] = {}
         timeout = self._timeout_ms / 1000 + 5
 
@@ -190,13 +205,7 @@ class RdKafkaTxnWorkload(RdKafkaWorkload):
                 offsets[msg.partition()] = offset
 
         try:
-            producer.begin_transaction()
-        except ck.KafkaException as e:
-            return "fail", {"error": _error_name(e.args[0])}  # nothing was sent
-        try:
-            for p, v in zip(parts, values, strict=True):
-                producer.produce(self.p.topic, str(v).encode(), partition=p,
-                                 on_delivery=delivered)
+            send(delivered, timeout)
             if abort:
                 # delivered first, so the aborted records are in the log (an abort purges
                 # what is still queued): read-committed consumers must skip them, and

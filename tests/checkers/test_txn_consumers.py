@@ -12,18 +12,11 @@ from checkers.check import check_path
 from checkers.txn.analysis import analyse
 from checkers.txn.consumers import committed_view
 from checkers.txn.ops import UNCOMMITTED, Poll, Send, Txn
+from tests.support.txn_history import HistoryLines
 
 
-class History:
+class History(HistoryLines):
     """history.jsonl lines: transactional sends and polls, one op at a time per process."""
-
-    def __init__(self) -> None:
-        self.lines: list[dict] = []
-        self.txn = 0
-
-    def op(self, process, type_, f, **fields) -> None:
-        self.lines.append({"index": len(self.lines), "time": len(self.lines) * 10,
-                           "process": process, "type": type_, "f": f, **fields})
 
     def txn_send(self, outcome: str, sends: list[tuple[int, int, int]], client: int) -> None:
         """One transaction of (partition, value, offset) sends, completed as `outcome`."""

@@ -11,20 +11,13 @@ from pathlib import Path
 
 from checkers.check import check_path
 from checkers.txn.exactly_once import history_partitions
+from tests.support.txn_history import HistoryLines
 
 GROUP = "ctp"
 
 
-class History:
+class History(HistoryLines):
     """history.jsonl lines: every part of a transaction invoked, then every part completed."""
-
-    def __init__(self) -> None:
-        self.lines: list[dict] = []
-        self.txn = 0
-
-    def op(self, process, type_, f, **fields) -> None:
-        self.lines.append({"index": len(self.lines), "time": len(self.lines) * 10,
-                           "process": process, "type": type_, "f": f, **fields})
 
     def parts(self, outcome: str, parts: list[tuple[int, str, dict, dict]]) -> None:
         """One transaction: (process, f, invoke fields, completion fields) a part."""
