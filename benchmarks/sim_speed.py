@@ -117,7 +117,7 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
                     request_timeout_s=s.workload.request_timeout_ms / 1000, seed=seed),
                 time_limit=s.time_limit, system=node_settings(config["system"]), n_nodes=s.nodes,
                 replication_factor=s.topic.replication_factor,
-                final_read_timeout=s.workload.final_read_timeout, faults=tour(s.topic.name),
+                final_read_timeout=s.workload.final_read_timeout, faults=tour(s.topic.name, folder),
                 invariants=invariants)
         else:
             result = simulate_into(test, folder, keep_going=True, invariants=invariants)

@@ -773,6 +773,7 @@ class TestConfig:
     seed: int
     topic: TopicSettings
     system: NodeConfig  # the single source of node settings and their defaults
+    node_settings: Mapping[str, Any]  # [system] but `kind`: what the nodes are started with
     system_kind: str  # "embedded" | "kafka"
     kafka: KafkaSettings  # used when system_kind is "kafka"
     workload: WorkloadSettings
@@ -844,7 +845,8 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
         name=config["name"], nodes=int(config["nodes"]), time_limit=float(config["time_limit"]),
         seed=int(config["seed"]),
         topic=TopicSettings(t["name"], int(t["partitions"]), int(t["replication_factor"])),
-        system=node_config(config["system"]), system_kind=system_kind(config),
+        system=node_config(config["system"]), node_settings=node_settings(config["system"]),
+        system_kind=system_kind(config),
         kafka=KafkaSettings(**config.get("kafka", _ABSENT_TABLES["kafka"])),
         workload=WorkloadSettings(str(w["acks"]), float(w["rate"]), int(w["producers"]),
                                   int(w["consumers"]), int(w["request_timeout_ms"]),

@@ -22,7 +22,7 @@ from harness.shrink import load_minimal
 from harness.sim_run import as_simulated, simulate_into
 from harness.system_spec import SystemSpec, on_system
 from harness.test import Plan, Test
-from nemesis.roles import LAST_MEMBER_WAIT_S, role_entries, waits_for_role
+from nemesis.roles import longest_wait, role_entries
 from nemesis.schedule import load_schedule, plan_entries, replay_plan
 
 
@@ -139,12 +139,13 @@ def with_plan_faults(config: dict, entries: list[dict], source: str) -> dict:
 
 
 def room_for_waits(config: dict, entries: list[dict]) -> tuple[dict, list[str]]:
-    """The config with a longer time limit when a fault may wait for its role to be held
-    (nemesis.roles): the run must not end while it waits."""
-    if not any(waits_for_role(e["target"]) for e in entries):
+    """The config with a longer time limit when faults may wait for a role to be held or a
+    partition state (nemesis.roles, nemesis.until): the run must not end while they wait."""
+    waits = sum(longest_wait(e["target"]) for e in entries)
+    if not waits:
         return config, []
     out = copy.deepcopy(config)
-    out["time_limit"] = config["time_limit"] + LAST_MEMBER_WAIT_S
-    note = (f"time_limit {config['time_limit']:g} -> {out['time_limit']:g} s: a fault waits up "
-            f"to {LAST_MEMBER_WAIT_S:g} s for the ISR to shrink to its last member")
+    out["time_limit"] = config["time_limit"] + waits
+    note = (f"time_limit {config['time_limit']:g} -> {out['time_limit']:g} s: the plan's faults "
+            f"may wait up to {waits:g} s for the ISR to shrink")
     return validate(out, source="the time limit made room for a role's wait"), [note]

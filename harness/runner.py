@@ -28,7 +28,6 @@ from control.host import Host
 from control.parallel import on_hosts
 from control.provider import Provider, make_provider
 from harness import store
-from harness.config import node_settings
 from harness.report import report_path
 from harness.system import System, system_of
 from harness.test import RunClock, Test
@@ -105,7 +104,7 @@ def cluster_phase(test: Test, hosts: list[Host], provider: Provider, run_dir: Pa
     next, their logs, events and data are collected and they are stopped."""
     settings = test.settings
     system = system or system_of(test)
-    cluster = Cluster(hosts, node_settings(test.config["system"]), python=provider.python,
+    cluster = Cluster(hosts, settings.node_settings, python=provider.python,
                       lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy,
                       kafka=system.nodes(hosts, run_dir.name, provider))
     for note in cluster.kafka.notes if cluster.kafka else ():

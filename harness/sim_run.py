@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.exitcodes import UserError
-from harness.config import node_settings
+from harness.config import system_kind
 from harness.test import Test
 from nemesis.faults import Nemesis, metadata_topology
 from nemesis.kinds import lookup
@@ -27,9 +27,9 @@ SIM = "sim"
 
 def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config with hosts.provider = "sim"; refuses fault kinds the simulator cannot apply."""
-    if config["system"].get("kind", "embedded") != "embedded":
+    if system_kind(config) != "embedded":
         raise UserError("the simulator runs the embedded system, not system.kind = "
-                        f"{config['system']['kind']!r}: run Kafka on hosts with `harness run`")
+                        f"{system_kind(config)!r}: run Kafka on hosts with `harness run`")
     out = copy.deepcopy(dict(config))
     out["hosts"] = {"provider": SIM}
     unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
@@ -91,7 +91,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
 
     try:
         return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,
-                              system=node_settings(test.config["system"]), n_nodes=s.nodes,
+                              system=dict(s.node_settings), n_nodes=s.nodes,
                               replication_factor=s.topic.replication_factor,
                               final_read_timeout=s.workload.final_read_timeout,
                               faults=nemesis_faults(schedule, s.topic.name, s.nemesis.link),

@@ -325,7 +325,7 @@ def print_summary(summary: SearchSummary) -> None:
 
 def write_search(test: Test, seeds: Sequence[int], summary: SearchSummary) -> Path:
     """results/<name>/search-<stamp>-s<first>-<last>.json: every row, for later analysis."""
-    folder = owned_dir(test.results_root / test.config["name"])  # as a run's (store)
+    folder = owned_dir(test.results_root / test.settings.name)  # as a run's (store)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = folder / f"search-{stamp}-s{seeds[0]}-{seeds[-1]}.json"
     write_json_atomic(path, {"config": as_simulated(test.config), "seeds": [seeds[0], seeds[-1]],

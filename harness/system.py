@@ -16,7 +16,7 @@ from control import kafka_install
 from control.host import Host
 from control.kafka import KafkaNodes
 from control.provider import Provider
-from harness.config import WorkloadSettings, node_settings
+from harness.config import WorkloadSettings
 from harness.kafka_events import PartitionWatch, node_log_events
 from harness.test import Test
 from nemesis.faults import metadata_topology
@@ -110,7 +110,7 @@ class ApacheKafka:
         """On netns hosts the local classpath and JVM; on an inventory's hosts their own JVM
         and a copy of the classpath (control/kafka_hosts.py)."""
         java, libs = provider.kafka(hosts, self.settings.version, Path(self.libs))
-        return KafkaNodes(hosts, node_settings(self.test.config["system"]), self.settings,
+        return KafkaNodes(hosts, self.test.settings.node_settings, self.settings,
                           libs, java, run_name, proxied=self.test.settings.hosts.toxiproxy)
 
     async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,

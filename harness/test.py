@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,9 @@ class Test:
     plan: Plan = field(default_factory=Plan.seeded)
     check: bool = True  # check and report when the run is over
 
-    @property
+    @cached_property
     def settings(self) -> TestConfig:
+        """The typed view of `config`, built once (a Test is frozen, its config validated)."""
         return typed(self.config)
 
     @property

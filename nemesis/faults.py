@@ -18,6 +18,7 @@ from nemesis.kinds import Topology, World, lookup
 from nemesis.kinds.base import Resolved
 from nemesis.roles import as_fixed, await_last_member, roles_now, waits_for_role
 from nemesis.schedule import RealisedFault, ScheduleRecord
+from nemesis.until import await_state
 from replication.client import Client, ClientError
 from replication.net import Pool
 from workloads.history import HistoryWriter
@@ -93,6 +94,7 @@ class Nemesis:
         delay = fault.start_s - self.clock()
         if delay > 0:
             await asyncio.sleep(delay)
+        await self._shift(fault)
         aimed = await self._aim(fault)
         self._waited(fault, aimed[2] if aimed else 0.0)
         if aimed is None:
@@ -118,8 +120,9 @@ class Nemesis:
             # still heal it below, so no node stays down for the rest of the run.
             value["error"] = str(e)
         self.history.nemesis(f"start-{fault.kind}", value)
+        hit_at = self.clock()
         await asyncio.sleep(max(0.0, fault.duration_s))
-        await self._stretch(fault)
+        await self._stretch(fault, hit_at)
         try:
             await kind.heal(self.world, resolved)
             self.schedule.ended(fault.id, self.clock(), "failed" if "error" in value else "ok",
@@ -135,6 +138,7 @@ class Nemesis:
         topology = _asking_once(self.topology)
         began = self.clock()
         try:
+            await await_state(self.topology, fault.target, asyncio.sleep, self.clock)
             roles = await roles_now(topology, fault.target)
             roles = await await_last_member(self.topology, fault.target, roles, asyncio.sleep)
             target = as_fixed(roles, fault.target) if "roles" in fault.target else fault.target
@@ -152,16 +156,35 @@ class Nemesis:
         if waiting is not None and not waiting.done():
             waiting.set_result(seconds)
 
-    async def _stretch(self, fault: RealisedFault) -> None:
-        """An episode keeps its shape: a fault is healed as much later as a later fault of its
-        episode (one with `after` = its id) waited for its role to be held (the followers
-        stay paused until the last ISR member has been hit, on a system slower to shrink)."""
-        for other in self.schedule.faults:
-            waiting = self._waits.get(other.id)
-            if other.after == fault.id and waiting is not None:
-                late = await waiting
-                if late > 0:
-                    await asyncio.sleep(late)
+    def _episode(self, fault: RealisedFault) -> list[RealisedFault]:
+        """The other faults of the fault's episode (those with the same first fault, `after`)
+        that may wait before they hit (nemesis.roles.waits_for_role)."""
+        first = fault.id if fault.after is None else fault.after
+        return [f for f in self.schedule.faults if f.id in self._waits and f.id != fault.id
+                and first in (f.id, f.after)]
+
+    async def _shift(self, fault: RealisedFault) -> None:
+        """An episode's clock stops while one of its faults waits: a fault starts as much
+        later as the faults before it in its episode waited."""
+        before = [f for f in self._episode(fault) if (f.start_s, f.id) < (fault.start_s, fault.id)]
+        if before:
+            late = sum([await self._waits[f.id] for f in before])
+            rest = fault.start_s + late - self.clock()
+            if rest > 0:
+                await asyncio.sleep(rest)
+
+    async def _stretch(self, fault: RealisedFault, hit_at: float) -> None:
+        """The same for its heal: a fault is healed as much later as the later faults of its
+        episode that started while it lasted waited (the followers stay paused until the last
+        ISR member has been hit, on a system slower to shrink)."""
+        end = fault.start_s + fault.duration_s
+        later = [f for f in self._episode(fault)
+                 if (f.start_s, f.id) > (fault.start_s, fault.id) and f.start_s <= end]
+        if later:
+            late = sum([await self._waits[f.id] for f in later])
+            rest = hit_at + fault.duration_s + late - self.clock()
+            if rest > 0:
+                await asyncio.sleep(rest)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

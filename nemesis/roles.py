@@ -42,6 +42,7 @@ from typing import Any
 from nemesis.kinds.base import GROUP_SELECTORS, TXN_SELECTORS, Resolved, Topology
 from nemesis.kinds.partition import TXN_SHAPE
 from nemesis.schedule import RealisedFault, replay_entries
+from nemesis.until import UNTIL_TIMEOUT_S
 
 LAST_MEMBER_WAIT_S = 10.0
 _POLL_S = 0.25
@@ -187,7 +188,19 @@ async def roles_now(topology: Topology, target: Mapping[str, Any]) -> dict[str, 
 
 
 def waits_for_role(target: Mapping[str, Any]) -> bool:
-    """Whether a target may wait for its role to be held (see await_last_member)."""
+    """Whether a target may wait before it is hit: for its role to be held (see
+    await_last_member) or for a partition state (nemesis.until)."""
+    return "until" in target or _waits_for_last_member(target)
+
+
+def longest_wait(target: Mapping[str, Any]) -> float:
+    """The longest a fault aimed at `target` may wait before it is hit, in seconds."""
+    if "until" in target:
+        return float(target["until"].get("timeout_s", UNTIL_TIMEOUT_S))
+    return LAST_MEMBER_WAIT_S if _waits_for_last_member(target) else 0.0
+
+
+def _waits_for_last_member(target: Mapping[str, Any]) -> bool:
     return "last-isr-member" in target.get("roles", {}).get("nodes", ())
 
 
@@ -197,7 +210,7 @@ async def await_last_member(topology: Topology, target: Mapping[str, Any],
     """`roles` again, once the ISR has shrunk to one or LAST_MEMBER_WAIT_S have passed, when
     the role target is aimed at the last ISR member. `sleep`: the run's own (simulated or
     real); `topology` must ask afresh each time."""
-    if not waits_for_role(target):
+    if not _waits_for_last_member(target):
         return roles
     for _ in range(int(LAST_MEMBER_WAIT_S / _POLL_S)):
         if "last-isr-member" in roles.values():

@@ -10,6 +10,8 @@ can say which node is meant; the runner resolves them when the fault starts:
 
   process and host faults (kill, pause, restart, power-loss, page-cache-loss, torn-power-loss):
     {"select": "leader" | "last-isr-member" | "elr-members" | "followers", "partition": p}
+    {"select": "successor" | "elr-member", "partition": p}   (scripted plans only: the
+        replica the controller elects next, one ELR member chosen with "pick")
     {"select": "random-broker" | "controller" | "majority"}
   partition: {"shape": "isolate" | "halves" | "majority-ring" | "bridge" | "isolate-controller"}
              {"shape": "isolate-leader", "partition": p}
@@ -22,7 +24,13 @@ can say which node is meant; the runner resolves them when the fault starts:
              the nodes played in an earlier run, cast again now (nemesis.roles)
 
 Every target carries "pick", an integer the runner uses to seed any random choice it makes
-while resolving (which broker, which halves), so resolution is reproducible too.
+while resolving (which broker, which halves), so resolution is reproducible too. A scripted
+plan's target may also wait for a partition state before it is hit (nemesis.until):
+
+    "until": {"isr_at_most": n, "elr_at_least": n, "timeout_s": t}   (either test or both)
+
+and while it waits its episode's clock stands still: the faults after it in the episode start,
+and the faults it overlaps are healed, as much later (nemesis.faults).
 
 Faults come in episodes separated by quiet gaps (mean `interval`); an episode is one fault
 (mean `duration`) or, with probability `shrink_first` when a fault is aimed at a partition's
@@ -53,6 +61,7 @@ from typing import Any
 from control.files import write_json_atomic
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, lookup
 from nemesis.kinds.base import PICK_RANGE, PlanParams
+from nemesis.until import until_error
 
 FORMAT = 1
 OUTCOMES = ("pending", "ok", "failed", "skipped", "interrupted")
@@ -301,6 +310,8 @@ def plan_entries(entries: Any, source: str) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: start_s and duration_s must be seconds >= 0")
         if not isinstance(e["target"], dict):
             raise ValueError(f"{where}: target must be an object")
+        if "until" in e["target"] and until_error(e["target"]["until"]):
+            raise ValueError(f"{where}: target {until_error(e['target']['until'])}")
         if "roles" in e["target"] and not _role_spec(e["target"]["roles"]):
             raise ValueError(f"{where}: target roles must be {{\"nodes\": [role, ...]}} or "
                              f"{{\"grudge\": {{role: [role, ...]}}}}")

@@ -28,7 +28,7 @@ TARGET_MODES = ("auto", "leader", "controller", "random", "majority", "txn-coord
                 "group-coordinator")
 # Selectors aimed at one partition's replicas (their target carries "partition").
 PER_PARTITION = frozenset({"leader", "last-isr-member", "elr-members", "followers",
-                           "isolate-leader"})
+                           "isolate-leader", "successor", "elr-member"})
 # Selectors aimed at the transaction coordinator of the workload's transactional ids: the
 # leader of the `__transaction_state` partition they hash to, and that partition's replicas.
 TXN_SELECTORS = frozenset({"txn-coordinator", "txn-log-replicas"})
@@ -237,11 +237,25 @@ async def resolve_selector(topology: Topology, target: Mapping[str, Any]) -> lis
         return topology.nodes_of(isr[:1] if len(isr) == 1 else ([leader] if leader is not None else []))
     if select == "elr-members":
         return topology.nodes_of(state["elr"])
+    if select == "elr-member":
+        return topology.nodes_of([rng.choice(sorted(state["elr"]))] if state["elr"] else [])
+    if select == "successor":
+        return topology.nodes_of(_successor(state))
     if select == "followers":
         if leader is None:
             return []
         return topology.nodes_of([r for r in state["replicas"] if r != leader])
     raise ValueError(f"unknown target {dict(target)}")
+
+
+def _successor(state: Mapping[str, Any]) -> list[int]:
+    """The replica the controller elects when the leader is fenced (replication.metadata
+    pick_clean_leader): the first other ISR member in replica order, else the first ELR one."""
+    for pool in (state["isr"], state.get("elr") or ()):
+        for r in state["replicas"]:
+            if r != state["leader"] and r in pool:
+                return [r]
+    return []
 
 
 def _coordinator_nodes(topology: Topology, select: str,

@@ -27,24 +27,24 @@ SAFE = {"broker.session.timeout.ms": 2000, "broker.heartbeat.interval.ms": 200,
 
 # weakness, node config, producer acks, the episode, the invariant it must violate
 TWINS = [
-    ("acks=1", {}, "1", lambda run_dir: weakness("isolate-leader", "chaos"), "AcknowledgedCompleteness"),
+    ("acks=1", {}, "1", lambda run_dir: weakness("isolate-leader", "chaos", run_dir), "AcknowledgedCompleteness"),
     ("unclean.leader.election.enable", {"unclean.leader.election.enable": True}, "all",
-     lambda run_dir: weakness("stale-follower", "chaos"), "LeaderCompleteness"),
+     lambda run_dir: weakness("stale-follower", "chaos", run_dir), "LeaderCompleteness"),
     ("eligible.leader.replicas.enable=false", {"eligible.leader.replicas.enable": False}, "all",
      lambda run_dir: shrink_then("power-loss", "chaos", run_dir), "ValidControllerState"),
     ("replica.truncation=high-watermark", {"replica.truncation": "high-watermark"}, "all",
-     lambda run_dir: weakness("pause-pair", "chaos"), "LeaderCandidateCompleteness"),
+     lambda run_dir: weakness("pause-pair", "chaos", run_dir), "LeaderCandidateCompleteness"),
     ("unclean.shutdown.detection=false", {"unclean.shutdown.detection": False}, "all",
-     lambda run_dir: weakness("elr-power-loss", "chaos"), "LeaderCandidateCompleteness"),
+     lambda run_dir: weakness("elr-power-loss", "chaos", run_dir), "LeaderCandidateCompleteness"),
     ("isr.update=local-first", {"isr.update": "local-first"}, "all",
-     lambda run_dir: weakness("halves", "chaos"), "LeaderCompleteness"),
+     lambda run_dir: weakness("halves", "chaos", run_dir), "LeaderCompleteness"),
 ]
-EPISODES = {"isolate-leader": lambda run_dir: weakness("isolate-leader", "chaos"),
-            "stale-follower": lambda run_dir: weakness("stale-follower", "chaos"),
+EPISODES = {"isolate-leader": lambda run_dir: weakness("isolate-leader", "chaos", run_dir),
+            "stale-follower": lambda run_dir: weakness("stale-follower", "chaos", run_dir),
             "shrink-then-power-loss": lambda run_dir: shrink_then("power-loss", "chaos", run_dir),
-            "pause-pair": lambda run_dir: weakness("pause-pair", "chaos"),
-            "elr-power-loss": lambda run_dir: weakness("elr-power-loss", "chaos"),
-            "halves": lambda run_dir: weakness("halves", "chaos")}
+            "pause-pair": lambda run_dir: weakness("pause-pair", "chaos", run_dir),
+            "elr-power-loss": lambda run_dir: weakness("elr-power-loss", "chaos", run_dir),
+            "halves": lambda run_dir: weakness("halves", "chaos", run_dir)}
 
 
 def simulate(tmp: Path, seed: int, system: dict, acks: str = "all", faults=None, *,
@@ -106,8 +106,10 @@ def test_the_first_violation_stops_the_run_with_the_steps_that_led_to_it(tmp_pat
 
 
 def test_checking_does_not_change_what_happens(tmp_path):
-    on = simulate(tmp_path / "on", 4, {}, "all", weakness("halves", "chaos"), time_limit=5.0)
-    off = simulate(tmp_path / "off", 4, {}, "all", weakness("halves", "chaos"), time_limit=5.0,
+    on = simulate(tmp_path / "on", 4, {}, "all", weakness("halves", "chaos", tmp_path / "on"),
+                  time_limit=5.0)
+    off = simulate(tmp_path / "off", 4, {}, "all", weakness("halves", "chaos", tmp_path / "off"),
+                   time_limit=5.0,
                    invariants=False)
     assert on.invariants == [] and off.invariants is None
     assert on.history.read_bytes() == off.history.read_bytes()

@@ -54,22 +54,25 @@ def _files(result) -> tuple[bytes, bytes]:
 
 
 def test_same_seed_same_bytes_even_under_every_kind_of_fault(tmp_path):
-    a = run(tmp_path / "a", 5, time_limit=12.0, faults=tour("chaos", step=1.0))
-    b = run(tmp_path / "b", 5, time_limit=12.0, faults=tour("chaos", step=1.0))
+    a = run(tmp_path / "a", 5, time_limit=12.0, faults=tour("chaos", tmp_path / "a", step=1.0))
+    b = run(tmp_path / "b", 5, time_limit=12.0, faults=tour("chaos", tmp_path / "b", step=1.0))
     assert _files(a) == _files(b)
     kinds = {o["f"] for o in read_history(a.history) if o["process"] == "nemesis"}
     assert {"start-partition", "start-kill", "start-torn-power-loss", "start-reset-link",
-            "start-restart", "start-page-cache-loss", "start-clock-drift"} <= kinds
+            "start-restart", "start-page-cache-loss", "start-clock-skew",
+            "start-corrupt-segment"} <= kinds
     assert a.stats["send-ok"] > 2000
 
 
 def test_same_seed_same_bytes_in_another_process_with_another_hash_seed(tmp_path):
-    here = run(tmp_path / "here", 9, time_limit=5.0, faults=tour("chaos", step=1.0))
+    here = run(tmp_path / "here", 9, time_limit=5.0, faults=tour("chaos", tmp_path / "here",
+                                                                 step=1.0))
     script = (
         "import sys; from pathlib import Path\n"
         "from tests.simulation.test_simulation_world import run\n"
         "from support.scenarios import tour\n"
-        "run(Path(sys.argv[1]), 9, time_limit=5.0, faults=tour('chaos', step=1.0))\n")
+        "run(Path(sys.argv[1]), 9, time_limit=5.0,\n"
+        "    faults=tour('chaos', Path(sys.argv[1]), step=1.0))\n")
     for hash_seed in ("0", "4242"):
         there = tmp_path / f"there-{hash_seed}"
         env = {**os.environ, "PYTHONHASHSEED": hash_seed,
@@ -375,8 +378,8 @@ def test_messages_passed_as_objects_behave_as_the_wire_would(tmp_path):
     """No code depends on sharing objects between sender and receiver: the same run with every
     message copied through JSON (what the wire does) writes the same bytes."""
     from simulation.network import NetConfig
-    a = run(tmp_path / "a", 14, time_limit=6.0, faults=tour("chaos", step=1.0))
-    b = run(tmp_path / "b", 14, time_limit=6.0, faults=tour("chaos", step=1.0),
+    a = run(tmp_path / "a", 14, time_limit=6.0, faults=tour("chaos", tmp_path / "a", step=1.0))
+    b = run(tmp_path / "b", 14, time_limit=6.0, faults=tour("chaos", tmp_path / "b", step=1.0),
             net=NetConfig(copy_messages=True))
     assert _files(a) == _files(b)
 
