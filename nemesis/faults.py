@@ -86,7 +86,8 @@ class Nemesis:
         self.clock = clock  # seconds since the workload started
         # the [nemesis] settings faults apply: link_delay_ms, ..., and "toxics" (kind -> table)
         self.settings = settings
-        # fault id -> the seconds it waited for its role, for faults that may (see _stretch)
+        # fault id -> the seconds it waited for its role or a partition state (nemesis.until),
+        # for faults that may (see _shift and _stretch)
         self._waits: dict[int, asyncio.Future[float]] = {}
 
     async def run_fault(self, fault: RealisedFault) -> None:

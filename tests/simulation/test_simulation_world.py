@@ -374,6 +374,29 @@ def test_a_forward_clock_jump_on_the_leader_looks_like_lagging_followers(tmp_pat
     assert acknowledged_loss(r.history).lost == []
 
 
+def test_a_broker_whose_clock_crawls_misses_its_heartbeats_until_it_is_set_right(tmp_path):
+    """A clock drifting at 1/20 of the rate: the broker's 200 ms heartbeat interval on its
+    own clock is 4 s of everyone else's, past the 2 s session, so the controller fences it;
+    set right, it heartbeats again and is unfenced. (No fault kind drifts a clock: the
+    world's verb is tested here directly.)"""
+    slow: list[int] = []
+
+    async def faults(world: World, loop):
+        await asyncio.sleep(1.0)
+        state = await partition_state(world, "chaos")
+        slow.append([r for r in state["replicas"] if r != state["leader"]][0])
+        world.clock_drift(world.brokers[slow[0]], 0.05)
+        await asyncio.sleep(4.0)
+        world.clock_reset(world.brokers[slow[0]])
+
+    r = run(tmp_path, 16, time_limit=8.0, faults=faults)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    mine = [e["kind"] for e in events if e.get("broker") == slow[0]
+            and e["kind"] in ("broker-fenced", "broker-unfenced")]
+    assert "broker-fenced" in mine and mine[-1] == "broker-unfenced", mine
+    assert acknowledged_loss(r.history).lost == []
+
+
 def test_messages_passed_as_objects_behave_as_the_wire_would(tmp_path):
     """No code depends on sharing objects between sender and receiver: the same run with every
     message copied through JSON (what the wire does) writes the same bytes."""
