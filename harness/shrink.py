@@ -44,7 +44,7 @@ from checkers.definitions import ANOMALIES
 from checkers.exitcodes import UserError
 from control.files import check_regular_file, write_json_atomic
 from harness import store
-from harness.config import validate, with_sets
+from harness.config import TestConfig, typed, validate, with_sets
 from harness.report import report_path
 from harness.sim_run import SIM, as_simulated, simulate_into, with_seed
 from harness.simulate import say, simulate_test
@@ -341,28 +341,29 @@ class Shrinker:
         return self._try(Candidate(config, self.best.entries), what)
 
     def workload(self) -> None:
-        cfg = self.best.config
         end = fault_end(self.best.entries)
         limits = sorted({math.ceil(end) + 1, math.ceil(end) + 3, math.ceil(end) + 8})
         for limit in limits:
-            if limit < cfg["time_limit"] and self._config_try({"time_limit": limit},
-                                                             f"time limit {limit} s"):
+            if limit < self._best().time_limit and self._config_try({"time_limit": limit},
+                                                                    f"time limit {limit} s"):
                 break
-        wl = self.best.config["workload"]
         for producers in (1, 2, 4, 8):
-            if producers < wl["producers"] and self._config_try(
+            if producers < self._best().workload.producers and self._config_try(
                     {"workload.producers": producers}, f"{producers} producer(s)"):
                 break
-        if self.best.config["topic"]["partitions"] > 1:
+        if self._best().topic.partitions > 1:
             self._config_try({"topic.partitions": 1}, "1 partition")
-        rate = self.best.config["workload"]["rate"]
+        rate = self._best().workload.rate
         for frac in (8, 4, 2):
             lower = max(1, int(rate // frac))
             if lower < rate and self._config_try({"workload.rate": lower}, f"rate {lower}/s"):
                 break
-        consumers = self.best.config["workload"]["consumers"]
-        if consumers > 1:
+        if self._best().workload.consumers > 1:
             self._config_try({"workload.consumers": 1}, "1 consumer")
+
+    def _best(self) -> TestConfig:
+        """The typed view of the best candidate's config so far."""
+        return typed(self.best.config)
 
     def run(self) -> Candidate:
         self.drop_faults()
@@ -412,7 +413,7 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     start, real, notes = start_candidate(run_dir)
     for note in notes:
         log(note)
-    seed = int(start.config["seed"])
+    seed = typed(start.config).seed
     tries = tries or (5 if real else 1)
     bar = tqdm(unit="candidate", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
     ev = Evaluator(target, Budget(budget), bar=bar, against=against)
@@ -444,7 +445,7 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     shrinker = Shrinker(ev, chosen, log)
     best = shrinker.run()
     bar.close()
-    result = ShrinkResult(run_dir, target, int(best.config["seed"]), chosen, best,
+    result = ShrinkResult(run_dir, target, typed(best.config).seed, chosen, best,
                           before_outcome, ev.cache[best.key()], 0.0, ev.simulated,
                           ev.cache_hits, attempts, budget_exhausted=ev.budget.exhausted(),
                           against=tuple(against))
@@ -478,7 +479,7 @@ def minimal_document(result: ShrinkResult, config: Mapping[str, Any]) -> dict[st
     real_hosts = None if original.get("hosts") == SIM else original["config"].get("hosts")
     return {
         "format": FORMAT,
-        "seed": int(config["seed"]),
+        "seed": typed(config).seed,
         "anomaly": result.target,
         "config": dict(config),
         "schedule": [dict(e) for e in result.after.entries],
