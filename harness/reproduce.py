@@ -15,7 +15,7 @@ from checkers.exitcodes import Exit, UserError
 from control.files import check_regular_file
 from harness import store
 from harness.campaign import run_cell
-from harness.config import validate, with_sets
+from harness.config import typed, validate, with_sets
 from harness.report.outcome import LOSS_ANOMALIES
 from harness.runner import run_test
 from harness.shrink import load_minimal
@@ -128,7 +128,7 @@ def with_plan_faults(config: dict, entries: list[dict], source: str) -> dict:
     """The config with nemesis.faults set to the kinds the plan holds (what the hosts must be
     prepared for: the lossy filesystem, Toxiproxy), said when it changes."""
     kinds = sorted({e["kind"] for e in entries})
-    if sorted(config["nemesis"]["faults"]) != kinds:
+    if sorted(typed(config).nemesis.faults) != kinds:
         print(f"nemesis.faults = {kinds} (the kinds {source} holds)", flush=True)
     out = copy.deepcopy(config)
     out["nemesis"]["faults"] = kinds
@@ -145,7 +145,8 @@ def room_for_waits(config: dict, entries: list[dict]) -> tuple[dict, list[str]]:
     if not waits:
         return config, []
     out = copy.deepcopy(config)
-    out["time_limit"] = config["time_limit"] + waits
-    note = (f"time_limit {config['time_limit']:g} -> {out['time_limit']:g} s: the plan's faults "
+    limit = typed(config).time_limit
+    out["time_limit"] = limit + waits
+    note = (f"time_limit {limit:g} -> {out['time_limit']:g} s: the plan's faults "
             f"may wait up to {waits:g} s for the ISR to shrink")
     return validate(out, source="the time limit made room for a role's wait"), [note]

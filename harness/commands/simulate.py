@@ -17,7 +17,7 @@ from checkers.exitcodes import Exit, UserError
 from harness import store
 from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
-from harness.config import from_args, validate
+from harness.config import from_args, typed, validate
 from harness.shrink import replay_test
 from harness.sim_run import as_simulated
 from harness.simulate import INTERPRETERS, check_determinism, run_search, simulate_test
@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         return store.verdict_exit(run_dir)
     config = as_simulated(campaign_config(args) if args.campaign else from_args(args))
     if args.check_determinism:
-        return _determinism(config, args.seeds or [config["seed"]])
+        return _determinism(config, args.seeds or [typed(config).seed])
     test = Test.of(config, store.default_results_dir(), argv=sys.argv)
     if args.seeds:
         summary = run_search(test, args.seeds, jobs=max(1, args.jobs),
