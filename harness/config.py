@@ -210,7 +210,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "min.insync.replicas": _int(1, 63),
         "eligible.leader.replicas.enable": _bool(),
         "unclean.leader.election.enable": _bool(),
-        "unclean.recovery.strategy": _choice("none", "proactive", "balanced", "manual"),
+        "unclean.recovery.strategy": _choice("none", "proactive", "balanced", "manual", "last-leader"),
         "unclean.recovery.timeout.ms": _int(1, _INT32),
         "replica.lag.time.max.ms": _int(1, _INT32),
         "broker.session.timeout.ms": _int(1, _INT32),

@@ -19,6 +19,11 @@ class RecoveryStrategy(StrEnum):
     PROACTIVE = "proactive"
     BALANCED = "balanced"
     MANUAL = "manual"
+    # Apache Kafka 4.x as shipped (the controller's useLastKnownLeaderInBalancedRecovery):
+    # LastKnownELR holds only the leader the partition had when its ISR emptied, and once
+    # ISR and ELR are both empty that broker is elected, unclean, without asking anyone's
+    # log end. KIP-966's recovery manager, which would ask, is not in Kafka 4.2.
+    LAST_LEADER = "last-leader"
 
 
 class ReplicaTruncation(StrEnum):
@@ -44,7 +49,7 @@ class NodeConfig:
     min_insync_replicas: int = 1
     eligible_leader_replicas_enable: bool = True
     unclean_leader_election_enable: bool = False
-    unclean_recovery_strategy: str = "balanced"  # none | proactive | balanced | manual
+    unclean_recovery_strategy: str = "balanced"  # none | proactive | balanced | manual | last-leader
     unclean_recovery_timeout_ms: int = 1000  # proactive: how long to wait for log-info replies
     replica_lag_time_max_ms: int = 10_000
     broker_session_timeout_ms: int = 6_000

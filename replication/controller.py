@@ -143,7 +143,8 @@ class Controller:
     def rules(self, topic: str) -> md.Rules:
         cfg = self.config.with_overrides(self.topics.get(topic, {}))
         return md.Rules(cfg.min_insync_replicas, cfg.eligible_leader_replicas_enable,
-                        cfg.unclean_leader_election_enable)
+                        cfg.unclean_leader_election_enable,
+                        cfg.unclean_recovery_strategy == RecoveryStrategy.LAST_LEADER)
 
     def strategy(self, topic: str) -> str:
         return self.config.with_overrides(self.topics.get(topic, {})).unclean_recovery_strategy

@@ -48,6 +48,14 @@ class Rules:
     min_isr: int
     elr_enabled: bool = True
     unclean_election: bool = False
+    # unclean.recovery.strategy=last-leader, Kafka 4.x's recovery: LastKnownELR holds the
+    # leader the partition had when its ISR emptied, and that broker is elected once ISR and
+    # ELR are both empty (RecoveryStrategy.LAST_LEADER). Only with the ELR on, as in Kafka.
+    last_leader: bool = False
+
+    @property
+    def keeps_last_leader(self) -> bool:
+        return self.elr_enabled and self.last_leader
 
 
 @dataclass
@@ -137,6 +145,8 @@ def fence(state: PartitionState, broker: int, rules: Rules, unfenced: Collection
         # Cases A and C: the HWM cannot advance without `broker`, so it stays complete.
         elr = _ordered(state, set(elr) | {broker})
     elr, lkelr = _apply_case_g(rules, isr, elr, state.last_known_elr)
+    if rules.keeps_last_leader and not isr and state.leader is not None:
+        lkelr = (state.leader,)  # the ISR has just emptied: remember who led last
     new = _bump(state, leader_changed=leader != state.leader, leader=leader, isr=isr, elr=elr,
                 last_known_elr=lkelr)
     return Change(new, "fence")
@@ -148,7 +158,8 @@ def unclean_registration(state: PartitionState, broker: int, rules: Rules) -> Ch
     if not rules.elr_enabled or broker not in state.elr:
         return None
     elr = tuple(r for r in state.elr if r != broker)
-    lkelr = _ordered(state, set(state.last_known_elr) | {broker})
+    lkelr = state.last_known_elr if rules.keeps_last_leader else \
+        _ordered(state, set(state.last_known_elr) | {broker})
     return Change(_bump(state, leader_changed=False, elr=elr, last_known_elr=lkelr), "unclean-registration")
 
 
@@ -161,14 +172,30 @@ def elect_if_leaderless(state: PartitionState, rules: Rules, unfenced: Collectio
     if leader is not None:
         isr, elr = _with_leader(state, leader, state.isr, state.elr)
         elr, lkelr = _apply_case_g(rules, isr, elr, state.last_known_elr)
+        if rules.keeps_last_leader:
+            lkelr = ()  # a leader again: no last leader to remember
         new = _bump(state, leader_changed=True, leader=leader, isr=isr, elr=elr, last_known_elr=lkelr)
         return Change(new, "election")
+    last = _last_leader(state, rules, unfenced)
+    if last is not None:
+        new = _bump(state, leader_changed=True, leader=last, isr=(last,), elr=(), last_known_elr=())
+        return Change(new, "last-leader-election", unclean_election=True)
     if rules.unclean_election:
         for r in state.replicas:
             if r in unfenced:
                 new = _bump(state, leader_changed=True, leader=r, isr=(r,), elr=(), last_known_elr=())
                 return Change(new, "unclean-election", unclean_election=True)
     return None
+
+
+def _last_leader(state: PartitionState, rules: Rules, unfenced: Collection[int]) -> int | None:
+    """Kafka 4.x's recovery with no ISR and no ELR member left: the last leader, unasked about
+    its log, once it is back (Kafka may name it while it is still fenced; it leads only when
+    back either way)."""
+    if not rules.keeps_last_leader or state.isr or state.elr or len(state.last_known_elr) != 1:
+        return None
+    last = state.last_known_elr[0]
+    return last if last in unfenced else None
 
 
 def elect_recovered(state: PartitionState, broker: int) -> PartitionState:

@@ -307,3 +307,40 @@ def test_proactive_recovery_elects_a_partial_answer_only_after_the_timeout() -> 
     assert (rec["strategy"], rec["leader"], rec["complete"], rec["potential_data_loss"]) == \
         ("proactive", 2, False, True)
     assert rec["candidates"] == [{"broker": 2, "epoch": 0, "end_offset": 12}]
+
+
+def test_last_leader_recovery_elects_the_last_leader_without_asking() -> None:
+    """last-leader, Kafka 4.x's recovery (PartitionChangeBuilder with
+    useLastKnownLeaderInBalancedRecovery): the same outage as the balanced example above, but
+    LastKnownELR holds only broker 3, the leader when the ISR emptied; the unclean
+    registrations of 2 and 3 empty the ELR without adding to it, and 3 is elected, unclean,
+    as soon as it is back, with no log end asked. Balanced, above, elects 2 (12 records
+    against 3's 6)."""
+    d = _running_cluster("last-leader")
+    d.tick(now=SESSION_MS + 1)
+    assert d.changes() == [(2, (2, 3), (), ()), (3, (3,), (2,), ()), (None, (), (2, 3), (3,))]
+    for b in (1, 2):
+        d.register(b, now=SESSION_MS + 10)
+        assert d.heartbeat(b, now=SESSION_MS + 20).log_info_requests == ()
+    assert d.view() == (None, (), (3,), (3,))
+    d.register(3, now=SESSION_MS + 30)
+    assert d.view() == (None, (), (), (3,))
+    assert d.heartbeat(3, now=SESSION_MS + 40).log_info_requests == ()
+    assert d.view() == (3, (3,), (), ())
+    assert d.changes()[-1] == (3, (3,), (), ())
+    assert d.kinds("partition-change")[-1]["reason"] == "last-leader-election"
+    assert [e["leader"] for e in d.kinds("unclean-election")] == [3]
+    assert d.kinds("unclean-recovery") == [] and d.c.recoveries == {}
+
+
+def test_last_leader_recovery_is_off_without_the_elr() -> None:
+    """As in Kafka, the last leader is remembered only with the ELR on: without it the last
+    ISR member is never removed (the last replica standing) and leads again when back."""
+    d = Driver()
+    for b in (1, 2, 3):
+        d.register(b, now=0)
+        d.heartbeat(b, now=0)
+    d.send(CreateTopicRequest("t", 1, 3, {**TOPIC_CONFIG, "unclean.recovery.strategy": "last-leader",
+                                          "eligible.leader.replicas.enable": "false"}), now=0)
+    d.tick(now=SESSION_MS + 1)
+    assert d.view() == (None, (3,), (), ())
