@@ -6,7 +6,12 @@ still produce its anomaly class. Its twin, the same seed and schedule with the f
 settings (the weakness's switch back at its safe value), must lose nothing: that is what makes
 the first assertion mean something, the loss comes from the weakness and not from the schedule
 alone. A change to the protocol, the simulator or the workload that breaks a reproduction, or
-makes the safe setting lose under it, fails here."""
+makes the safe setting lose under it, fails here.
+
+Beside them, Kafka's own behaviours that the model carries as switches, each with a schedule
+written by hand from a real Kafka run that lost records (docs/differential.md): last-leader,
+Apache Kafka 4.x's recovery (`unclean.recovery.strategy=last-leader`) against KIP-966's
+balanced recovery."""
 
 from __future__ import annotations
 
@@ -23,11 +28,12 @@ from harness.test import Plan, Test
 CORPUS = Path(__file__).resolve().parents[2] / "campaigns" / "minimal"
 WEAKNESSES = ("acks1", "unclean-election", "no-elr", "hwm-truncation", "no-unclean-detection",
               "local-first-isr")
+KAFKA_BEHAVIOURS = ("last-leader",)
 LOSS = ("lost-write", "unseen")
 
 
 def test_the_corpus_has_one_reproduction_per_weakness():
-    assert sorted(p.stem for p in CORPUS.glob("*.json")) == sorted(WEAKNESSES)
+    assert sorted(p.stem for p in CORPUS.glob("*.json")) == sorted(WEAKNESSES + KAFKA_BEHAVIOURS)
 
 
 def _classes(config: dict, entries: list, root: Path) -> dict[str, int]:
@@ -64,3 +70,14 @@ def test_the_no_unclean_detection_reproduction_loses_with_detection_on_too(tmp_p
     assert doc["against"] == []
     twin = with_sets(config, ["system.unclean.shutdown.detection=true"])
     assert _classes(twin, entries, tmp_path).get("lost-write")
+
+
+@pytest.mark.parametrize("behaviour", KAFKA_BEHAVIOURS)
+def test_a_kafka_behaviour_loses_in_the_model_and_its_twin_does_not(behaviour, tmp_path):
+    """The model with Kafka's behaviour switched on loses what Kafka lost under the same
+    schedule; with the `against` settings (the model's own rule) it loses nothing."""
+    config, entries, doc = load_minimal(CORPUS / f"{behaviour}.json")
+    found = _classes(config, entries, tmp_path / "kafka")
+    assert any(found.get(k) for k in LOSS), f"{behaviour}: nothing lost; got {found}"
+    twin = _classes(with_sets(config, doc["against"]), entries, tmp_path / "model")
+    assert not any(twin.get(k) for k in LOSS), f"{behaviour} with {doc['against']} lost: {twin}"
