@@ -35,15 +35,18 @@ class LatencySample:
     _w: float = 1.0
     _next: int = 0  # the `seen` count at which the next point is kept
 
-    def add(self, time_s: float, latency_ms: float) -> None:
+    def add(self, done_ns: int, started_ns: int) -> None:
+        """One completion; its point is made only when it is kept."""
         self.seen += 1
+        if self.seen < self._next:
+            return  # most completions, once the sample is full
+        point = (done_ns / 1e9, (done_ns - started_ns) / 1e6)
         if len(self.points) < self.cap:
-            self.points.append((time_s, latency_ms))
+            self.points.append(point)
             if len(self.points) == self.cap:
                 self._draw_next()
-            return
-        if self.seen == self._next:
-            self.points[self.rng.randrange(self.cap)] = (time_s, latency_ms)
+        elif self.seen == self._next:
+            self.points[self.rng.randrange(self.cap)] = point
             self._draw_next()
 
     def _draw_next(self) -> None:
@@ -129,4 +132,4 @@ class _SendFeed:
         bins[column] += 1
         started = self.invoked.pop(op.get("process"), None)
         if started is not None:
-            summary.latency[kind].add(t / 1e9, (t - started) / 1e6)  # type: ignore[index]
+            summary.latency[kind].add(t, started)  # type: ignore[index]

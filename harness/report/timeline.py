@@ -118,14 +118,15 @@ class TimelineFold:
         elif b < 0:
             b = 0
         f = op.get("f")
-        if f == "final-poll":
+        if f == "send":
+            if not self._ack(ln, p, b, op):
+                return
+        elif f == "poll":
+            self._poll(ln, p, b, op)
+        elif f == "final-poll":
             ln.final = _runs([r[0] for r in op.get("records") or []])
             ln.final_t = t
             return
-        if f == "send" and not self._ack(ln, p, b, op):
-            return
-        if f == "poll":
-            self._poll(ln, p, b, op)
         if ln.last_b != b:  # columns are filled once, when a lane reaches them
             self._advance(ln, b)
 
@@ -139,7 +140,8 @@ class TimelineFold:
         off = op.get("offset")
         if not isinstance(off, int):
             return False
-        if ln.ack_lo[b] < 0 or off < ln.ack_lo[b]:
+        lo = ln.ack_lo[b]
+        if lo < 0 or off < lo:
             ln.ack_lo[b] = off
         if off > ln.ack_hi[b]:
             ln.ack_hi[b] = off
@@ -149,9 +151,9 @@ class TimelineFold:
         t = op["time"]
         ln.pending_off.append(off)
         ln.pending_t.append(t)
-        value = op.get("value")
-        if value not in ln.acked:
-            ln.acked[value] = None
+        value, acked = op.get("value"), ln.acked
+        if value not in acked:
+            acked[value] = None
             if value in ln.seen:
                 ln.acked_seen += 1
         if self.open and self._in_window(p, t):
