@@ -29,7 +29,7 @@ from typing import Any, TypedDict
 MAX_NAMED = 5
 # A line this long (a final read's records) is decoded with the garbage collector paused: the
 # hundreds of thousands of lists it makes at once would set off full collections, each
-# walking the whole heap (on a 1M-op history, a tenth of the report's pass).
+# walking the whole heap (on the 1M-op benchmark, about a tenth of the report's pass).
 LONG_LINE = 1 << 16
 
 
