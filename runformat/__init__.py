@@ -5,7 +5,7 @@ the nemesis and the harness read a run's files through the same iterators and th
 malformed-line policy (runformat.jsonl), and read what a fault did from its history operation
 (runformat.effects)."""
 
-from runformat.jsonl import Event, Op, Tally, events, head, history, last_time, read_events, records
+from runformat.jsonl import Event, Op, Tally, events, history, last_time, read_events, records
 
-__all__ = ["Event", "Op", "Tally", "events", "head", "history", "last_time", "read_events",
+__all__ = ["Event", "Op", "Tally", "events", "history", "last_time", "read_events",
            "records"]

@@ -19,20 +19,18 @@ naming `tally.named[0]`. The formats are docs/architecture.md ("History") and do
 
 from __future__ import annotations
 
+import gc
 import json
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
 MAX_NAMED = 5
-# The C scanner behind json.loads, called directly: one call per line instead of three
-# (json.loads -> decode -> raw_decode), a third of the cost on a 1M-line history.
-_scan_once = json.JSONDecoder().scan_once
-# The first keys of a line as HistoryWriter writes them (workloads/history.py), in this order.
-_HEAD = re.compile(r'\{"index": \d+, "time": (\d+), "process": (-?\d+|"[^"\\]*"), '
-                   r'"type": "(\w+)", "f": "([^"\\]+)"')
+# A line this long (a final read's records) is decoded with the garbage collector paused: the
+# hundreds of thousands of lists it makes at once would set off full collections, each
+# walking the whole heap (on the 1M-op benchmark, about a tenth of the report's pass).
+LONG_LINE = 1 << 16
 
 
 class Op(TypedDict, total=False):
@@ -100,8 +98,9 @@ class Tally:
 
 
 def _decode(line: str) -> tuple[Any, str]:
-    """(the line's JSON value, "") or (None, why it is not one): the slow path, for lines
-    the scanner refused (leading blanks, or to name what is wrong)."""
+    """(the line's JSON value, "") or (None, why it is not one), as Python's json reads it:
+    the slow path, for lines msgspec refused (json also takes NaN, Infinity, numbers
+    beyond a double and lone surrogates; and names what is wrong)."""
     try:
         return json.loads(line), ""
     except RecursionError:
@@ -119,34 +118,21 @@ def _time_of(line: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def head(line: str) -> tuple[int, int | str, str, str] | None:
-    """(time, process, type, f) of a history line laid out as HistoryWriter writes it, read
-    without parsing the rest of the line; None for any other layout (parse it then)."""
-    m = _HEAD.match(line)
-    if m is None:
-        return None
-    time, process, type_, f = m.groups()
-    return int(time), process[1:-1] if process[0] == '"' else int(process), type_, f
+def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...]) -> Iterator[Any]:
+    # Imported here, where a file is read: the PyPy simulator imports runformat (for
+    # runformat.effects), reads no file and has none of the PyPI dependencies (harness.pypy).
+    from msgspec import DecodeError
+    from msgspec.json import Decoder
 
-
-def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...],
-             take: Take | None) -> Iterator[Any]:
     # The hot loop of every reader: a line costs one C call to parse it and a few tests.
-    scan, end_ns, lineno = _scan_once, tally.end_ns, 0
+    # msgspec's decoder takes what json.loads takes, to the same values, at about half the
+    # cost (tests/runformat/test_runformat_decode.py); what it refuses goes to `_decode`.
+    decode, end_ns, lineno = Decoder().decode, tally.end_ns, 0
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
-            if take is not None:
-                taken = take(line)
-                if taken is True:
-                    continue
-                if taken is not False:
-                    yield taken  # the reader's own light reading of the line (a `head`)
-                    continue
             try:
-                obj, end = scan(line, 0)
-                if end != len(line) - 1 and line[end:].strip():
-                    raise ValueError("extra data")
-            except (StopIteration, ValueError, RecursionError):
+                obj = decode(line) if len(line) < LONG_LINE else _paused_gc(decode, line)
+            except (DecodeError, RecursionError):
                 obj, why = _decode(line)
                 if why:
                     _skip_bad(tally, lineno, line, why)
@@ -163,6 +149,17 @@ def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...],
     tally.end_ns = end_ns
 
 
+def _paused_gc(decode: Callable[[str], Any], line: str) -> Any:
+    """decode(line) with the cyclic garbage collector paused (JSON values hold no cycles)."""
+    if not gc.isenabled():
+        return decode(line)
+    gc.disable()
+    try:
+        return decode(line)
+    finally:
+        gc.enable()
+
+
 def _skip_bad(tally: Tally, lineno: int, line: str, why: str) -> None:
     if not line.strip():
         return
@@ -170,24 +167,16 @@ def _skip_bad(tally: Tally, lineno: int, line: str, why: str) -> None:
     tally.skip(lineno, "torn last line (no newline)" if torn else why, torn=torn)
 
 
-# A reader's test of a raw line: False, parse it; True, skip it; anything else (e.g. its
-# `head`) is yielded instead of the parsed line.
-Take = Callable[[str], Any]
-
-
-def history(path: str | Path, tally: Tally | None = None,
-            take: Take | None = None) -> Iterator[Op]:
-    """history.jsonl's operations in file order (which is time order). `take` sees each raw
-    line first (see Take): a line it takes is not parsed, nor counted in `tally.end_ns`
-    (`last_time` is the history's end)."""
+def history(path: str | Path, tally: Tally | None = None) -> Iterator[Op]:
+    """history.jsonl's operations in file order (which is time order)."""
     path = Path(path)
-    return _objects(path, tally or Tally(path.name), (int,), take)  # type: ignore[return-value]
+    return _objects(path, tally or Tally(path.name), (int,))  # type: ignore[return-value]
 
 
 def events(path: str | Path, tally: Tally | None = None) -> Iterator[Event]:
     """events.jsonl's events in file order; a float `time` is made an integer."""
     path = Path(path)
-    for event in _objects(path, tally or Tally(path.name), (int, float), None):
+    for event in _objects(path, tally or Tally(path.name), (int, float)):
         if type(event["time"]) is float:
             event["time"] = int(event["time"])
         yield event  # type: ignore[misc]
@@ -196,7 +185,7 @@ def events(path: str | Path, tally: Tally | None = None) -> Iterator[Event]:
 def records(path: str | Path, tally: Tally | None = None) -> Iterator[dict[str, Any]]:
     """The objects of a run's other JSONL files (invariants.jsonl), under the same policy."""
     path = Path(path)
-    return _objects(path, tally or Tally(path.name), (int, float), None)
+    return _objects(path, tally or Tally(path.name), (int, float))
 
 
 def read_events(path: str | Path, tally: Tally | None = None) -> list[Event]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from harness.report.faults import FaultTracker, FaultWindow
-from runformat import Op, Tally, head, history, last_time
+from runformat import Op, Tally, history, last_time
 
 OUTCOMES = ("ok", "fail", "info")
 LATENCY_SAMPLES = 20_000  # per outcome; enough for a dense scatter, cheap to plot
@@ -35,15 +35,18 @@ class LatencySample:
     _w: float = 1.0
     _next: int = 0  # the `seen` count at which the next point is kept
 
-    def add(self, time_s: float, latency_ms: float) -> None:
+    def add(self, done_ns: int, started_ns: int) -> None:
+        """One completion; its point is made only when it is kept."""
         self.seen += 1
+        if self.seen < self._next:
+            return  # most completions, once the sample is full
+        point = (done_ns / 1e9, (done_ns - started_ns) / 1e6)
         if len(self.points) < self.cap:
-            self.points.append((time_s, latency_ms))
+            self.points.append(point)
             if len(self.points) == self.cap:
                 self._draw_next()
-            return
-        if self.seen == self._next:
-            self.points[self.rng.randrange(self.cap)] = (time_s, latency_ms)
+        elif self.seen == self._next:
+            self.points[self.rng.randrange(self.cap)] = point
             self._draw_next()
 
     def _draw_next(self) -> None:
@@ -73,10 +76,6 @@ class Fold(Protocol):
     def feed(self, op: Op) -> None: ...
 
 
-# A send's invoke: its head (runformat.head) is all the summary needs of it.
-_SEND_INVOKE = '"type": "invoke", "f": "send"'
-
-
 def scan_history(path: Path, folds: Iterable[Fold] = (),
                  sample_cap: int = LATENCY_SAMPLES) -> HistorySummary:
     """Stream `path` once into a summary, and its ok operations into `folds`; malformed lines
@@ -86,12 +85,8 @@ def scan_history(path: Path, folds: Iterable[Fold] = (),
     summary.latency = {o: LatencySample(sample_cap, rng) for o in OUTCOMES}
     tracker = FaultTracker()
     feeds = [fold.feed for fold in folds]
-    sends = _SendFeed(summary)
-    feed_send, invoke = sends.feed, sends.invoke
-    for op in history(path, summary.tally, take_line):
-        if op.__class__ is tuple:  # a send's invoke, read from its head
-            invoke(op[0], op[1])
-            continue
+    feed_send = _SendFeed(summary).feed
+    for op in history(path, summary.tally):
         if op.get("f") == "send":
             feed_send(op)
         elif op.get("process") == "nemesis":
@@ -103,23 +98,11 @@ def scan_history(path: Path, folds: Iterable[Fold] = (),
             for feed in feeds:
                 feed(op)
     summary.operations = summary.tally.lines
-    summary.end_ns = max(summary.tally.end_ns, last_time(path))  # lines taken count too
+    # A torn last line's time counts too: the history ran until then.
+    summary.end_ns = max(summary.tally.end_ns, last_time(path))
     summary.faults = tracker.windows(summary.end_ns)
     summary.unmatched_fault_stops = tracker.unmatched_stops
     return summary
-
-
-def take_line(line: str) -> Any:
-    """What the pass makes of a raw line (runformat's Take): a send's invoke is read from its
-    head (its process and time are all the summary needs), a line neither the summary nor the
-    timeline needs is skipped, the rest parsed. Polls dominate big histories and carry long
-    record lists: only completed ones (for the timeline) are parsed. The tokens tested are
-    JSON-encoded in every line they stand for."""
-    if '"send"' in line:
-        if _SEND_INVOKE not in line:
-            return False
-        return head(line) or False  # another layout: parsed, and fed as any other operation
-    return '"ok"' not in line and '"nemesis"' not in line
 
 
 class _SendFeed:
@@ -130,19 +113,14 @@ class _SendFeed:
         self.invoked: dict[Any, int] = {}
         self.outcome = {o: i for i, o in enumerate(OUTCOMES)}
 
-    def invoke(self, t: int, process: Any) -> None:
-        if self.summary.first_op_ns is None:
-            self.summary.first_op_ns = t
-        self.invoked[process] = t
-
     def feed(self, op: Op) -> None:
         kind, t = op.get("type"), op["time"]
         summary = self.summary
-        if kind == "invoke":
-            self.invoke(t, op.get("process"))
-            return
         if summary.first_op_ns is None:
             summary.first_op_ns = t
+        if kind == "invoke":
+            self.invoked[op.get("process")] = t
+            return
         column = self.outcome.get(kind)  # type: ignore[arg-type]
         if column is None:
             return
@@ -154,4 +132,4 @@ class _SendFeed:
         bins[column] += 1
         started = self.invoked.pop(op.get("process"), None)
         if started is not None:
-            summary.latency[kind].add(t / 1e9, (t - started) / 1e6)  # type: ignore[index]
+            summary.latency[kind].add(t, started)  # type: ignore[index]

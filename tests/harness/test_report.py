@@ -256,6 +256,15 @@ def test_report_names_malformed_lines_and_bad_results(tmp_path: Path) -> None:
     assert "`valid` is 'maybe'" in text
 
 
+def test_report_names_a_torn_line_of_any_operation(tmp_path: Path) -> None:
+    """Every line is parsed, so a crash's torn poll invoke is named like any other torn tail."""
+    run = write_run_folder(tmp_path / "r" / "x")
+    with (run / "history.jsonl").open("a") as fh:
+        fh.write('{"index": 999999, "time": 5, "process": "c0", "type": "invoke", "f": "po')
+    text = _text(report_path(run).read_text())
+    assert "history.jsonl: the last line is cut short (a crash mid-write); skipped" in text
+
+
 def test_report_not_a_run_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="neither a run folder"):
         report_path(tmp_path)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from runformat import Tally, events, head, history, last_time, read_events
-from workloads.history import HistoryWriter, read_history
+from runformat import Tally, events, history, last_time, read_events
+from workloads.history import read_history
 
 
 def _write(path: Path, text: str) -> Path:
@@ -42,28 +41,6 @@ def test_events_times_are_integers_and_read_events_sorts_them(tmp_path):
     assert [(e["time"], type(e["time"])) for e in events(path)] == [(5, int), (2, int)]
     assert [e["kind"] for e in read_events(path)] == ["a", "b"]
     assert read_events(tmp_path / "missing.jsonl") == []
-
-
-def test_head_reads_what_the_history_writer_writes(tmp_path):
-    path = tmp_path / "history.jsonl"
-    writer = HistoryWriter(path, clock=iter(range(0, 10_000, 100)).__next__,
-                           background_fsync=False)
-    writer.invoke(3, "send", partition=0, value=1)
-    writer.invoke("c0", "poll", partition=0, offset=0)
-    writer.nemesis("start-kill", {"nodes": ["n2"]})
-    writer.close()
-    for line in path.read_text().splitlines():
-        op = json.loads(line)
-        assert head(line) == (op["time"], op["process"], op["type"], op["f"])
-    assert head('{"time": 1, "index": 0}') is None  # another layout: parse it
-
-
-def test_a_reader_takes_lines_it_needs_not_parse(tmp_path):
-    path = _write(tmp_path / "history.jsonl",
-                  '{"index": 0, "time": 1, "f": "poll"}\n{"index": 1, "time": 2, "f": "send"}\n')
-    taken = []
-    ops = list(history(path, take=lambda line: '"poll"' in line and not taken.append(line)))
-    assert [op["f"] for op in ops] == ["send"] and len(taken) == 1
 
 
 def test_last_time_reads_the_end_of_the_file_only(tmp_path):
