@@ -3,8 +3,8 @@ campaigns/kafka-txn.toml): its cell, version and seed, the transactions committe
 and crashed, the faults that started (and on whom, by role), the verdict and the anomalies,
 what read-uncommitted consumers read of aborted transactions, the group's re-deliveries, the
 consume-transform-produce transactions' exactly-once counts (when the run had some), how
-often the group coordinator moved, and
-the longest stretch of the workload without a committed transaction (availability under the
+often the group coordinator moved, what the transformers committed in their catch-up after
+the faults were healed, and the longest stretch of the workload without a committed transaction (availability under the
 faults; not an anomaly).
 
     .venv/bin/python benchmarks/txn_runs.py RESULTS_ROOT [--prefix kafka-txn-]"""
@@ -31,6 +31,27 @@ def _commits(history: Path) -> tuple[dict[str, int], list[float]]:
                 done[op["txn"]] = (op["time"] - first) / 1e9
     counts = {k: list(outcome.values()).count(k) for k in ("ok", "fail", "info")}
     return counts, sorted(done[t] for t, o in outcome.items() if o == "ok")
+
+
+def _catch_up(history: Path) -> dict[str, float] | None:
+    """The transformers' transactions committed after the heal (their catch-up before the
+    final read: workloads/rdkafka_ctp.py), the inputs they transformed, and the seconds from
+    the heal to the last one."""
+    healed, done, inputs = None, {}, 0
+    with history.open() as fh:
+        for line in fh:
+            op = json.loads(line)
+            if op.get("f") == "stop-all":
+                healed = op["time"]
+            elif (healed is not None and op.get("f") == "send" and "sources" in op
+                  and op["type"] == "ok"):
+                done[op["txn"]] = op["time"]
+                inputs += len(op["sources"])
+    if healed is None:
+        return None
+    last = max(done.values(), default=healed)
+    return {"transactions": len(done), "inputs": inputs,
+            "seconds": round((last - healed) / 1e9, 1)}
 
 
 def _longest_gap(times: list[float], end: float) -> float:
@@ -80,6 +101,7 @@ def row(run: Path) -> dict | None:
             "redelivered": stats.get("group_redelivered"),
             "exactly_once": stats.get("exactly_once"),  # with consume-transform-produce
             "group_coordinator_moves": _group_coordinator_moves(run),
+            "catch_up": _catch_up(run / "history.jsonl") if stats.get("exactly_once") else None,
             "longest_gap_s": round(_longest_gap(commits, float(test["config"]["time_limit"])), 1)}
 
 
