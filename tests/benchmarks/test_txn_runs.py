@@ -5,7 +5,7 @@ inputs written here)."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from benchmarks import txn_runs
 
@@ -13,7 +13,7 @@ T0 = datetime.fromisoformat("2026-11-27T12:00:00.000+00:00").timestamp()
 
 
 def _line(second: float, text: str) -> str:
-    when = datetime.fromtimestamp(T0 + second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    when = datetime.fromtimestamp(T0 + second, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
     return f"[{when[:-3]}+0000] INFO {text}"  # Kafka's log4j timestamp
 
 
