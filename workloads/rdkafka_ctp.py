@@ -26,10 +26,10 @@ which fences the old producer, and a new group member) takes its place.
 
 When the run's time is up the transformers stop with the other clients; after the faults are
 healed, and before the final read, they run again until the group's committed offsets have
-no committed input past them (or for `workload.final_read_timeout`): faults that hold a
-transaction log below `min.insync.replicas` stall them for seconds (docs/kafka.md, "Why
-transformers stall"), and without this catch-up the inputs they had not reached would go
-unjudged. `HARNESS_CTP_DEBUG` (librdkafka debug contexts, e.g. `cgrp,eos`) logs their
+no committed input past them (or for `workload.final_read_timeout`): faults stall them for
+seconds at a time (the transaction log below `min.insync.replicas`; librdkafka waiting for a
+group coordinator that went away: docs/kafka.md, "Why transformers stall"), and without
+this catch-up the inputs they had not reached would go unjudged. `HARNESS_CTP_DEBUG` (librdkafka debug contexts, e.g. `cgrp,eos`) logs their
 clients' consumer-group and transaction machinery to the harness's standard error.
 """
 
