@@ -23,12 +23,21 @@ topic's partitions), so every per-partition check, the per-partition consumers a
 read cover it. The outcome is the commit's: `ok`, `fail` after an abort, `info` when unknown;
 a member whose transaction ended `info` is closed, and a new one (the same transactional.id,
 which fences the old producer, and a new group member) takes its place.
+
+When the run's time is up the transformers stop with the other clients; after the faults are
+healed, and before the final read, they run again until the group's committed offsets have
+no committed input past them (or for `workload.final_read_timeout`): faults stall them for
+seconds at a time (the transaction log below `min.insync.replicas`; librdkafka waiting for a
+group coordinator that went away: docs/kafka.md, "Why transformers stall"), and without
+this catch-up the inputs they had not reached would go unjudged. `HARNESS_CTP_DEBUG` (librdkafka debug contexts, e.g. `cgrp,eos`) logs their
+clients' consumer-group and transaction machinery to the harness's standard error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -38,16 +47,24 @@ import confluent_kafka as ck
 from workloads import kafka_admin
 from workloads.history import Pending
 from workloads.rdkafka import _error_name
-from workloads.rdkafka_txn import COMMITTED, RdKafkaTxnWorkload
+from workloads.rdkafka_txn import COMMITTED, UNCOMMITTED, RdKafkaTxnWorkload
 
 BATCH = 20  # records a transaction transforms at most (one consume)
 ABORT_EVERY, ABORT_AT = 10, 3  # a transformer's transactions n with n % 10 == 3 are aborted
 CTP_GROUP = "harness-ctp-group"
+# librdkafka debug contexts (e.g. "cgrp,eos") for the transformers' consumers and producers,
+# logged to the harness's standard error: how a stalled transformer is looked into
+DEBUG_ENV = "HARNESS_CTP_DEBUG"
 Batch = dict[int, list[list[int]]]  # input partition -> its records [offset, value], in order
 
 
 def output_topic(topic: str) -> str:
     return f"{topic}-out"
+
+
+def _debug_config() -> dict[str, Any]:
+    contexts = os.environ.get(DEBUG_ENV)
+    return {"debug": contexts, "log_level": 7} if contexts else {}
 
 
 class _Member:
@@ -82,6 +99,8 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
         self.stats.update({"transform-ok": 0, "transform-fail": 0, "transform-info": 0,
                            "transform-rebalances": 0})
         self._transactions: dict[int, int] = defaultdict(int)  # transformer client -> count
+        self._generations: dict[int, int] = defaultdict(int)  # transformer -> members made
+        self._caught_up = asyncio.Event()  # set when the catch-up ends: every member stops
 
     @property
     def keys(self) -> int:
@@ -94,6 +113,10 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
 
     def threads_needed(self) -> int:
         return super().threads_needed() + self.transformers
+
+    def transactional_config(self, client: int, generation: int) -> dict[str, Any]:
+        conf = super().transactional_config(client, generation)
+        return {**conf, **_debug_config()} if client >= self.p.producers else conf
 
     async def connect(self) -> None:
         """The output topic, made like the test topic: as many partitions, as many replicas."""
@@ -114,10 +137,9 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
     async def _transformer(self, index: int, stop: float) -> None:
         loop = asyncio.get_running_loop()
         client = self.p.producers + index  # its transactional.id, apart from the producers'
-        generation = 0
-        while loop.time() < stop:
-            member = await self._join(client, index, generation)
-            generation += 1
+        while loop.time() < stop and not self._caught_up.is_set():
+            member = await self._join(client, index, self._generations[index])
+            self._generations[index] += 1
             if member is None:
                 await asyncio.sleep(0.5)
                 continue
@@ -125,6 +147,56 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
                 await self._transform_until(member, client, stop)
             finally:
                 await self._blocking(member.close)
+
+    # ---- catching up before the final read -------------------------------------------------
+
+    async def final_read(self, timeout_s: float) -> dict[int, bool]:
+        """The transformers catch up with the input first (below), then the final read."""
+        await self._catch_up(timeout_s)
+        return await super().final_read(timeout_s)
+
+    async def _catch_up(self, timeout_s: float) -> None:
+        """With the producers stopped and the faults healed, the transformers run again until
+        the group's committed offsets have no committed input past them, or for `timeout_s`:
+        so the exactly-once check judges every input, not only those the group reached while
+        faults held it back (docs/kafka.md, "Why transformers stall"). How long it took, and
+        whether it got there, are in the stats."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        stop = started + timeout_s
+        transformers = [loop.create_task(self._transformer(i, stop))
+                        for i in range(self.transformers)]
+        try:
+            while loop.time() < stop and not await self._blocking(self._group_at_end):
+                await asyncio.sleep(1.0)
+        finally:
+            self.stats["transform-caught-up"] = loop.time() < stop
+            self._caught_up.set()
+            await asyncio.gather(*transformers)
+        self.stats["transform-catch-up-s"] = round(loop.time() - started, 1)
+
+    def _group_at_end(self) -> bool:
+        """Whether no committed input lies at or past the group's committed offsets: no
+        transaction is open on an input partition (its last stable offset is its high
+        watermark) and a read-committed read from those offsets returns nothing."""
+        check = ck.Consumer({**self.consumer_config(), "group.id": CTP_GROUP,
+                             "enable.partition.eof": False})
+        uncommitted = ck.Consumer({**self.consumer_config(), "isolation.level": UNCOMMITTED})
+        try:
+            inputs = [self.topic_partition(p) for p in range(self.p.partitions)]
+            for tp in inputs:
+                if (check.get_watermark_offsets(tp, timeout=5, cached=False)[1]
+                        < uncommitted.get_watermark_offsets(tp, timeout=5, cached=False)[1]):
+                    return False  # a transaction is open: what it holds back may commit
+            committed = check.committed(inputs, timeout=5)
+            check.assign([ck.TopicPartition(tp.topic, tp.partition, max(tp.offset, 0))
+                          for tp in committed])
+            return not any(m.error() is None for m in check.consume(BATCH, 2.0))
+        except ck.KafkaException:
+            return False  # asked again in a second
+        finally:
+            check.close()
+            uncommitted.close()
 
     async def _join(self, client: int, index: int, generation: int) -> _Member | None:
         """A producer holding its transactional id (fencing any earlier one) and a consumer
@@ -136,7 +208,8 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
                                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
                                 "enable.partition.eof": False,
                                 "partition.assignment.strategy": "cooperative-sticky",
-                                "client.id": f"transformer-{index}-{generation}"})
+                                "client.id": f"transformer-{index}-{generation}",
+                                **_debug_config()})
         member = _Member(consumer, producer)
         consumer.subscribe([self.p.topic], on_assign=member.rebalanced,
                            on_revoke=member.rebalanced, on_lost=member.rebalanced)
@@ -146,7 +219,7 @@ class TransformingTxnWorkload(RdKafkaTxnWorkload):
         """Transactions until `stop`, or until one ends `info` or the producer or consumer
         fails for good (the member is then done)."""
         loop = asyncio.get_running_loop()
-        while loop.time() < stop and not member.broken:
+        while loop.time() < stop and not member.broken and not self._caught_up.is_set():
             try:
                 messages = await self._blocking(member.consumer.consume, BATCH, 0.5)
             except ck.KafkaException:
