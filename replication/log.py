@@ -38,12 +38,15 @@ import bisect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 UNDEFINED = -1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """One record of a partition log. A named tuple, not a frozen dataclass: every fetch
+    makes one per record it decodes, and a tuple is made in a third of the time."""
+
     offset: int
     epoch: int
     timestamp_ms: int

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from replication.fs import OS_FS, Fs
@@ -42,50 +42,59 @@ def encoded_size(record: Record) -> int:
 
 
 def encode_record(record: Record) -> bytes:
-    body = BODY.pack(record.offset, record.epoch, record.timestamp_ms) + record.value
-    return HEADER.pack(len(body), zlib.crc32(body)) + body
+    return encode_records([record])[0]
 
 
-def encode_records(records: list[Record]) -> tuple[bytes, list[int]]:
-    """One buffer for a whole append, and each record's position within it."""
-    parts, positions, pos = [], [], 0
-    for r in records:
-        data = encode_record(r)
-        parts.append(data)
+def encode_records(records: Sequence[Record], start: int = 0) -> tuple[bytes, list[int]]:
+    """One buffer for a whole append, and each record's position: where it will be in the
+    file when the buffer is written at `start`. One loop, no call per record: every append
+    of every replica comes through here."""
+    pack_header, pack_body, crc32 = HEADER.pack, BODY.pack, zlib.crc32
+    parts: list[bytes] = []
+    positions: list[int] = []
+    pos = start
+    for offset, epoch, timestamp_ms, value in records:
+        body = pack_body(offset, epoch, timestamp_ms) + value
+        parts.append(pack_header(len(body), crc32(body)))
+        parts.append(body)
         positions.append(pos)
-        pos += len(data)
+        pos += HEADER_SIZE + len(body)
     return b"".join(parts), positions
 
 
-def iter_buffer(
-    buf: bytes | memoryview, next_offset: int | None = None, min_epoch: int = 0
-) -> Iterator[tuple[Record, int, int]]:
-    """Yield (record, position, end position) for each valid record at the start of buf.
+def decode_buffer(
+    buf: bytes, next_offset: int | None = None, min_epoch: int = 0
+) -> tuple[list[Record], int]:
+    """The valid records at the start of buf, and the position where they end.
 
     next_offset: the offset the first record must have (None: whatever it has).
-    Stops silently at a torn, corrupt or discontinuous record.
+    Stops silently at a torn, corrupt or discontinuous record. One loop that builds a list,
+    not a generator: it decodes every record a fetch serves, the storage path's hottest code.
     """
-    view = memoryview(buf)
-    pos = 0
-    while pos + HEADER_SIZE <= len(view):
-        length, crc = HEADER.unpack_from(view, pos)
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)
+    unpack_header, unpack_body, crc32 = HEADER.unpack_from, BODY.unpack_from, zlib.crc32
+    records: list[Record] = []
+    size, pos = len(buf), 0
+    while pos + HEADER_SIZE <= size:
+        length, crc = unpack_header(buf, pos)
         end = pos + HEADER_SIZE + length
-        if length < MIN_BODY or length > MAX_BODY or end > len(view):
-            return
-        body = view[pos + HEADER_SIZE : end]
-        if zlib.crc32(body) != crc:
-            return
-        offset, epoch, timestamp_ms = BODY.unpack_from(body)
+        if length < MIN_BODY or length > MAX_BODY or end > size:
+            break
+        body = buf[pos + HEADER_SIZE : end]
+        if crc32(body) != crc:
+            break
+        offset, epoch, timestamp_ms = unpack_body(body)
         if (next_offset is not None and offset != next_offset) or epoch < min_epoch:
-            return
-        yield Record(offset, epoch, timestamp_ms, bytes(body[MIN_BODY:])), pos, end
+            break
+        records.append(Record(offset, epoch, timestamp_ms, body[MIN_BODY:]))
         next_offset, min_epoch, pos = offset + 1, epoch, end
+    return records, pos
 
 
 def iter_records(path: Path, fs: Fs = OS_FS) -> Iterator[Record]:
     """The records of a segment file, up to its first torn or corrupt record."""
-    for record, _, _ in iter_buffer(fs.read_bytes(path), base_offset_of(Path(path))):
-        yield record
+    yield from decode_buffer(fs.read_bytes(path), base_offset_of(Path(path)))[0]
 
 
 def scan_segment(
@@ -97,8 +106,5 @@ def scan_segment(
     record may have an epoch below min_epoch (the last epoch of the previous segment).
     """
     data = fs.read_bytes(path)
-    records, valid = [], 0
-    for record, _, end in iter_buffer(data, base_offset_of(Path(path)), min_epoch):
-        records.append(record)
-        valid = end
+    records, valid = decode_buffer(data, base_offset_of(Path(path)), min_epoch)
     return records, valid, len(data)

@@ -41,9 +41,9 @@ from replication.segment_format import (
     MAX_BODY,
     MIN_BODY,
     base_offset_of,
+    decode_buffer,
     encode_records,
     encoded_size,
-    iter_buffer,
     scan_segment,
     segment_name,
 )
@@ -129,23 +129,32 @@ class _Segment:
             self.fd = None
 
     def read(self, offset: int, max_records: int) -> list[Record]:
+        positions = self.positions
         rel = offset - self.base
-        stop = min(len(self.positions), rel + max_records)
-        start = self.positions[rel]
-        end = self.positions[stop] if stop < len(self.positions) else self.size
-        fd = self.fd if self.fd is not None else self.fs.open(self.path, os.O_RDONLY)
-        try:
-            data = self.fs.pread(fd, end - start, start)
-        finally:
-            if fd != self.fd:
-                self.fs.close(fd)
-        records = [r for r, _, _ in iter_buffer(data, offset)]
+        stop = rel + max_records
+        count = len(positions)
+        start = positions[rel]
+        if stop < count:
+            end = positions[stop]
+        else:
+            stop, end = count, self.size
+        records = decode_buffer(self._pread(start, end), offset)[0]
         if len(records) != stop - rel:
             raise CorruptLogError(
                 f"{self.path}: expected records {offset}..{self.base + stop - 1} at bytes "
                 f"{start}..{end}, decoded {len(records)} (file changed under the broker?)"
             )
         return records
+
+
+    def _pread(self, start: int, end: int) -> bytes:
+        if self.fd is not None:
+            return self.fs.pread(self.fd, end - start, start)
+        fd = self.fs.open(self.path, os.O_RDONLY)
+        try:
+            return self.fs.pread(fd, end - start, start)
+        finally:
+            self.fs.close(fd)
 
 
 class SegmentLog(Log):
@@ -200,9 +209,11 @@ class SegmentLog(Log):
     # -- storage primitives --------------------------------------------------------------
 
     def _store(self, records: Sequence[Record]) -> None:
-        buf, positions = encode_records(list(records))
-        if self._active.size > 0 and self._active.size + len(buf) > self._segment_bytes:
+        size = self._active.size
+        buf, positions = encode_records(records, size)
+        if size > 0 and size + len(buf) > self._segment_bytes:
             self._roll()
+            buf, positions = encode_records(records)  # at the start of the new segment
         seg = self._active
         fd = seg.open()
         try:
@@ -210,11 +221,14 @@ class SegmentLog(Log):
         except OSError:
             self._fs.ftruncate(fd, seg.size)  # leave no partial append behind
             raise
-        seg.positions.extend(seg.size + p for p in positions)
+        seg.positions.extend(positions)
         seg.size += len(buf)
         self._data_dirty = True
 
     def _load(self, offset: int, max_records: int) -> list[Record]:
+        active = self._segments[-1]
+        if active.base <= offset < active.next_offset:  # nearly every read: from the tail
+            return active.read(offset, max_records)
         i = bisect.bisect_right(self._bases, offset) - 1
         out: list[Record] = []
         while len(out) < max_records and i < len(self._segments):
