@@ -74,13 +74,12 @@ class DiskConfig:
 class LogView:
     """One partition replica's log on a node's disk, as the invariant monitor reads it.
 
-    `records`: its records by offset. While a process has the log open: what that
-    process's `SegmentLog` holds, each append's records once its write has returned (not
-    read back: decoding every append again cost a tenth of a run, and the bytes are decoded
-    where they are read: followers' fetches, consumers' first reads, and every recovery,
-    which is held to this view). When none has it open: what the next recovery will keep,
-    computed after a loss by the real recovery (`SegmentLog` opened on a scratch copy of the
-    disk), read off the simulated files. At each open: what the recovery kept.
+    `records`: its records by offset, as the storage code reads them off the simulated
+    files. While a process has the log open: what that process's `SegmentLog` holds, each
+    append read back through the log's own read path as it is stored. When none has it
+    open: what the next recovery will keep, computed after a loss by the real recovery
+    (`SegmentLog` opened on a scratch copy of the disk). At each open: what the recovery
+    kept.
     `changed_from`: the lowest offset whose record changed other than by an append since
     the monitor last looked (it sets it back to None).
     `synced`: the first `synced` records had an fsync complete after they were stored (a
@@ -148,8 +147,8 @@ class LogView:
 
 class ObservedLog(SegmentLog):
     """The real `SegmentLog`, which also keeps its disk's `LogView` up to date. It changes
-    nothing the log does: it notes each append once stored, truncations and completed
-    syncs."""
+    nothing the log does: it reads back what each append stored, and notes truncations and
+    completed syncs."""
 
     def __init__(self, *args: Any, view: LogView, **kwargs: Any) -> None:
         self.view: LogView | None = None  # none yet: the recovery's inline sync is noted below
@@ -163,7 +162,9 @@ class ObservedLog(SegmentLog):
 
     def _store(self, records: Sequence[Record]) -> None:
         super()._store(records)
-        self.view.records.extend(records)
+        # Read back through the log's own read path: the view is what the storage code
+        # stored, so a bad encoding shows here at once, not only where something decodes it.
+        self.view.records.extend(self._load(records[0].offset, len(records)))
 
     def read_values(self, offset: int, max_records: int) -> list[tuple[int, str]]:
         """`Log.read_values`, each record read through the log's read path only the first
