@@ -87,15 +87,22 @@ class LogView:
     since: what the SyncedRecordsSurvive invariant holds the next recovery to.
     `lost_synced`: each time a recovery broke that (checkers/invariants.py,
     `synced_record_lost`): {"offset", "synced", "had", "found", "after"}.
+    `cuts`: (offset, the first record removed) of each truncation since the monitor last
+    looked (it empties it): what TruncationAtDivergence compares with the leader's log.
+    `unsynced_clean`: (synced, end) of each clean close that left records without a completed
+    fsync (CleanCloseDurable; the monitor empties it).
     """
 
-    __slots__ = ("records", "changed_from", "synced", "lost_synced", "_claims")
+    __slots__ = ("records", "changed_from", "synced", "lost_synced", "cuts", "unsynced_clean",
+                 "_claims")
 
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.changed_from: int | None = None
         self.synced = 0
         self.lost_synced: list[dict[str, Any]] = []
+        self.cuts: list[tuple[int, Record]] = []
+        self.unsynced_clean: list[tuple[int, int]] = []
         self._claims: list[list[int]] = []  # [end] of each sync job out, lowered by truncations
 
     @property
@@ -104,6 +111,8 @@ class LogView:
 
     def cut(self, offset: int) -> None:
         """The process truncated the log to `offset`."""
+        if offset < len(self.records):
+            self.cuts.append((offset, self.records[offset]))
         del self.records[offset:]
         self._changed(offset)
         self.synced = min(self.synced, offset)
@@ -190,6 +199,12 @@ class ObservedLog(SegmentLog):
             self._synced_opening = True
         else:
             self.view.synced = self.view.end_offset
+
+    def close(self, clean: bool) -> None:
+        closing = not self._closed
+        super().close(clean)
+        if closing and clean and self.view.synced < self.view.end_offset:
+            self.view.unsynced_clean.append((self.view.synced, self.view.end_offset))
 
     def take_sync_job(self) -> SyncJob | None:
         job = super().take_sync_job()
@@ -290,6 +305,20 @@ class NodeDisk:
         lost = _lost_records(view.records, kept)
         view.recovered(kept, "corrupt-segment")
         return {**report, "lost_records": lost}
+
+    def check_recovery(self, after: str) -> None:
+        """SyncedRecordsSurvive for every log as a kill would leave the disk now (the page
+        cache kept): each view's synced records against what the real recovery of a copy
+        keeps, a loss noted in its `lost_synced`. The views and the disk stay as they are."""
+        scratch = self.fs.copy()
+        for key in sorted(self.views):
+            view = self.views[key]
+            kept = self._recovery(key, scratch)
+            lost = synced_record_lost(view.synced, view.records, kept)
+            if lost is not None:
+                view.lost_synced.append({
+                    "offset": lost, "synced": view.synced, "had": view.records[lost],
+                    "found": kept[lost] if lost < len(kept) else None, "after": after})
 
     def _recover_views(self, keys: set[tuple[str, int]], after: str,
                        scratch: SimFs) -> dict[tuple[str, int], int]:

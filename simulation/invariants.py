@@ -30,6 +30,10 @@ from what the step changed (`Invariant.reads`):
   changed nothing evaluates nothing. Everything else evaluates the invariants that read what
   it changed, on a snapshot built from the live objects (no copy of a log).
 
+One invariant is about truncation: TruncationAtDivergence (below), which the monitor checks
+at each step of a broker that truncated a log (the disk's `LogView` keeps the first record
+each truncation removed), against the log of the leader that replica follows.
+
 One invariant is about the disk: SyncedRecordsSurvive (checkers/invariants.py,
 `synced_record_lost`), which each disk's `LogView` evaluates at every recovery of a log (an
 open, or the next recovery computed at a loss) and which is reported here when the view's
@@ -73,6 +77,14 @@ if TYPE_CHECKING:
     from simulation.world import World
 
 RECENT = 40
+# Extension (no spec property; checked only in simulation, which sees each truncation): a
+# follower's truncation removes no record its leader holds at that offset (KIP-101, KIP-279:
+# the log is cut where it diverges from the leader's, never below).
+TRUNCATION_AT_DIVERGENCE = "TruncationAtDivergence"
+# Extension (simulation only): a log closed clean (a controlled shutdown, before the broker's
+# clean-shutdown marker) is durable to its end: the marker tells the next start, and the
+# controller, that nothing was lost, so a power loss while the broker is down must lose nothing.
+CLEAN_CLOSE_DURABLE = "CleanCloseDurable"
 _COMMIT_ACKS = frozenset({"commit", "acks"})
 _ACKS1 = (BY_NAME["AcknowledgedCompleteness"],)
 
@@ -277,6 +289,10 @@ class InvariantMonitor:
                 part.tags.add("log")
                 if log.lost_synced:
                     self._synced_lost(part, b, log)
+            if log.cuts:
+                self._cuts_checked(part, b, r, log)
+            if log.unsynced_clean:
+                self._unsynced_clean(part, b, log)
             hwm = r.hwm
             if hwm > part.true_hwm and r.role is LEADER_ROLE:
                 self._commit(part, log, hwm)
@@ -467,6 +483,24 @@ class InvariantMonitor:
             part.tags.update(("meta", "replica", "log", "hwm", "commit", "acks"))
         self._evaluate()
 
+    def end_of_run(self) -> None:
+        """SyncedRecordsSurvive once more when the run is over: every broker's disk recovered
+        (on a copy) as a kill would leave it now. A fault checks it only on the node it hits,
+        so a log the storage code damaged on a node no later fault hit (a follower's
+        truncation that unlinked segments below its point) would go unseen."""
+        if self.stopped:
+            return
+        for node, disk in self.world.disks.items():
+            b = self.world.broker_id(node)
+            if b is None:
+                continue
+            disk.check_recovery("kill at the end of the run")
+            for key, view in disk.views.items():
+                if view.lost_synced:
+                    self._synced_lost(self._part(key), b, view)
+                    if self.stopped:
+                        return
+
     def _synced_lost(self, part: _Part, b: int, view: Any) -> None:
         """SyncedRecordsSurvive (checkers/invariants.py): a recovery of broker b's log lost
         records whose fsync had completed (the disk's LogView noted each time)."""
@@ -481,6 +515,38 @@ class InvariantMonitor:
             if self.stopped:
                 break
         view.lost_synced.clear()
+
+    def _unsynced_clean(self, part: _Part, b: int, view: Any) -> None:
+        """CleanCloseDurable: broker b closed this log clean with records no fsync covered."""
+        closes, view.unsynced_clean = view.unsynced_clean, []
+        for synced, end in closes:
+            self._record(Violation(
+                PREFIX + CLEAN_CLOSE_DURABLE, part.topic, part.partition,
+                f"broker {b} closed its log clean at end offset {end} with only the first "
+                f"{synced} record(s) fsynced", (b, end)))
+            if self.stopped:
+                return
+
+    def _cuts_checked(self, part: _Part, b: int, r: Any, view: Any) -> None:
+        """TruncationAtDivergence: each truncation broker b's replica `r` made since the last
+        look removed, at its offset, a record other than the one its leader's log holds there
+        (the leader's disk view: what its process holds, or, stopped, what it will recover)."""
+        cuts, view.cuts = view.cuts, []
+        leader = r.state.leader if r.state is not None else None
+        if leader is None or leader == b or leader not in self.world.brokers:
+            return
+        theirs = self.world.disks[self.world.brokers[leader]].views.get(part.key)
+        for offset, removed in cuts:
+            if theirs is None or offset >= len(theirs.records):
+                continue
+            if same_record(theirs.records[offset], removed):
+                self._record(Violation(
+                    PREFIX + TRUNCATION_AT_DIVERGENCE, part.topic, part.partition,
+                    f"broker {b} truncated its log to {offset}, removing the record (epoch "
+                    f"{removed.epoch} value {removed.value!r}) its leader {leader} holds at "
+                    f"that offset", (b, offset, removed.epoch)))
+                if self.stopped:
+                    return
 
     def _violated(self, inv: Invariant, snapshot: PartitionSnapshot, v: Any) -> None:
         ident = (v.name, v.topic, v.partition, v.key)

@@ -100,6 +100,8 @@ def run_simulation(out_dir: str | Path, *, seed: int, params: WorkloadParams, ti
     try:
         outcome = loop.run(_main(world, history, params, time_limit, replication_factor,
                                  final_read_timeout, faults, box))
+        if monitor is not None:
+            monitor.end_of_run()
     except InvariantViolation as e:  # the first violation ends the run (keep_going=False)
         stopped_by = str(e)
         outcome = (box.get("workload"), {}, False)
