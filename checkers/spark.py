@@ -243,6 +243,11 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> Sp
     builder = SparkSession.builder.master(master)
     for key, value in local_only(master).items():
         builder = builder.config(key, value)
+    if os.environ.get("PYTHONPATH"):
+        # Python workers import what the driver imports (e.g. `harness mutate`'s checkout):
+        # a local master's inherit this environment, a cluster's are started by its workers'
+        # JVMs with theirs, so tell them.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     session = (
         builder.appName("harness-checker")
         .config("spark.ui.enabled", "false")

@@ -38,3 +38,25 @@ def test_checker_runs_on_a_standalone_cluster(standalone, tmp_path):
     assert [e["value"] for e in results["anomalies"]["unseen"]["examples"]] == [14]
     # the work really ran on the cluster: the worker launched an executor for the check
     assert len(list((tmp_path / "work").glob("app-*/*/stderr"))) >= 1
+
+
+_EXECUTOR_PATH = """
+import os, sys
+from checkers.spark import get_session
+sc = get_session(sys.argv[1]).sparkContext
+print(sc.parallelize([0], 1).map(lambda _: os.environ.get("PYTHONPATH", "")).collect()[0])
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_clusters_python_workers_get_the_drivers_pythonpath(standalone, tmp_path):
+    """`harness mutate` puts its checkout first on the driver's PYTHONPATH; a standalone
+    cluster's workers start their Python from their own environment, so without
+    spark.executorEnv.PYTHONPATH they imported the installed code instead."""
+    url, env = standalone
+    marker = str(tmp_path / "checkout")
+    done = subprocess.run([sys.executable, "-c", _EXECUTOR_PATH, url], capture_output=True,
+                          text=True, timeout=600, env={**env, "PYTHONPATH": marker})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert marker in done.stdout.splitlines()[-1].split(":")

@@ -51,8 +51,11 @@ def _wait_for(path: Path, text: str, proc: subprocess.Popen, limit: float) -> No
     raise AssertionError(f"{text} never reached {path} (exit {proc.poll()})")
 
 
-# how long each runner may take from the SIGTERM to its exit: Spark's includes stopping its JVM
-RUNNERS = {"local": ([], 8), "spark": (["--spark-master", "local[2]"], 20)}
+# How long each runner may take from the SIGTERM to its exit (Spark's includes stopping its
+# JVM). On a quiet machine 1-2 s (local) and 2-13 s (Spark); the bounds leave room for a
+# loaded one (28 s once at load average 20: the report is written before the exit), and are
+# still far below what the old code took, which went on with the campaign for minutes.
+RUNNERS = {"local": ([], 40), "spark": (["--spark-master", "local[2]"], 60)}
 
 
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
@@ -78,7 +81,7 @@ def test_a_sigterm_mid_campaign_stops_it_within_seconds_and_keeps_what_was_decid
         assert len(_processes_with(marker)) > 1, "a child should be searching"
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=limit + 30)
         stopped_s = time.monotonic() - sent
     finally:
         proc.kill()
