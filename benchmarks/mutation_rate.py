@@ -65,7 +65,7 @@ def main() -> None:
     outcomes: dict[str, list[dict]] = {"local[2]": [], "standalone": []}
     with tempfile.TemporaryDirectory(prefix="mutation-rate-") as tmp:
         work = Path(tmp)
-        with spark_cluster.standalone(work / "cluster", workers=2, cores=1, memory="2g") as cluster:
+        with spark_cluster.standalone(work, workers=2, cores=1, memory="2g") as cluster:
             for n in range(args.rounds):
                 for name, master, env in (("local[2]", "local[2]", dict(os.environ)),
                                           ("standalone", cluster.url, {**os.environ, **cluster.env})):
