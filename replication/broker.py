@@ -120,7 +120,7 @@ class Broker:
                 self.pending_log_info = list(log_info) + self.pending_log_info
             case AlterPartition(topic=t, partition=p):
                 if (replica := self.replicas.get((t, p))) is not None:
-                    replica.on_alter_failed()
+                    replica.on_alter_failed(now)
             case FetchRequest(topic=t, partition=p):
                 if (replica := self.replicas.get((t, p))) is not None:
                     replica.on_fetch_failed(now)

@@ -44,6 +44,9 @@ from replication.outputs import Event, Output, Reply, Send, Sync
 # At most one log-progress event per replica this often (ms), when its log end or HWM moved:
 # the appends summarised, for the trace checker (checkers/trace.py).
 PROGRESS_MS = 200
+# A failed AlterPartition send is sent again after this long, as Kafka's AlterPartition
+# manager retries after retry.backoff.ms (100 ms by default).
+ALTER_RETRY_MS = 100
 
 
 class Role(StrEnum):
@@ -97,8 +100,10 @@ class Replica:
         self.follower_leo: dict[int, int] = {}
         self.last_caught_up: dict[int, int] = {}
         self.epoch_start = 0
-        self.alter_in_flight = False
+        self.alter_in_flight = False  # an AlterPartition is pending (sent, or to send again)
         self.adding: tuple[int, ...] = ()  # followers proposed for the ISR, not yet answered
+        self.alter_request: AlterPartition | None = None  # the pending one, to send again
+        self.alter_retry_at: int | None = None  # its send failed: when to send it again
         # Whether this incarnation's log is known to agree with a leader's: it leads, or a fetch
         # was answered without divergence. Until then the HWM read from the checkpoint may cover
         # records an unclean shutdown brought back (an unsynced truncation undone), which the
@@ -221,6 +226,7 @@ class Replica:
         self.isr = state.isr
         self.alter_in_flight = False
         self.adding = ()
+        self.alter_request, self.alter_retry_at = None, None
         self.follower_leo = {r: 0 for r in state.replicas if r != self.broker_id}
         self.last_caught_up = {r: now for r in state.replicas if r != self.broker_id}
         out.append(self._ev("become-leader", leader_epoch=state.leader_epoch, leader=self.broker_id,
@@ -253,6 +259,8 @@ class Replica:
         """New committed metadata for our leadership (AlterPartition response or heartbeat)."""
         if self.config.isr_update == IsrUpdate.LOCAL_FIRST and self.alter_in_flight:
             return []
+        if self.alter_retry_at is not None and state.partition_epoch > self.alter_request.partition_epoch:
+            self._end_failed_alter()  # the controller has decided since: this metadata says what
         if self.alter_in_flight and self.adding:
             # Kafka's maximal ISR: a follower proposed for addition stays counted for the HWM
             # until the controller answers. Metadata that predates the proposal (a heartbeat
@@ -447,9 +455,11 @@ class Replica:
     def _propose_isr(self, isr: tuple[int, ...], now: int) -> list[Output]:
         assert self.state is not None
         self.alter_in_flight = True
-        out: list[Output] = [Send("controller", AlterPartition(
+        self.alter_request = AlterPartition(
             self.broker_id, self.broker_epoch, self.topic, self.partition, self.leader_epoch,
-            self.state.partition_epoch, tuple(sorted(isr))))]
+            self.state.partition_epoch, tuple(sorted(isr)))
+        self.alter_retry_at = None
+        out: list[Output] = [Send("controller", self.alter_request)]
         if self.config.isr_update == IsrUpdate.LOCAL_FIRST:
             # The pre-AlterPartition race: act on the proposed ISR before the controller
             # commits it.
@@ -468,6 +478,7 @@ class Replica:
         the partition."""
         self.alter_in_flight = False
         self.adding = ()
+        self.alter_request, self.alter_retry_at = None, None
         match response:
             case AlterPartitionReply(state=new) | ErrorReply(state=PartitionState() as new):
                 pass
@@ -479,11 +490,30 @@ class Replica:
             return self.on_metadata(new, self.config, now)
         return []
 
-    def on_alter_failed(self) -> None:
+    def on_alter_failed(self, now: int) -> None:
+        """The AlterPartition's send failed (connection lost, timed out). The controller may
+        have committed it, so it stays pending, a joining follower still counted for the HWM
+        (Kafka's maximal ISR), and is sent again after ALTER_RETRY_MS, as Kafka's
+        AlterPartition manager does, until an answer, or metadata newer than the proposal
+        (_committed_isr), ends it. Dropping it at once let a leader compute its HWM without a
+        follower the controller had added (ReplicationQuorumSuperset, docs/invariants.md)."""
+        if self.role == Role.LEADER and self.config.isr_update != IsrUpdate.LOCAL_FIRST:
+            self.alter_retry_at = now + ALTER_RETRY_MS
+            return
+        self._end_failed_alter()
+
+    def _end_failed_alter(self) -> None:
         self.alter_in_flight = False
         self.adding = ()
+        self.alter_request, self.alter_retry_at = None, None
         if self.state is not None and self.role == Role.LEADER:
             self.isr = self.state.isr
+
+    def _retry_alter(self, now: int) -> list[Output]:
+        if self.alter_retry_at is None or now < self.alter_retry_at:
+            return []
+        self.alter_retry_at = None
+        return [Send("controller", self.alter_request)]
 
     def _maybe_shrink(self, now: int) -> list[Output]:
         if self.alter_in_flight:
@@ -555,7 +585,7 @@ class Replica:
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []
         if self.role == Role.LEADER:
-            out += self._maybe_shrink(now)
+            out += self._retry_alter(now) + self._maybe_shrink(now)
             expired = [p for p in self.pending if now >= p.deadline]
             if expired:
                 self.pending = [p for p in self.pending if now < p.deadline]

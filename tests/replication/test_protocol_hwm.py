@@ -10,6 +10,8 @@ Kafka would park an empty fetch until data arrives, which would merge T5 into T7
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from support.memory_log import MemoryLog
 
 from replication import errors as E
@@ -25,8 +27,8 @@ from replication.messages import (
     ProduceReply,
 )
 from replication.metadata import PartitionState
-from replication.outputs import Reply
-from replication.partition import Replica
+from replication.outputs import Reply, Send
+from replication.partition import ALTER_RETRY_MS, Replica
 
 CONFIG = NodeConfig(min_insync_replicas=2)
 STATE = PartitionState("A", 0, replicas=(1, 2, 3), leader=1, leader_epoch=0, isr=(1, 2, 3))
@@ -231,3 +233,50 @@ def test_stale_metadata_keeps_a_proposed_follower_in_the_maximal_isr() -> None:
     committed = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
     r1.on_alter_response(AlterPartitionReply(committed), now=6)
     assert r1.isr == (1, 2) and r1.hwm == 1 and not r1.adding
+
+
+def _sent(outputs: list) -> list:
+    return [o.msg for o in outputs if isinstance(o, Send) and o.dest == "controller"]
+
+
+def _proposing_follower_2() -> tuple[Replica, PartitionState]:
+    """Leader 1 with committed ISR {1}, its AlterPartition adding follower 2 just sent."""
+    r1, r2 = _replica(1), _replica(2)
+    shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
+    r1.on_metadata(shrunk, CONFIG, now=1)
+    r1.produce("p1", [b"0"], "1", now=2)
+    _fetch(r1, r2, 0, now=3)
+    _fetch(r1, r2, 1, now=4)
+    assert r1.alter_in_flight and r1.isr == (1, 2)
+    return r1, shrunk
+
+
+def test_a_failed_alterpartition_send_keeps_the_proposed_follower_and_is_sent_again() -> None:
+    """Found by ReplicationQuorumSuperset in the mutation campaign's baseline (safe/reach,
+    seed 39): the AlterPartition's connection closed after the controller committed the
+    addition, and the leader dropped the proposed follower at once, computing its HWM without
+    a member the controller held in the ISR. As Kafka's AlterPartition manager does, the
+    proposal stays pending (the maximal ISR) and is sent again; metadata newer than the
+    proposal ends it."""
+    r1, shrunk = _proposing_follower_2()
+    r1.on_alter_failed(now=5)
+    assert r1.alter_in_flight and r1.isr == (1, 2), "a failed send dropped the proposed follower"
+    r1.on_metadata(shrunk, CONFIG, now=6)  # a heartbeat reply: the proposal's own epoch
+    assert r1.isr == (1, 2)
+    assert _sent(r1.tick(now=5 + ALTER_RETRY_MS - 1)) == []
+    (again,) = _sent(r1.tick(now=5 + ALTER_RETRY_MS))
+    assert (again.isr, again.partition_epoch) == ((1, 2), 1)
+    r1.on_alter_failed(now=200)
+    r1.on_metadata(replace(shrunk, partition_epoch=2, isr=(1, 2)), CONFIG, now=210)
+    assert not r1.alter_in_flight and r1.isr == (1, 2) and r1.hwm == 1
+    assert _sent(r1.tick(now=400)) == []
+
+
+def test_newer_metadata_without_the_follower_ends_a_failed_proposal() -> None:
+    """The twin: the controller moved on without the addition (another change took the
+    partition epoch the proposal was made at), so the leader acts on what was committed."""
+    r1, shrunk = _proposing_follower_2()
+    r1.on_alter_failed(now=5)
+    r1.on_metadata(replace(shrunk, partition_epoch=2, isr=(1,)), CONFIG, now=6)
+    assert not r1.alter_in_flight and r1.isr == (1,) and not r1.adding
+    assert _sent(r1.tick(now=5 + ALTER_RETRY_MS)) == []

@@ -400,7 +400,7 @@ class ReplicaMachine(RuleBasedStateMachine):
     def controller_answers(self, commit: bool) -> None:
         alter, self.alter = self.alter, None
         if not commit:
-            self.leader.on_alter_failed()
+            self.leader.on_alter_failed(self.now)
             return
         self.meta = replace(self.meta, isr=alter.isr, partition_epoch=self.meta.partition_epoch + 1)
         self._take(self.leader.on_alter_response(AlterPartitionReply(self.meta), self.now))
