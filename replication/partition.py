@@ -100,9 +100,9 @@ class Replica:
         self.follower_leo: dict[int, int] = {}
         self.last_caught_up: dict[int, int] = {}
         self.epoch_start = 0
-        self.alter_in_flight = False  # an AlterPartition is pending (sent, or to send again)
         self.adding: tuple[int, ...] = ()  # followers proposed for the ISR, not yet answered
-        self.alter_request: AlterPartition | None = None  # the pending one, to send again
+        # The pending AlterPartition (sent, or to send again after a failed send), if any.
+        self.alter_request: AlterPartition | None = None
         self.alter_retry_at: int | None = None  # its send failed: when to send it again
         # Whether this incarnation's log is known to agree with a leader's: it leads, or a fetch
         # was answered without divergence. Until then the HWM read from the checkpoint may cover
@@ -151,6 +151,11 @@ class Replica:
 
     def _min_isr_met(self) -> bool:
         return len(self._quorum()) >= self.config.min_insync_replicas
+
+    @property
+    def alter_in_flight(self) -> bool:
+        """An AlterPartition is pending: sent and unanswered, or to be sent again."""
+        return self.alter_request is not None
 
     def view_events(self) -> list[Output]:
         """Events for the state a real run's trace cannot otherwise rebuild (checkers/trace.py),
@@ -224,7 +229,6 @@ class Replica:
         # be told to diverge forever, or meet older-epoch records it cannot append.
         self.epoch_start = self.log.end_offset
         self.isr = state.isr
-        self.alter_in_flight = False
         self.adding = ()
         self.alter_request, self.alter_retry_at = None, None
         self.follower_leo = {r: 0 for r in state.replicas if r != self.broker_id}
@@ -454,7 +458,6 @@ class Replica:
 
     def _propose_isr(self, isr: tuple[int, ...], now: int) -> list[Output]:
         assert self.state is not None
-        self.alter_in_flight = True
         self.alter_request = AlterPartition(
             self.broker_id, self.broker_epoch, self.topic, self.partition, self.leader_epoch,
             self.state.partition_epoch, tuple(sorted(isr)))
@@ -476,7 +479,6 @@ class Replica:
         """The controller's answer to our AlterPartition: it carries the partition state it
         holds, committed or not changed, unless the request was rejected before it looked at
         the partition."""
-        self.alter_in_flight = False
         self.adding = ()
         self.alter_request, self.alter_retry_at = None, None
         match response:
@@ -503,7 +505,6 @@ class Replica:
         self._end_failed_alter()
 
     def _end_failed_alter(self) -> None:
-        self.alter_in_flight = False
         self.adding = ()
         self.alter_request, self.alter_retry_at = None, None
         if self.state is not None and self.role == Role.LEADER:

@@ -51,6 +51,7 @@ import heapq
 import json
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ from replication.messages import ProduceReply, ProduceRequest
 from replication.partition import Role
 
 if TYPE_CHECKING:
+    from simulation.disk import NodeDisk
     from simulation.world import World
 
 RECENT = 40
@@ -208,10 +210,7 @@ class InvariantMonitor:
         self.recent.append((self.world.loop.now, node or "-", f"fault {verb}", detail))
         if self.stopped:
             return
-        for node_name, disk in self.world.disks.items():
-            b = self.world.broker_id(node_name)
-            if b is None:
-                continue
+        for b, disk in self._broker_disks():
             for key, view in disk.views.items():
                 cf = view.changed_from
                 if cf is not None:
@@ -227,6 +226,13 @@ class InvariantMonitor:
         for part in self.parts.values():
             part.stale = None  # processes started, stopped, paused: look at every replica again
         self._evaluate()
+
+    def _broker_disks(self) -> Iterator[tuple[int, NodeDisk]]:
+        """(broker id, disk) of every broker node (the controller's disk holds no partition)."""
+        for node, disk in self.world.disks.items():
+            b = self.world.broker_id(node)
+            if b is not None:
+                yield b, disk
 
     # ---- what a step changed ------------------------------------------------------------------
 
@@ -490,10 +496,7 @@ class InvariantMonitor:
         truncation that unlinked segments below its point) would go unseen."""
         if self.stopped:
             return
-        for node, disk in self.world.disks.items():
-            b = self.world.broker_id(node)
-            if b is None:
-                continue
+        for b, disk in self._broker_disks():
             disk.check_recovery("kill at the end of the run")
             for key, view in disk.views.items():
                 if view.lost_synced:

@@ -10,6 +10,7 @@ import asyncio
 import random
 
 import pytest
+from support.coordinator_targets import BROKERS, NODES, resolve, state
 
 from checkers.exitcodes import UserError
 from harness.config import load_config
@@ -21,13 +22,7 @@ from nemesis.roles import GROUP_ROLES, as_fixed, coordinator_roles_in, role_targ
 from workloads.rdkafka_ctp import CTP_GROUP
 from workloads.rdkafka_txn import GROUP, coordinator_partition
 
-NODES = ("n1", "n2", "n3", "n4", "n5")
-BROKERS = {i: f"n{i + 1}" for i in range(1, 5)}  # broker 1 is n2, ..., broker 4 is n5
 KAFKA_TXN = ["system.kind=kafka", "workload.kind=txn", "nemesis.targets=group-coordinator"]
-
-
-def state(leader, replicas=(1, 2, 3)) -> dict:
-    return {"leader": leader, "isr": list(replicas), "elr": [], "replicas": list(replicas)}
 
 
 def topology(data: dict | None, offsets: dict | None, groups: bool = True) -> Topology:
@@ -39,10 +34,6 @@ def topology(data: dict | None, offsets: dict | None, groups: bool = True) -> To
 
     return Topology(NODES, "n1", BROKERS, partition_state,
                     group_state=group_state if groups else None)
-
-
-def resolve(kind: str, target: dict, topo: Topology):
-    return asyncio.run(lookup(kind).resolve(topo, target))
 
 
 def java_hash(s: str) -> int:

@@ -9,6 +9,7 @@ import asyncio
 import random
 
 import pytest
+from support.coordinator_targets import BROKERS, NODES, resolve, state
 
 from checkers.exitcodes import UserError
 from harness.config import load_config
@@ -19,13 +20,6 @@ from nemesis.kinds.base import NO_TRANSACTIONS, PlanParams, Topology, resolve_se
 from nemesis.roles import TXN_ROLES, as_fixed, coordinator_roles_in, role_target, roles_now
 from nemesis.schedule import ScheduleParams, plan
 from workloads.rdkafka_txn import coordinator_partition
-
-NODES = ("n1", "n2", "n3", "n4", "n5")
-BROKERS = {i: f"n{i + 1}" for i in range(1, 5)}  # broker 1 is n2, ..., broker 4 is n5
-
-
-def state(leader, replicas=(1, 2, 3)) -> dict:
-    return {"leader": leader, "isr": list(replicas), "elr": [], "replicas": list(replicas)}
 
 
 def topology(data: dict[int, dict | None], log: dict | None, transactions: bool = True
@@ -38,10 +32,6 @@ def topology(data: dict[int, dict | None], log: dict | None, transactions: bool 
 
     return Topology(NODES, "n1", BROKERS, partition_state,
                     txn_state=txn_state if transactions else None)
-
-
-def resolve(kind: str, target: dict, topo: Topology):
-    return asyncio.run(lookup(kind).resolve(topo, target))
 
 
 @pytest.mark.parametrize(("tid", "partitions", "expected"), [

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from replication import errors as E
+from replication import metadata as md
 from replication.config import NodeConfig
 from replication.controller import Controller
 from replication.messages import (
@@ -344,3 +345,7 @@ def test_last_leader_recovery_is_off_without_the_elr() -> None:
                                           "eligible.leader.replicas.enable": "false"}), now=0)
     d.tick(now=SESSION_MS + 1)
     assert d.view() == (None, (3,), (), ())
+    # and were a state with no ISR, no ELR and one LastKnownELR member reached, nobody is named
+    rules = md.Rules(min_isr=2, elr_enabled=False, last_leader=True)
+    empty = md.PartitionState("t", 0, (1, 2, 3), None, isr=(), elr=(), last_known_elr=(3,))
+    assert md.elect_if_leaderless(empty, rules, unfenced={1, 2, 3}) is None

@@ -214,27 +214,6 @@ def test_acks_all_fails_as_appended_when_the_committed_isr_drops_below_min_isr()
     assert E.NOT_ENOUGH_REPLICAS_AFTER_APPEND not in E.DEFINITE
 
 
-def test_stale_metadata_keeps_a_proposed_follower_in_the_maximal_isr() -> None:
-    """Found by the protocol invariants in a simulated safe-config run (ReplicationQuorum-
-    Superset): while the leader's AlterPartition adding follower 2 was in flight, a heartbeat
-    reply carrying the older metadata reset the leader's ISR to the committed one and dropped
-    follower 2, although the controller went on to commit it. Until the answer arrives the
-    leader must keep counting the proposed follower for its HWM (Kafka's maximal ISR)."""
-    r1, r2 = _replica(1), _replica(2)
-    shrunk = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=1, isr=(1,))
-    r1.on_metadata(shrunk, CONFIG, now=1)
-    r1.produce("p1", [b"0"], "1", now=2)
-    _fetch(r1, r2, 0, now=3)
-    _fetch(r1, r2, 1, now=4)
-    assert r1.alter_in_flight and r1.isr == (1, 2)
-    r1.on_metadata(shrunk, CONFIG, now=5)  # the heartbeat reply, older than the proposal
-    assert r1.isr == (1, 2), "a stale heartbeat dropped the proposed follower"
-    assert r1.hwm == 0  # still not counted towards MinISR
-    committed = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=2, isr=(1, 2))
-    r1.on_alter_response(AlterPartitionReply(committed), now=6)
-    assert r1.isr == (1, 2) and r1.hwm == 1 and not r1.adding
-
-
 def _sent(outputs: list) -> list:
     return [o.msg for o in outputs if isinstance(o, Send) and o.dest == "controller"]
 
@@ -249,6 +228,20 @@ def _proposing_follower_2() -> tuple[Replica, PartitionState]:
     _fetch(r1, r2, 1, now=4)
     assert r1.alter_in_flight and r1.isr == (1, 2)
     return r1, shrunk
+
+
+def test_stale_metadata_keeps_a_proposed_follower_in_the_maximal_isr() -> None:
+    """Found by the protocol invariants in a simulated safe-config run (ReplicationQuorum-
+    Superset): while the leader's AlterPartition adding follower 2 was in flight, a heartbeat
+    reply carrying the older metadata reset the leader's ISR to the committed one and dropped
+    follower 2, although the controller went on to commit it. Until the answer arrives the
+    leader must keep counting the proposed follower for its HWM (Kafka's maximal ISR)."""
+    r1, shrunk = _proposing_follower_2()
+    r1.on_metadata(shrunk, CONFIG, now=5)  # the heartbeat reply, older than the proposal
+    assert r1.isr == (1, 2), "a stale heartbeat dropped the proposed follower"
+    assert r1.hwm == 0  # still not counted towards MinISR
+    r1.on_alter_response(AlterPartitionReply(replace(shrunk, partition_epoch=2, isr=(1, 2))), now=6)
+    assert r1.isr == (1, 2) and r1.hwm == 1 and not r1.adding
 
 
 def test_a_failed_alterpartition_send_keeps_the_proposed_follower_and_is_sent_again() -> None:
