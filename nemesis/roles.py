@@ -27,6 +27,10 @@ offsets log's partition that coordinates the workload's group (NO_GROUPS where t
     group-coordinator       the leader of that `__consumer_offsets` partition
     offsets-log-replica#k   the k-th other replica of that partition
 
+A partition between the two coordinators (nemesis.kinds.partition.GROUP_SHAPE) is read off
+both: the group's roles, with the transaction coordinator named `txn-coordinator` where it is
+another broker.
+
 A role target ({"roles": {"nodes": [...]}} or {"roles": {"grudge": {role: [roles]}}}) is
 resolved against the live state when the fault starts. A fault aimed at the last ISR member
 waits up to LAST_MEMBER_WAIT_S for the ISR to shrink to one (another system may take longer to
@@ -40,7 +44,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from nemesis.kinds.base import GROUP_SELECTORS, TXN_SELECTORS, Resolved, Topology
-from nemesis.kinds.partition import TXN_SHAPE
+from nemesis.kinds.partition import GROUP_SHAPE, TXN_SHAPE
 from nemesis.schedule import RealisedFault, replay_entries
 from nemesis.until import UNTIL_TIMEOUT_S
 
@@ -112,21 +116,36 @@ def coordinator_roles_in(topology: Topology, state: Mapping[str, Any] | None,
     return roles
 
 
+def both_coordinators_roles_in(topology: Topology, offsets: Mapping[str, Any] | None,
+                               txn: Mapping[str, Any] | None) -> dict[str, str]:
+    """node -> role for a fault between the two coordinators: the consumer offsets log's
+    roles (GROUP_ROLES), the transaction log's leader `txn-coordinator` where it is not the
+    group coordinator too."""
+    roles = coordinator_roles_in(topology, offsets, GROUP_ROLES)
+    leader = (txn or {}).get("leader")
+    if leader in topology.brokers and leader != (offsets or {}).get("leader"):
+        roles[topology.brokers[leader]] = TXN_ROLES[0]
+    return roles
+
+
+def _named(target: Mapping[str, Any]) -> list[str]:
+    """The roles a role target names (every side of a grudge is named as a side too)."""
+    spec = target.get("roles", {})
+    return [*spec.get("nodes", ()), *spec.get("grudge", {})]
+
+
 def aims_at_transactions(target: Mapping[str, Any]) -> bool:
     """Whether a target names the transaction coordinator or its log, by selector, shape or
     role."""
-    spec = target.get("roles", {})
-    named = [*spec.get("nodes", ()), *spec.get("grudge", {})]
-    return (target.get("select") in TXN_SELECTORS or target.get("shape") == TXN_SHAPE
-            or any(r.startswith("txn-") for r in named))
+    return (target.get("select") in TXN_SELECTORS
+            or target.get("shape") in (TXN_SHAPE, GROUP_SHAPE)
+            or any(r.startswith("txn-") for r in _named(target)))
 
 
 def aims_at_group(target: Mapping[str, Any]) -> bool:
-    """Whether a target names the group coordinator or its log, by selector or role."""
-    spec = target.get("roles", {})
-    named = [*spec.get("nodes", ()), *spec.get("grudge", {})]
-    return (target.get("select") in GROUP_SELECTORS
-            or any(r.split("#")[0] in GROUP_ROLES for r in named))
+    """Whether a target names the group coordinator or its log, by selector, shape or role."""
+    return (target.get("select") in GROUP_SELECTORS or target.get("shape") == GROUP_SHAPE
+            or any(r.split("#")[0] in GROUP_ROLES for r in _named(target)))
 
 
 def role_target(resolved: Resolved, roles: Mapping[str, str]) -> dict[str, Any]:
@@ -179,7 +198,10 @@ def as_fixed(roles: Mapping[str, str], target: Mapping[str, Any]) -> dict[str, A
 async def roles_now(topology: Topology, target: Mapping[str, Any]) -> dict[str, str]:
     """Every node's role now, for the partition the target aims at (else partition 0), or
     the transaction log's (the consumer offsets log's) for a target aimed at transactions
-    (at the group)."""
+    (at the group), or both for one aimed at both."""
+    if aims_at_transactions(target) and aims_at_group(target):
+        return both_coordinators_roles_in(topology, await topology.offsets_log(),
+                                          await topology.txn_log())
     if aims_at_transactions(target):
         return coordinator_roles_in(topology, await topology.txn_log(), TXN_ROLES)
     if aims_at_group(target):

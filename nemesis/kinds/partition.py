@@ -14,6 +14,10 @@ from runformat import effects as fx
 # The transaction coordinator cut off from the data partitions' leaders (which its commit
 # markers must reach), while both still reach the controller, the clients and the rest.
 TXN_SHAPE = "txn-coordinator-from-leaders"
+# The group coordinator cut off from the transaction coordinator, whose markers make a
+# transformer's offsets committed in its transaction stable (KIP-447): see
+# group_from_txn_coordinator.
+GROUP_SHAPE = "group-coordinator-from-txn-coordinator"
 SHAPES = {"isolate": grudges.isolate_one, "halves": grudges.halves,
           "majority-ring": grudges.majority_ring, "bridge": grudges.bridge}
 
@@ -27,7 +31,8 @@ class Partition(FaultKind):
     auto_targets = {"isolate": 2, "halves": 2, "majority-ring": 1, "bridge": 1,
                     "isolate-leader": 3, "isolate-controller": 1}
     mode_targets = {"leader": "isolate-leader", "controller": "isolate-controller",
-                    "random": "isolate", "majority": "halves", "txn-coordinator": TXN_SHAPE}
+                    "random": "isolate", "majority": "halves", "txn-coordinator": TXN_SHAPE,
+                    "group-coordinator": GROUP_SHAPE}
 
     @property
     def target_key(self) -> str:
@@ -41,7 +46,9 @@ class Partition(FaultKind):
 
     async def resolve(self, topology: Topology, target) -> Resolved:
         if "fixed" in target:
-            return await super().resolve(topology, target)
+            grudge = await super().resolve(topology, target)
+            # a role cast on nobody (say the two coordinators are one broker now) cuts nothing
+            return grudge if any(grudge.values()) else {}
         names = list(topology.nodes)
         shape = target.get("shape")
         if shape in SHAPES:
@@ -50,6 +57,8 @@ class Partition(FaultKind):
             return grudges.isolate_node(names, topology.controller)
         if shape == TXN_SHAPE:
             return await coordinator_from_leaders(topology, target.get("partitions", 1))
+        if shape == GROUP_SHAPE:
+            return await group_from_txn_coordinator(topology)
         if shape == "isolate-leader":
             state = await topology.partition_state(target.get("partition", 0))
             if state is None or state["leader"] is None:
@@ -78,4 +87,20 @@ async def coordinator_from_leaders(topology: Topology, partitions: int) -> Resol
                if s is not None and s.get("leader") is not None} - {coordinator}
     others = leaders or set(topology.brokers.values()) - {coordinator}
     # symmetric, as every grudge here: each side drops the other's packets
+    return {coordinator: frozenset(others), **{n: frozenset({coordinator}) for n in others}}
+
+
+async def group_from_txn_coordinator(topology: Topology) -> Resolved:
+    """The group coordinator and the transaction coordinator drop each other's packets: the
+    markers that end a transformer's transaction cannot reach the group's offsets (they stay
+    pending, unstable to a fetch that asks for stable offsets), and each one's log loses the
+    other as a follower. Where one broker coordinates both, it is cut off from the other
+    brokers instead, keeping the controller and the clients: its markers to the partitions'
+    leaders and its logs' replication are cut alike. {} while either log is unknown."""
+    group, txn = await topology.offsets_log(), await topology.txn_log()
+    if group is None or txn is None or group.get("leader") is None or txn.get("leader") is None:
+        return {}
+    coordinator = topology.brokers[group["leader"]]
+    others = {topology.brokers[txn["leader"]]} - {coordinator}
+    others = others or set(topology.brokers.values()) - {coordinator}
     return {coordinator: frozenset(others), **{n: frozenset({coordinator}) for n in others}}

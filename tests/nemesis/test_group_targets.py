@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 
 import pytest
 from support.coordinator_targets import BROKERS, NODES, resolve, state
@@ -18,21 +19,35 @@ from harness.system import consumer_group, system_of
 from harness.test import Test
 from nemesis.kinds import lookup
 from nemesis.kinds.base import NO_GROUPS, PlanParams, Topology
-from nemesis.roles import GROUP_ROLES, as_fixed, coordinator_roles_in, role_target, roles_now
+from nemesis.kinds.partition import GROUP_SHAPE
+from nemesis.roles import (
+    GROUP_ROLES,
+    as_fixed,
+    both_coordinators_roles_in,
+    coordinator_roles_in,
+    role_entries,
+    role_target,
+    roles_now,
+)
+from nemesis.schedule import RealisedFault, ScheduleParams, plan
 from workloads.rdkafka_ctp import CTP_GROUP
 from workloads.rdkafka_txn import GROUP, coordinator_partition
 
 KAFKA_TXN = ["system.kind=kafka", "workload.kind=txn", "nemesis.targets=group-coordinator"]
 
 
-def topology(data: dict | None, offsets: dict | None, groups: bool = True) -> Topology:
+def topology(data: dict | None, offsets: dict | None, groups: bool = True,
+             txn: dict | None = None) -> Topology:
     async def partition_state(partition: int) -> dict | None:
         return data
 
     async def group_state() -> dict | None:
         return offsets
 
-    return Topology(NODES, "n1", BROKERS, partition_state,
+    async def txn_state() -> dict | None:
+        return txn
+
+    return Topology(NODES, "n1", BROKERS, partition_state, txn_state=txn_state,
                     group_state=group_state if groups else None)
 
 
@@ -106,7 +121,100 @@ def test_a_system_without_groups_refuses_the_target_in_words():
     with pytest.raises(ValueError, match="no consumer groups"):
         resolve("kill", {"select": "group-coordinator"}, topo)
     with pytest.raises(ValueError, match="cannot be aimed by targets = 'group-coordinator'"):
-        lookup("partition").plan_target(random.Random(1), PlanParams(3, 4, "group-coordinator"))
+        lookup("corrupt-segment").plan_target(random.Random(1),
+                                              PlanParams(3, 4, "group-coordinator"))
+
+
+def test_a_partition_aimed_at_the_group_cuts_it_off_from_the_transaction_coordinator():
+    target = lookup("partition").plan_target(random.Random(1),
+                                             PlanParams(3, 4, "group-coordinator"))
+    assert target["shape"] == GROUP_SHAPE == "group-coordinator-from-txn-coordinator"
+    # broker 3 (n4) coordinates the group, broker 1 (n2) the transactions, broker 2 (n3)
+    # leads the data: only the two coordinators drop each other's packets
+    topo = topology(state(2), state(3, replicas=(3, 1, 2)), txn=state(1, replicas=(1, 2, 3)))
+    assert resolve("partition", target, topo) == {"n4": frozenset({"n2"}),
+                                                  "n2": frozenset({"n4"})}
+
+
+def test_one_broker_coordinating_both_is_cut_off_from_the_other_brokers_not_the_controller():
+    topo = topology(state(1), state(2, replicas=(2, 1, 3)), txn=state(2, replicas=(2, 3, 1)))
+    grudge = resolve("partition", {"shape": GROUP_SHAPE}, topo)
+    assert grudge == {"n3": frozenset({"n2", "n4", "n5"}), "n2": frozenset({"n3"}),
+                      "n4": frozenset({"n3"}), "n5": frozenset({"n3"})}
+
+
+@pytest.mark.parametrize(("offsets", "txn"), [
+    (None, state(1)), (state(1), None), (state(None), state(1)), (state(1), state(None))])
+def test_a_cut_between_the_coordinators_waits_for_both_to_be_known(offsets, txn):
+    assert resolve("partition", {"shape": GROUP_SHAPE}, topology(None, offsets, txn=txn)) == {}
+
+
+def test_the_partition_planned_for_the_group_is_the_cut_between_the_coordinators():
+    entries = plan(ScheduleParams(seed=3, faults=("kill", "partition"), time_limit=60,
+                                  interval=3, duration=3, partitions=3,
+                                  targets="group-coordinator"))
+    shapes = {e["target"].get("shape") for e in entries if e["kind"] == "partition"}
+    assert shapes == {GROUP_SHAPE}
+
+
+def _cut(offsets: dict, txn: dict) -> RealisedFault:
+    """A realised partition between the coordinators, its roles recorded as the nemesis
+    records them (roles_now on the planned target)."""
+    topo = topology(None, offsets, txn=txn)
+    roles = asyncio.run(roles_now(topo, {"shape": GROUP_SHAPE}))
+    grudge = resolve("partition", {"shape": GROUP_SHAPE}, topo)
+    return RealisedFault(0, "partition", 2.0, 5.0, {"shape": GROUP_SHAPE, "pick": 4},
+                         resolved={"grudge": {n: sorted(m) for n, m in grudge.items()}},
+                         started_s=2.0, ended_s=7.0, outcome="ok", roles=roles)
+
+
+def _replayed(entry: dict, offsets: dict, txn: dict):
+    """What a role entry hits on a cluster whose logs are led as given now."""
+    topo = topology(None, offsets, txn=txn)
+    now = asyncio.run(roles_now(topo, entry["target"]))
+    return resolve("partition", as_fixed(now, entry["target"]), topo)
+
+
+def test_the_cut_is_recorded_by_role_and_cast_on_the_coordinators_of_the_replay():
+    fault = _cut(state(3, replicas=(3, 1, 2)), state(1, replicas=(1, 2, 3)))
+    assert fault.roles == {"n1": "controller", "n4": "group-coordinator",
+                           "n2": "txn-coordinator", "n3": "offsets-log-replica#2",
+                           "n5": "broker#1"}
+    [entry] = role_entries([fault])
+    assert entry["target"]["roles"] == {"grudge": {"group-coordinator": ["txn-coordinator"],
+                                                   "txn-coordinator": ["group-coordinator"]}}
+    # on the replay broker 4 (n5) coordinates the group and broker 2 (n3) the transactions
+    again = _replayed(entry, state(4, replicas=(4, 1, 2)), state(2, replicas=(2, 4, 1)))
+    assert again == {"n5": frozenset({"n3"}), "n3": frozenset({"n5"})}
+
+
+def test_a_replay_where_one_broker_coordinates_both_stands_in_or_cuts_nothing():
+    fault = _cut(state(3, replicas=(3, 1, 2)), state(1, replicas=(1, 2, 3)))
+    [entry] = role_entries([fault])
+    # nobody plays the transaction coordinator apart from the group's: the broker outside
+    # both logs stands in (nemesis.roles' nearest part)...
+    again = _replayed(entry, state(2, replicas=(2, 1, 3)), state(2, replicas=(2, 1, 3)))
+    assert again == {"n3": frozenset({"n5"}), "n5": frozenset({"n3"})}
+    # ...and where there is none (three brokers, all replicas, as the campaigns run), the
+    # cast names the group coordinator alone: skipped, not a grudge that drops nobody
+    # recorded as applied
+    both = state(2, replicas=(2, 1, 3))
+    three = replace(topology(None, both, txn=both), nodes=NODES[:4],
+                    brokers={b: n for b, n in BROKERS.items() if b < 4})
+    now = asyncio.run(roles_now(three, entry["target"]))
+    assert as_fixed(now, entry["target"])["fixed"] == {"grudge": {"n3": []}}
+    assert resolve("partition", as_fixed(now, entry["target"]), three) == {}
+
+
+def test_the_cut_of_one_coordinator_of_both_is_replayed_on_the_group_coordinator():
+    fault = _cut(state(2, replicas=(2, 1, 3)), state(2, replicas=(2, 3, 1)))
+    assert both_coordinators_roles_in(topology(None, None), state(2, replicas=(2, 1, 3)),
+                                      state(2)) == fault.roles
+    [entry] = role_entries([fault])
+    assert entry["target"]["roles"]["grudge"]["group-coordinator"] == [
+        "broker#1", "offsets-log-replica#1", "offsets-log-replica#2"]
+    again = _replayed(entry, state(1, replicas=(1, 2, 3)), state(3, replicas=(3, 1, 2)))
+    assert again["n2"] == frozenset({"n3", "n4", "n5"})  # broker 1, the group's now
 
 
 @pytest.mark.parametrize(("sets", "group"), [

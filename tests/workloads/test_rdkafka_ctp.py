@@ -21,6 +21,7 @@ from harness.config import load_config
 from harness.runner import run_test
 from harness.system import system_of
 from harness.test import Test
+from runformat.jsonl import read_events
 from workloads.history import read_history
 from workloads.rdkafka_ctp import Batch, TransformingTxnWorkload
 
@@ -153,3 +154,54 @@ def test_exactly_once_through_the_group_under_kills_of_its_coordinator(tmp_path)
     for f in started:
         coordinator = [n for n, role in f["roles"].items() if role == "group-coordinator"]
         assert coordinator == f["resolved"]["nodes"], f
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+@pytest.mark.slow
+def test_exactly_once_while_the_group_coordinator_is_cut_off_from_the_transaction_one(tmp_path):
+    """Partitions aimed at the group coordinator (targets = "group-coordinator"): each cuts it
+    off from the transaction coordinator, or, where one broker is both, from the other
+    brokers (nemesis/kinds/partition.py, GROUP_SHAPE), as the roles recorded then say; the
+    cut is seen in the brokers' ISRs while it lasts, and the output is still exactly once.
+    The fast profile's 2 s ISR lag, so that a cut of a few seconds shows."""
+    _installed("4.2.1")
+    config = load_config("fast", [*RUN, "kafka.version=4.2.1", "seed=1", "time_limit=20",
+                                  "nemesis.faults=['partition']", "nemesis.duration=5",
+                                  "nemesis.targets=group-coordinator"])
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True, results["anomalies"]
+    once = results["stats"]["transactions"]["exactly_once"]
+    assert once["lost"] == 0 and once["duplicated"] == 0 and once["committed"] > 0, once
+    cuts = [f for f in json.loads((run_dir / "schedule.json").read_text())["faults"]
+            if f["outcome"] == "ok"]
+    assert cuts, "a partition between the coordinators started"
+    for f in cuts:
+        assert f["resolved"]["grudge"] == _between_coordinators(f["roles"]), f
+    ops = read_history(run_dir / "history.jsonl")
+    starts = [op for op in ops if op["f"] == "start-partition"]
+    stops = [op for op in ops if op["f"] == "stop-partition"]
+    isrs = [e for e in read_events(run_dir / "events.jsonl") if e["kind"] == "partition-change"]
+    for start, stop in zip(starts, stops, strict=True):
+        grudge = start["value"]["grudge"]
+        assert any(_cut_off(e, grudge) for e in isrs
+                   if start["time"] <= e["time"] <= stop["time"] + 2e9), grudge
+
+
+def _between_coordinators(roles: dict[str, str]) -> dict[str, list[str]]:
+    """The grudge the roles recorded call for: the two coordinators drop each other, or one
+    broker coordinating both drops every other broker (and they it)."""
+    group = next(n for n, r in roles.items() if r == "group-coordinator")
+    txn = [n for n, r in roles.items() if r == "txn-coordinator"]
+    others = txn or sorted(n for n, r in roles.items() if r not in ("group-coordinator",
+                                                                     "controller"))
+    return {group: others, **{n: [group] for n in others}}
+
+
+def _cut_off(event: dict, grudge: dict[str, list[str]]) -> bool:
+    """Whether an observed partition state has a leader on one side of the grudge and none
+    of the nodes it drops in its ISR (broker b is node n<b+1>)."""
+    leader = f"n{event['leader'] + 1}" if event["leader"] is not None else None
+    isr = {f"n{b + 1}" for b in event["isr"]}
+    return leader in grudge and not isr & set(grudge[leader])
