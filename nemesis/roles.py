@@ -129,7 +129,7 @@ def both_coordinators_roles_in(topology: Topology, offsets: Mapping[str, Any] | 
 
 
 def _named(target: Mapping[str, Any]) -> list[str]:
-    """The roles a role target names (every side of a grudge is named as a side too)."""
+    """The roles a role target names: its nodes', or its grudge's sides'."""
     spec = target.get("roles", {})
     return [*spec.get("nodes", ()), *spec.get("grudge", {})]
 
