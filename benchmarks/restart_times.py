@@ -8,7 +8,8 @@ corrupt-segment), the time from that line to the broker's next registration with
 controller, and to the first partition state (partition 0) that has it in the ISR again.
 Registrations are the controller's `broker-registered` events on the embedded system, and its
 log's "Registering a new incarnation of broker N" on Apache Kafka (the log's wall clock put
-on the run clock by test.json's `started_at`). Prints one line per restart and, per system,
+on the run clock by test.json's `started_at`); simulated runs (hosts.provider = "sim") are
+counted apart, as "sim". Prints one line per restart and, per system,
 the median and range. The simulator's start-up delay (`[sim] startup_s`, docs/simulation.md)
 is held to these figures. No assertions: a measurement.
 """
@@ -43,13 +44,15 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 def system_of(run: Path) -> str:
     config = json.loads((run / "test.json").read_text())["config"]
+    if config.get("hosts", {}).get("provider") == "sim":
+        return "sim"
     kind = config["system"].get("kind", "embedded")
     return f"kafka:{config.get('kafka', {}).get('version')}" if kind == "kafka" else kind
 
 
 def registrations(run: Path, system: str) -> list[tuple[float, int]]:
     """(run-clock seconds, broker id) of every registration with the controller."""
-    if system == "embedded":
+    if system in ("embedded", "sim"):
         return [(e["time"] / 1e9, e["broker"]) for e in events(run / "events.jsonl")
                 if e.get("kind") == "broker-registered"]
     started = json.loads((run / "test.json").read_text())["started_at"]

@@ -68,7 +68,7 @@ from simulation.node import BrokerProcess, ControllerProcess, HostClock, NodePro
 DEFAULT_EPOCH = 1_767_225_600.0
 # Seconds from a node's start to its listening (and so registering), drawn uniformly: the
 # embedded system's real nodes register 0.08-0.78 s after the harness starts them (median
-# 0.29 s over the validation campaign's runs of 2026-11-27, benchmarks/restart_times.py).
+# 0.21 s over the validation campaign's runs of 2026-11-27, benchmarks/restart_times.py).
 # Apache Kafka's JVM brokers take 1.3-3.8 s on a lightly loaded machine and up to 20 s on a
 # loaded one: `hosts.startup_s` sets another range (docs/simulation.md, "Start-up delay").
 DEFAULT_STARTUP_S = (0.2, 0.5)
