@@ -183,6 +183,17 @@ def _toxics() -> Field:
                  "direction, toxicity and Toxiproxy's attributes; docs/toxiproxy.md)", check)
 
 
+def _span(hi: float) -> Field:
+    """[lo, hi]: two numbers with 0 <= lo <= hi <= `hi`, a range to draw from."""
+    def check(v: Any) -> list[float]:
+        if (not isinstance(v, list) or len(v) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int | float) for x in v)
+                or not 0 <= v[0] <= v[1] <= hi):
+            raise _Invalid
+        return [float(v[0]), float(v[1])]
+    return Field(f"[lo, hi], two numbers with 0 <= lo <= hi <= {hi}", check)
+
+
 def _auto_bool() -> Field:
     def check(v: Any) -> bool | str:
         if v != "auto" and not isinstance(v, bool):
@@ -274,13 +285,16 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "inventory": _nonempty_str(),
         # Toxiproxy beside every node: "auto" exactly when nemesis.faults lists a toxic kind
         "toxiproxy": _auto_bool(),
+        # simulated hosts only: seconds from a node's start to its listening, drawn uniformly
+        # from [lo, hi] (simulation/world.py DEFAULT_STARTUP_S; docs/simulation.md)
+        "startup_s": _span(600),
     },
 }
 # Fields whose value is a table merged key by key across layers rather than replaced.
 _MERGED = {("nemesis", "weights"), ("nemesis", "toxics")}
 # Keys that may be left out of their table ([system] keys all may, see validate()); configs
 # stored before a key existed leave it out.
-_OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("nemesis", "toxics"),
+_OPTIONAL = ({("hosts", "inventory"), ("hosts", "toxiproxy"), ("hosts", "startup_s"), ("nemesis", "toxics"),
               ("checker", "spark_min_ops"), ("checker", "ww_deps"), ("kafka", "heap_mb"),
               ("kafka", "controller_heap_mb"), ("kafka", "start_timeout_s"),
               ("workload", "idempotence"), ("workload", "kind"),
@@ -763,6 +777,7 @@ class HostsSettings:
     provider: str
     inventory: str | None
     toxiproxy: bool  # "auto" resolved: Toxiproxy beside every node in this run
+    startup_s: tuple[float, float] | None = None  # simulated hosts: a node's start-up delay
 
 
 @dataclass(frozen=True)
@@ -859,5 +874,6 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                 {k: float(n.get(k, s.default)) for k, s in all_settings().items()},
                                 check_tables(n.get("toxics", {}))),
         checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
-        hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config)),
+        hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config),
+                            tuple(h["startup_s"]) if "startup_s" in h else None),
     )

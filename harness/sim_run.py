@@ -26,12 +26,14 @@ SIM = "sim"
 
 
 def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config with hosts.provider = "sim"; refuses fault kinds the simulator cannot apply."""
+    """The config with hosts.provider = "sim" (keeping hosts.startup_s, the simulated hosts'
+    start-up delay); refuses fault kinds the simulator cannot apply."""
     if system_kind(config) != "embedded":
         raise UserError("the simulator runs the embedded system, not system.kind = "
                         f"{system_kind(config)!r}: run Kafka on hosts with `harness run`")
     out = copy.deepcopy(dict(config))
-    out["hosts"] = {"provider": SIM}
+    startup = out.get("hosts", {}).get("startup_s")
+    out["hosts"] = {"provider": SIM} if startup is None else {"provider": SIM, "startup_s": startup}
     unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
     if unsupported:
         raise UserError(f"the simulated world cannot apply {', '.join(unsupported)} "
@@ -95,6 +97,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
                               replication_factor=s.topic.replication_factor,
                               final_read_timeout=s.workload.final_read_timeout,
                               faults=nemesis_faults(schedule, s.topic.name, s.nemesis.link),
-                              keep_going=keep_going, invariants=invariants)
+                              keep_going=keep_going, invariants=invariants,
+                              startup_s=s.hosts.startup_s)
     finally:
         schedule.finish("time limit reached")

@@ -438,7 +438,14 @@ class Replica:
         if not ready:
             return []
         self.pending = [p for p in self.pending if not done(p)]
-        return [Reply(p.token, self._ack(p.first)) for p in ready]
+        # Kafka's checkEnoughReplicasReachOffset: an acks=all request the HWM has passed is
+        # acknowledged only while the ISR meets MinISR. Without ELR the HWM moves when the ISR
+        # shrinks (to the leader alone it jumps to the leader's log end), which says nothing
+        # of how many replicas hold the records.
+        enough = self._min_isr_met()
+        return [Reply(p.token, self._ack(p.first) if p.local or enough
+                      else ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True))
+                for p in ready]
 
     def _fail_if_below_min_isr(self) -> list[Output]:
         failing = [p for p in self.pending if not p.local]

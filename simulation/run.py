@@ -32,7 +32,7 @@ from simulation.disk import DiskConfig
 from simulation.invariants import InvariantMonitor, InvariantViolation
 from simulation.loop import SimLoop
 from simulation.network import NetConfig
-from simulation.world import World
+from simulation.world import DEFAULT_STARTUP_S, World
 from workloads import sequence
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
@@ -79,13 +79,16 @@ def run_simulation(out_dir: str | Path, *, seed: int, params: WorkloadParams, ti
                    faults: FaultScript | None = None, net: NetConfig | None = None,
                    disk: DiskConfig | None = None,
                    world_hook: Callable[[World], None] | None = None,
-                   invariants: bool = True, keep_going: bool = False) -> SimResult:
+                   invariants: bool = True, keep_going: bool = False,
+                   startup_s: tuple[float, float] | None = None) -> SimResult:
     """Run the workload in a simulated world; see the module docstring. `world_hook`, if
-    given, is called with the world before anything runs (tests inspect it afterwards)."""
+    given, is called with the world before anything runs (tests inspect it afterwards).
+    `startup_s`: the range a node's start-up delay is drawn from (World's default if None)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     loop = SimLoop()
-    world = World(seed, n_nodes, NodeConfig.from_settings(system or {}), net=net, disk=disk, loop=loop)
+    world = World(seed, n_nodes, NodeConfig.from_settings(system or {}), net=net, disk=disk, loop=loop,
+                  startup_s=startup_s or DEFAULT_STARTUP_S)
     monitor = world.monitor = InvariantMonitor(world, keep_going=keep_going) if invariants else None
     if world_hook is not None:
         world_hook(world)

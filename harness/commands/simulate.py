@@ -17,7 +17,7 @@ from checkers.exitcodes import Exit, UserError
 from harness import store
 from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
-from harness.config import from_args, typed, validate
+from harness.config import from_args, parse_fault_list, typed, validate, with_sets
 from harness.shrink import replay_test
 from harness.sim_run import as_simulated
 from harness.simulate import INTERPRETERS, check_determinism, run_search, simulate_test
@@ -67,18 +67,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def campaign_config(args: argparse.Namespace) -> dict:
-    """The resolved config of a campaign cell, with --seed and --time-limit laid over it."""
+    """The resolved config of a campaign cell, with --seed, --time-limit, --nodes, --nemesis
+    and then every --set laid over it (a --config would replace the cell's: refused)."""
     if not args.cell:
         raise UserError("--campaign needs --cell CONFIG[/MIX]")
+    if getattr(args, "config", None):
+        raise UserError("--campaign takes the cell's config: use --set K=V to change it, "
+                        "not --config")
     _, cells = load_spec(args.campaign)
     wanted = args.cell.split("/")
     for cell in cells:
         if [cell.config, cell.nemesis][:len(wanted)] == wanted:
             config = dict(cell.resolved)
-            for key, value in (("seed", args.seed), ("time_limit", args.time_limit)):
+            nemesis = getattr(args, "nemesis", None)
+            for key, value in (("seed", args.seed), ("time_limit", args.time_limit),
+                               ("nodes", getattr(args, "nodes", None))):
                 if value is not None:
                     config[key] = value
-            return validate(config, source=f"{args.campaign} cell {cell.id}")
+            if nemesis is not None:
+                config["nemesis"] = {**config["nemesis"], "faults": parse_fault_list(nemesis)}
+            config = validate(config, source=f"{args.campaign} cell {cell.id}")
+            sets = getattr(args, "set", None) or []
+            return with_sets(config, sets) if sets else config
     known = sorted({f"{c.config}/{c.nemesis}" for c in cells})
     raise UserError(f"{args.campaign}: no cell {args.cell!r}; cells: {', '.join(known)}")
 

@@ -129,3 +129,21 @@ def test_factory_refuses_an_inventory_that_shrank(tmp_path):
     _inventory(inv, 2)  # edited after the config was validated
     with pytest.raises(InventoryError, match="lists 2 host"):
         _provider(c, tmp_path / "cluster")
+
+
+def test_the_simulated_start_up_delay_is_a_range_and_survives_the_move_to_the_simulator():
+    from harness.config import typed
+    from harness.sim_run import as_simulated
+
+    config = load_config(sets=["hosts.startup_s=[2, 10]"])
+    assert config["hosts"]["startup_s"] == [2.0, 10.0]
+    simulated = as_simulated(config)
+    assert simulated["hosts"] == {"provider": "sim", "startup_s": [2.0, 10.0]}
+    assert typed(simulated).hosts.startup_s == (2.0, 10.0)
+    assert typed(as_simulated(load_config())).hosts.startup_s is None  # the world's default
+
+
+@pytest.mark.parametrize("value", ["[3, 1]", "[-1, 2]", "[1]", "2", "[1, 'x']", "[0, 601]"])
+def test_a_bad_start_up_delay_names_the_key(value):
+    with pytest.raises(ConfigError, match=r"hosts\.startup_s: expected \[lo, hi\]"):
+        load_config(sets=[f"hosts.startup_s={value}"])

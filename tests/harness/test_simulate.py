@@ -164,3 +164,38 @@ def test_a_search_runs_on_spark_with_the_same_rows_as_locally():
     key = ("seed", "valid", "anomalies", "lost", "acked")
     assert [{k: r[k] for k in key} for r in spark.rows] == \
         [{k: r[k] for k in key} for r in local.rows]
+
+
+def test_a_campaign_cell_takes_set_items_and_refuses_another_config():
+    """--set was dropped with --campaign: the last-leader searches of docs/differential.md
+    (finding 5) ran the safe cell's own balanced strategy."""
+    from argparse import Namespace
+
+    from checkers.exitcodes import UserError
+    from harness.commands.simulate import campaign_config
+
+    args = Namespace(campaign=VALIDATION, cell="safe", seed=4, time_limit=None, nodes=None,
+                     nemesis="kill", config=None,
+                     set=["system.unclean.recovery.strategy=last-leader", "hosts.startup_s=[2,10]"])
+    config = campaign_config(args)
+    assert config["system"]["unclean.recovery.strategy"] == "last-leader"
+    assert config["hosts"]["startup_s"] == [2.0, 10.0]
+    assert config["seed"] == 4 and config["nemesis"]["faults"] == ["kill"]
+    assert config["workload"]["rate"] == 300  # the cell's own settings stay
+    with pytest.raises(UserError, match="--set"):
+        campaign_config(Namespace(**{**vars(args), "config": "fast"}))
+
+
+def test_the_start_up_delay_holds_each_broker_back_before_it_registers(tmp_path):
+    registered = {}
+    for startup in (None, "[3, 3.5]"):
+        config = as_simulated(small("seed=2", *([f"hosts.startup_s={startup}"] if startup else []),
+                                    faults="[]", limit=1))
+        folder = tmp_path / str(startup)
+        folder.mkdir()
+        simulate_into(Test.of(config, folder, check=False), folder)
+        events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+        registered[startup] = [e["time"] / 1e9 for e in events if e["kind"] == "broker-registered"]
+    assert len(registered[None]) == len(registered["[3, 3.5]"]) == 3
+    assert max(registered[None]) < 0.6
+    assert all(3.0 <= t < 3.6 for t in registered["[3, 3.5]"])

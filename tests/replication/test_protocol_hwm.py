@@ -214,6 +214,29 @@ def test_acks_all_fails_as_appended_when_the_committed_isr_drops_below_min_isr()
     assert E.NOT_ENOUGH_REPLICAS_AFTER_APPEND not in E.DEFINITE
 
 
+def test_without_elr_a_shrink_below_min_isr_moves_the_hwm_but_acknowledges_nothing() -> None:
+    """Disagreement 6 of docs/differential.md: both followers paused, the controller fences
+    them and the leader learns ISR [1]. Without ELR its HWM then jumps to its own log end,
+    and the model acknowledged every acks=all request waiting there: records on the leader
+    alone, lost at the next unclean election (the validation campaign's unclean-election
+    cell, six of seven real runs). Kafka answers them NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    (Partition.checkEnoughReplicasReachOffset checks MinISR when the HWM passes a request)."""
+    config = replace(CONFIG, eligible_leader_replicas_enable=False)
+    r1, r2, r3 = _replica(1), _replica(2), _replica(3)
+    r1.on_metadata(STATE, config, now=0)
+    r1.produce("p0", [b"0"], "all", now=1)
+    _fetch(r1, r2, 0, now=2)
+    _fetch(r1, r3, 0, now=2)
+    out = _fetch(r1, r3, 1, now=3) + _fetch(r1, r2, 1, now=3)
+    assert _acks(out, "p0") == [ProduceReply(0, 0, 1)] and r1.hwm == 1
+    assert r1.produce("p1", [b"1"], "all", now=4) == []  # the followers are paused from here
+    one = PartitionState("A", 0, (1, 2, 3), leader=1, leader_epoch=0, partition_epoch=2, isr=(1,))
+    out = r1.on_metadata(one, config, now=5)
+    assert r1.hwm == 2, "without ELR the HWM follows the ISR down to the leader"
+    assert _acks(out, "p1") == [ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True)]
+    assert r1.pending == []
+
+
 def _sent(outputs: list) -> list:
     return [o.msg for o in outputs if isinstance(o, Send) and o.dest == "controller"]
 
