@@ -61,9 +61,8 @@ def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = N
     each fault is aimed at the part its node played (nemesis.roles), cast again at run time."""
     config, entries, doc = load_minimal(Path(path))
     if system is None:
-        config = dict(config)
-        config["hosts"] = dict(doc.get("real_hosts") or {"provider": "netns"})
-        config = validate(config, source=str(path))
+        hosts = dict(doc.get("real_hosts") or {"provider": "netns"})
+        config = validate({**config, "hosts": hosts}, source=str(path))
     else:
         config, notes = on_system(config, system, doc.get("real_hosts"))
         entries = by_role(doc, Path(path))
