@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tests" / "simulation"))  # the twins of test_inva
 from support.scenarios import acknowledged_loss  # noqa: E402
 
 from checkers.trace import check_run  # noqa: E402
+from runformat.run_config import RunConfig  # noqa: E402
 
 
 def seeds_of(text: str) -> list[int]:
@@ -86,7 +87,7 @@ def main() -> int:
                 missed += bool(n_lost and not found)
                 classes.update(x.removeprefix("invariant:") for x in found)
                 if args.trace:
-                    report = check_run(folder, config)
+                    report = check_run(folder, RunConfig.of(config))
                     traced += bool(report and report.violations)
                     seen = {str(v["name"]).removeprefix("invariant:")
                             for v in (report.violations if report else [])}

@@ -31,6 +31,7 @@ from checkers.trace_spark import check_run_spark  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
 from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
 from harness.test import Test  # noqa: E402
+from runformat.run_config import RunConfig  # noqa: E402
 
 
 def simulate(folder: Path, cell: str, partitions: int, time_limit: float, seed: int) -> dict:
@@ -68,6 +69,7 @@ def main() -> None:
             config = json.loads((folder / "test.json").read_text())["config"]
         else:
             config = simulate(folder, args.cell, args.partitions, args.time_limit, args.seed)
+        config = RunConfig.of(config)
         sizes = {name: (folder / name).stat().st_size / 2**20 for name in ("events.jsonl", "history.jsonl")}
         lines = {name: sum(1 for _ in open(folder / name, "rb")) for name in sizes}
         print("trace: " + ", ".join(f"{name} {lines[name]:,} lines ({sizes[name]:.1f} MiB)" for name in sizes))

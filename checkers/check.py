@@ -28,7 +28,7 @@ from checkers import native_checks, reference, spark_checks
 from checkers.definitions import EXAMPLES
 from checkers.exitcodes import Exit, UserError
 from checkers.forensics import forensics
-from checkers.ingest import ACKS, HistoryError, ingest
+from checkers.ingest import HistoryError, ingest
 from checkers.spark import get_session, resolve_master, say
 from checkers.trace import findings as invariant_findings
 from checkers.txn.consumers import committed_view
@@ -41,6 +41,7 @@ from control.files import (
     make_private_tempdir,
     write_json_atomic,
 )
+from runformat.run_config import RunConfig, RunConfigError
 
 RUN_HISTORY = "history.jsonl"
 # Below `[checker] spark_min_ops` operations (0 by default: every check on Spark, the
@@ -95,20 +96,13 @@ def refuse_foreign_results(results_path: Path, history: Path) -> None:
                         f"{history.name}: not replacing it (move it away)")
 
 
-def _table(test_json: Path, config: dict, name: str) -> dict:
-    table = config.get(name, {})
-    if not isinstance(table, dict):
-        raise UserError(f"{test_json}: config.{name} must be a table, got {table!r:.60}")
-    return table
-
-
-def load_config(run_dir: Path, notes: list[str]) -> dict:
-    """The run's config from test.json, with the keys the checker uses checked: a malformed
-    test.json is a clear error, never a crash or a wrong verdict."""
+def load_config(run_dir: Path, notes: list[str]) -> RunConfig:
+    """The run's config from test.json, typed (runformat.run_config): a malformed test.json
+    is a clear error, never a crash or a wrong verdict."""
     test_json = run_dir / "test.json"
     if not test_json.exists():
         notes.append("no test.json beside the history: assuming acks=all and no allowed anomalies")
-        return {}
+        return RunConfig()
     try:
         record = json.loads(test_json.read_bytes())
     except OSError as e:
@@ -120,29 +114,10 @@ def load_config(run_dir: Path, notes: list[str]) -> dict:
     config = record.get("config", {})
     if not isinstance(config, dict):
         raise UserError(f"{test_json}: config must be an object, got {config!r:.60}")
-    checker = _table(test_json, config, "checker")
-    allow = checker.get("allow", [])
-    if not isinstance(allow, list) or not all(isinstance(a, str) for a in allow):
-        raise UserError(f"{test_json}: config.checker.allow must be a list of anomaly names")
-    if not isinstance(checker.get("spark_master") or "", str):
-        raise UserError(f"{test_json}: config.checker.spark_master must be a string")
-    min_ops = checker.get("spark_min_ops", 0)
-    if isinstance(min_ops, bool) or not isinstance(min_ops, int) or min_ops < 0:
-        raise UserError(f"{test_json}: config.checker.spark_min_ops must be an integer >= 0, "
-                        f"got {min_ops!r:.60}")
-    acks = _table(test_json, config, "workload").get("acks", "all")
-    if isinstance(acks, bool) or not isinstance(acks, str | int) or acks not in ACKS:
-        raise UserError(f'{test_json}: config.workload.acks must be "0", "1" or "all", '
-                        f"got {acks!r:.60}")
-    topic = _table(test_json, config, "topic")
-    if not isinstance(topic.get("name") or "", str):
-        raise UserError(f"{test_json}: config.topic.name must be a string")
-    partitions = topic.get("partitions")
-    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)
-                                   or not 1 <= partitions <= 2**31):
-        raise UserError(f"{test_json}: config.topic.partitions must be a positive integer, "
-                        f"got {partitions!r:.60}")
-    return config
+    try:
+        return RunConfig.of(config)
+    except RunConfigError as e:
+        raise UserError(f"{test_json}: {e}") from None
 
 
 def _jsonable(x: Any) -> Any:
@@ -173,14 +148,14 @@ def _loss_summary(loss: pd.DataFrame) -> dict:
     }
 
 
-def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes: list[str],
+def finish(out: CheckOutput, config: RunConfig, history: Path, ops_path: Path, notes: list[str],
            spark: Any = None) -> dict:
     """Verdict + loss forensics from a backend's output; writes the results and loss files
     (output_paths). With `spark` (the history was checked there), the trace's invariants are
     checked there too."""
     run_dir = history.parent
     results_path, loss_path = output_paths(history)
-    allow = list(config.get("checker", {}).get("allow", []))
+    allow = list(config.allow)
     unread = classify_unread(out)
     txn = transactional(history, config)  # None unless its parts carry `mop` (checkers/txn)
     if txn is not None:
@@ -191,7 +166,7 @@ def finish(out: CheckOutput, config: dict, history: Path, ops_path: Path, notes:
     if history.name == RUN_HISTORY:  # a run folder: its protocol invariants (checkers/trace.py)
         add_invariants(results, *invariant_findings(run_dir, config, EXAMPLES, spark), allow)
     lost = unread[unread["kind"].isin(["lost-write", "unseen"])]
-    topic = config.get("topic", {}).get("name")
+    topic = config.topic
     loss = forensics(lost, ops_path, run_dir, topic, results["notes"])
     # Both files or neither: a full disk leaves the earlier pair as it was.
     with atomic_outputs(loss_path, results_path) as (loss_file, results_file):
@@ -221,9 +196,9 @@ def check_path(path: Path, spark_master: str | None = None, *, backend: str = "s
     refuse_foreign_results(results_path, history)
     notes: list[str] = []
     config = load_config(run_dir, notes)
-    min_ops = spark_min_ops
+    min_ops = spark_min_ops if spark_min_ops is not None else config.spark_min_ops
     if min_ops is None:
-        min_ops = int(config.get("checker", {}).get("spark_min_ops", SPARK_MIN_OPS))
+        min_ops = SPARK_MIN_OPS
     with _writing(history):
         return _check(history, run_dir, config, notes, spark_master, backend, min_ops)
 
@@ -254,7 +229,7 @@ def _writing(history: Path) -> Iterator[None]:
                         f"{e.strerror} (nothing was replaced)") from None
 
 
-def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
+def _check(history: Path, run_dir: Path, config: RunConfig, notes: list[str],
            spark_master: str | None, backend: str, min_ops: int) -> dict:
     results_path, _ = output_paths(history)
     partitions = history_partitions(config)  # with transformers, the output topic's too
@@ -283,8 +258,8 @@ def _check(history: Path, run_dir: Path, config: dict, notes: list[str],
         how = "native" if ing.path == "native" else f"exact path: {ing.path}"
         say(f"ingest of {ing.ops:,} ops and {ing.reads:,} records: "
              f"{ingested - started:.1f} s ({how})")
-        acks = ACKS[config.get("workload", {}).get("acks", "all")]
-        configured = config.get("checker", {}).get("spark_master")
+        acks = config.acks or "all"
+        configured = config.spark_master
         engine = _engine(backend, ing.ops, min_ops, resolve_master(spark_master, configured))
         where = "in this process"
         spark = None

@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from checkers.exitcodes import UserError
 from checkers.native_ingest import NativeUnsure, native_ingest
 from control.files import file_kind
+from runformat.run_config import ACKS
 
 # The tables are clustered by Kafka partition (as native/histingest/src/tables.rs writes
 # them, by the same rule): rows are buffered per partition and a partition's buffer is a row
@@ -67,7 +68,6 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
 MAX_OFFSET = INT64_MAX - 1  # a record's (and an ack's): the log end after it fits 64 bits
 NEMESIS = "nemesis"  # workloads.history.NEMESIS: its ops are `info` without an invoke
-ACKS = {"all": "all", "-1": "all", "1": "1", "0": "0", -1: "all", 1: "1", 0: "0"}
 
 OPS_SCHEMA = pa.schema(
     [

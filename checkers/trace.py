@@ -72,6 +72,7 @@ from checkers.invariants import (
     metadata_key,
 )
 from runformat.effects import CORRUPTS_DISK, KILLS_PROCESS, LOSES_UNSYNCED, effects_of
+from runformat.run_config import RunConfig
 
 # Undecided in a trace without view events (written by nodes older than isr-view,
 # partition-state and reconciled).
@@ -449,7 +450,7 @@ def check_trace(events: Iterable[Mapping[str, Any]], history: Iterable[Mapping[s
     return checker.finish()
 
 
-def check_run(run_dir: Path, config: Mapping[str, Any]) -> TraceReport | None:
+def check_run(run_dir: Path, config: RunConfig) -> TraceReport | None:
     """The trace check of a run folder (events.jsonl with history.jsonl), None without events."""
     events = run_dir / "events.jsonl"
     if not events.is_file():
@@ -464,14 +465,10 @@ def check_run(run_dir: Path, config: Mapping[str, Any]) -> TraceReport | None:
     return noted(report)
 
 
-def trace_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+def trace_settings(config: RunConfig) -> dict[str, Any]:
     """check_trace's keyword arguments from a run's config."""
-    system = config.get("system", {}) if isinstance(config.get("system"), dict) else {}
-    flat = _flat(system)
-    return {"topic": str(config.get("topic", {}).get("name") or "chaos"),
-            "min_isr": int(flat.get("min.insync.replicas", 1)),
-            "elr_enabled": str(flat.get("eligible.leader.replicas.enable", True)).lower() != "false",
-            "acks": str(config.get("workload", {}).get("acks", "all"))}
+    return {"topic": config.topic or "chaos", "min_isr": config.min_insync_replicas,
+            "elr_enabled": config.elr_enabled, "acks": config.acks or "all"}
 
 
 def noted(report: TraceReport) -> TraceReport:
@@ -480,22 +477,12 @@ def noted(report: TraceReport) -> TraceReport:
     return report
 
 
-def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in table.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def read_invariants(path: Path) -> list[dict[str, Any]]:
     """The violations a simulated run wrote (simulation/invariants.py)."""
     return list(runformat.records(path))
 
 
-def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8, spark: Any = None
+def findings(run_dir: Path, config: RunConfig, examples: int = 8, spark: Any = None
              ) -> tuple[dict[str, tuple[int, list[dict]]], list[str], dict[str, Any]]:
     """Invariant anomalies of a run folder for results.json: {"invariant:<Name>": (count,
     examples)}, notes, stats. A simulated run's invariants.jsonl (checked at every step) wins;
@@ -503,8 +490,7 @@ def findings(run_dir: Path, config: Mapping[str, Any], examples: int = 8, spark:
     checkers/trace_spark.py); else nothing."""
     simulated = run_dir / "invariants.jsonl"
     found: dict[str, tuple[int, list[dict]]] = {}
-    system = config.get("system") if isinstance(config.get("system"), Mapping) else {}
-    if system.get("kind") == "kafka":
+    if config.system_kind == "kafka":
         # Apache Kafka's states are polled from outside (docs/kafka.md): no trace of its steps
         return {}, ["protocol invariants not checked: they are checked on the embedded "
                     "system's own node events, and Apache Kafka's states are only observed"], {}

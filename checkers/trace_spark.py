@@ -19,17 +19,18 @@ uses it: ok operations that name a partition, and the nemesis's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from checkers.trace import VIEW_EVENTS, TraceChecker, TraceReport, noted, trace_settings
+from runformat.run_config import RunConfig
 
 Key = tuple[str, int]
 EVENTS, OPERATIONS = 0, 1  # the single-process merge's order at equal times
 
 
-def check_run_spark(spark: Any, run_dir: Path, config: Mapping[str, Any]) -> TraceReport | None:
+def check_run_spark(spark: Any, run_dir: Path, config: RunConfig) -> TraceReport | None:
     """checkers.trace.check_run on `spark`; None without events.jsonl."""
     events = run_dir / "events.jsonl"
     if not events.is_file():
@@ -45,7 +46,7 @@ def check_run_spark(spark: Any, run_dir: Path, config: Mapping[str, Any]) -> Tra
     for s in survey:
         for host, broker in s["hosts"]:
             hosts.setdefault(host, broker)
-    partitions = int(config.get("topic", {}).get("partitions") or 0)
+    partitions = config.partitions or 0
     keys = sorted({(topic, p) for p in range(partitions)}
                   | {tuple(k) for s in survey for k in s["keys"]})
     if not keys:

@@ -352,6 +352,16 @@ def with_sets(config: Mapping[str, Any], sets: Sequence[str],
     return validate(out, source=f"{source} {' '.join(sets)}")
 
 
+def with_values(config: Mapping[str, Any], values: Mapping[str, Any],
+                source: str) -> dict[str, Any]:
+    """A resolved config with dotted keys set to already-typed values ({"nemesis.faults":
+    ["kill"]}), validated again; `source` says in an error where they came from."""
+    out = copy.deepcopy(dict(config))
+    for key, value in values.items():
+        _apply_layer(out, {}, _layer_from_dotted(key, value), _Origin(f"{source} ({key})"), {})
+    return validate(out, source=source)
+
+
 def from_args(args: Any) -> dict[str, Any]:
     """Resolve the config of `harness run` from its parsed argparse namespace."""
     flags: dict[str, Any] = {}

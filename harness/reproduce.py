@@ -4,7 +4,6 @@ hit -- and say whether the same anomalies occurred."""
 
 from __future__ import annotations
 
-import copy
 import json
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from checkers.exitcodes import Exit, UserError
 from control.files import check_regular_file
 from harness import store
 from harness.campaign import run_cell
-from harness.config import typed, validate, with_sets
+from harness.config import typed, validate, with_sets, with_values
 from harness.report.outcome import LOSS_ANOMALIES
 from harness.runner import run_test
 from harness.shrink import load_minimal
@@ -61,9 +60,8 @@ def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = N
     each fault is aimed at the part its node played (nemesis.roles), cast again at run time."""
     config, entries, doc = load_minimal(Path(path))
     if system is None:
-        config = dict(config)
-        config["hosts"] = dict(doc.get("real_hosts") or {"provider": "netns"})
-        config = validate(config, source=str(path))
+        hosts = dict(doc.get("real_hosts") or {"provider": "netns"})
+        config = validate({**config, "hosts": hosts}, source=str(path))
     else:
         config, notes = on_system(config, system, doc.get("real_hosts"))
         entries = by_role(doc, Path(path))
@@ -130,9 +128,7 @@ def with_plan_faults(config: dict, entries: list[dict], source: str) -> dict:
     kinds = sorted({e["kind"] for e in entries})
     if sorted(typed(config).nemesis.faults) != kinds:
         print(f"nemesis.faults = {kinds} (the kinds {source} holds)", flush=True)
-    out = copy.deepcopy(config)
-    out["nemesis"]["faults"] = kinds
-    out, notes = room_for_waits(validate(out, source=source), entries)
+    out, notes = room_for_waits(with_values(config, {"nemesis.faults": kinds}, source), entries)
     for note in notes:
         print(note, flush=True)
     return out
@@ -144,9 +140,8 @@ def room_for_waits(config: dict, entries: list[dict]) -> tuple[dict, list[str]]:
     waits = sum(longest_wait(e["target"]) for e in entries)
     if not waits:
         return config, []
-    out = copy.deepcopy(config)
     limit = typed(config).time_limit
-    out["time_limit"] = limit + waits
-    note = (f"time_limit {limit:g} -> {out['time_limit']:g} s: the plan's faults "
+    note = (f"time_limit {limit:g} -> {limit + waits:g} s: the plan's faults "
             f"may wait up to {waits:g} s for the ISR to shrink")
-    return validate(out, source="the time limit made room for a role's wait"), [note]
+    return with_values(config, {"time_limit": limit + waits},
+                       "the time limit made room for a role's wait"), [note]

@@ -44,7 +44,7 @@ from checkers.definitions import ANOMALIES
 from checkers.exitcodes import UserError
 from control.files import check_regular_file, write_json_atomic
 from harness import store
-from harness.config import TestConfig, typed, validate, with_sets
+from harness.config import TestConfig, typed, validate, with_sets, with_values
 from harness.report import report_path
 from harness.sim_run import SIM, as_simulated, simulate_into, with_seed
 from harness.simulate import say, simulate_test
@@ -396,9 +396,8 @@ def start_candidate(run_dir: Path) -> tuple[Candidate, bool, list[str]]:
     kept = [e for e in entries if lookup(e["kind"]).simulated]
     if len(kept) < len(entries):
         notes.append(f"left out {len(entries) - len(kept)} fault(s) the simulator cannot apply")
-    config = copy.deepcopy(dict(config))
-    config["nemesis"]["faults"] = [f for f in config["nemesis"]["faults"]
-                                   if lookup(f).simulated]
+    simulated = [f for f in typed(config).nemesis.faults if lookup(f).simulated]
+    config = with_values(config, {"nemesis.faults": simulated}, "the simulated faults")
     return Candidate(as_simulated(config), clean_entries(kept)), real, notes
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.exitcodes import UserError
-from harness.config import system_kind
+from harness.config import typed
 from harness.test import Test
 from nemesis.faults import Nemesis, metadata_topology
 from nemesis.kinds import lookup
@@ -28,13 +28,14 @@ SIM = "sim"
 def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config with hosts.provider = "sim" (keeping hosts.startup_s, the simulated hosts'
     start-up delay); refuses fault kinds the simulator cannot apply."""
-    if system_kind(config) != "embedded":
+    t = typed(config)
+    if t.system_kind != "embedded":
         raise UserError("the simulator runs the embedded system, not system.kind = "
-                        f"{system_kind(config)!r}: run Kafka on hosts with `harness run`")
+                        f"{t.system_kind!r}: run Kafka on hosts with `harness run`")
     out = copy.deepcopy(dict(config))
     startup = out.get("hosts", {}).get("startup_s")
     out["hosts"] = {"provider": SIM} if startup is None else {"provider": SIM, "startup_s": startup}
-    unsupported = [f for f in out["nemesis"]["faults"] if not lookup(f).simulated]
+    unsupported = [f for f in t.nemesis.faults if not lookup(f).simulated]
     if unsupported:
         raise UserError(f"the simulated world cannot apply {', '.join(unsupported)} "
                         "(real hosts only); remove it from nemesis.faults or use `harness run`")

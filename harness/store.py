@@ -23,7 +23,7 @@ from typing import Any
 from checkers.check import exit_code
 from checkers.exitcodes import Exit
 from control.files import owned_dir, write_json_atomic
-from harness.config import RESERVED_NAMES
+from harness.config import RESERVED_NAMES, typed
 
 RESULTS_ENV = "HARNESS_RESULTS"
 LATEST = "latest"
@@ -116,8 +116,8 @@ def git_state(root: Path = _PROJECT_ROOT) -> dict[str, Any] | None:
 
 
 def run_record(config: Mapping[str, Any], argv: Sequence[str], started_at: float) -> dict[str, Any]:
-    return {"name": config["name"], "seed": config["seed"], "argv": list(argv),
-            "hosts": config.get("hosts", {}).get("provider", "netns"),
+    t = typed(config)
+    return {"name": t.name, "seed": t.seed, "argv": list(argv), "hosts": t.hosts.provider,
             "versions": versions(), "started_at": started_at, "config": dict(config)}
 
 
@@ -149,7 +149,8 @@ def new_run(results: Path, config: Mapping[str, Any], argv: Sequence[str],
     A folder whose test.json could not be written (a full disk) is removed again."""
     started = time.time() if started_at is None else started_at
     check_latest(results)
-    run_dir = create_run_dir(results, config["name"], config["seed"], started)
+    t = typed(config)
+    run_dir = create_run_dir(results, t.name, t.seed, started)
     try:
         write_test_json(run_dir, config, argv, started)
     except BaseException:

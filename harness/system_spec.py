@@ -12,15 +12,14 @@ data because of one of them is still run on Kafka, where it must lose nothing
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from checkers.exitcodes import UserError
 from control import kafka_install
 from control.kafka import WEAKNESS_DEFAULTS
-from harness.config import KIND, validate
+from harness.config import KIND, typed, validate, with_values
 from harness.sim_run import SIM, as_simulated
 
 KINDS = ("sim", "embedded", "kafka")
@@ -65,37 +64,37 @@ def on_system(config: Mapping[str, Any], spec: SystemSpec,
               real_hosts: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The config moved onto `spec`, validated, and one note per setting changed on the way.
     `real_hosts`: the [hosts] table a simulated config runs on when moved onto real hosts."""
-    out = copy.deepcopy(dict(config))
+    t = typed(config)
+    source = f"the config moved onto {spec.label}"
+    if t.hosts.provider == SIM and spec.kind != "sim":
+        config = {**config, "hosts": dict(real_hosts or {"provider": "netns"})}
+    values: dict[str, Any] = {f"system.{KIND}": "kafka" if spec.kind == "kafka" else "embedded"}
     notes: list[str] = []
-    if out["hosts"].get("provider") == SIM and spec.kind != "sim":
-        out["hosts"] = dict(real_hosts or {"provider": "netns"})
-    out["system"][KIND] = "kafka" if spec.kind == "kafka" else "embedded"
     if spec.kind == "kafka":
-        out.setdefault("kafka", {})["version"] = spec.version
-        notes += _kafka_behaviour(out["system"]) + _kafka_reads(out["checker"])
-    if spec.kind == "sim":
-        out = as_simulated(out)
-    return validate(out, source=f"the config moved onto {spec.label}"), notes
+        values["kafka.version"] = spec.version
+        notes += _kafka_behaviour(t.node_settings, values) + _kafka_reads(t.checker.allow, values)
+    out = with_values(config, values, source)
+    return (validate(as_simulated(out), source=source) if spec.kind == "sim" else out), notes
 
 
-def _kafka_behaviour(system: dict[str, Any]) -> list[str]:
-    """Weakness switches set back to what Kafka does, with a note for each."""
+def _kafka_behaviour(system: Mapping[str, Any], values: dict[str, Any]) -> list[str]:
+    """Weakness switches set back to what Kafka does (into `values`), with a note for each."""
     notes = []
     for key, default in WEAKNESS_DEFAULTS.items():
         if key in system and system[key] != default:
             notes.append(f"system.{key} = {system[key]!r} has no Kafka equivalent: "
                          f"Kafka behaves as {default!r}")
-            system[key] = default
+            values[f"system.{key}"] = default
     return notes
 
 
-def _kafka_reads(checker: dict[str, Any]) -> list[str]:
+def _kafka_reads(allow: Sequence[str], values: dict[str, Any]) -> list[str]:
     """Kafka's consumers read a deposed or restarted leader's own high watermark, which the
-    checker calls stale-read (docs/kafka.md, finding 4): allowed, so that what is compared
-    across systems is what was lost."""
-    if STALE_READ in checker.get("allow", []):
+    checker calls stale-read (docs/kafka.md, finding 4): allowed (into `values`), so that
+    what is compared across systems is what was lost."""
+    if STALE_READ in allow:
         return []
-    checker["allow"] = [*checker.get("allow", []), STALE_READ]
+    values["checker.allow"] = [*allow, STALE_READ]
     return [f"checker.allow += {STALE_READ}: Kafka serves reads from a deposed leader "
             "(docs/kafka.md); what is compared is what was lost"]
 
@@ -103,5 +102,6 @@ def _kafka_reads(checker: dict[str, Any]) -> list[str]:
 def expectation_on(expect: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
     """A cell's expectation once its config was moved: a weakness switch set back to Kafka's
     behaviour leaves nothing that may lose data, so the cell expects no loss there."""
-    reset = any(before["system"].get(k) != after["system"].get(k) for k in WEAKNESS_DEFAULTS)
+    was, now = typed(before).node_settings, typed(after).node_settings
+    reset = any(was.get(k) != now.get(k) for k in WEAKNESS_DEFAULTS)
     return "no-loss" if reset else expect

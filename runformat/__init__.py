@@ -2,8 +2,8 @@
 
 The bottom layer of the project (it imports nothing of it), so the checkers, the reports,
 the nemesis and the harness read a run's files through the same iterators and the same
-malformed-line policy (runformat.jsonl), and read what a fault did from its history operation
-(runformat.effects)."""
+malformed-line policy (runformat.jsonl), read what a fault did from its history operation
+(runformat.effects), and read a stored run's config typed (runformat.run_config)."""
 
 from runformat.jsonl import Event, Op, Tally, events, history, last_time, read_events, records
 

@@ -11,7 +11,10 @@ So unmodified asyncio code -- `asyncio.sleep`, `wait_for`, `call_later`, `loop.t
 runs in simulated time as fast as the CPU allows, and callbacks run in an order that depends
 only on the program: the ready queue is FIFO and timers fire in (time, scheduling order).
 Timers live in a heap of (when, sequence, handle) tuples, compared in C, rather than asyncio's
-heap of TimerHandles (whose Python `__lt__` was the loop's largest cost); `at(when, fn, *args)`
+heap of TimerHandles (whose Python `__lt__` was the loop's largest cost). The handles are the
+loop's own (`SimHandle`, `SimTimer`: asyncio's public Handle and TimerHandle interface --
+cancel, cancelled, when, get_context), so the loop reads no private attribute of asyncio's
+objects; `at(when, fn, *args)`
 schedules a bare callback without a handle for the simulation's own, never-cancelled events
 (message arrivals, node timers). Exceptions in those propagate out of the loop: they are bugs
 of the simulation, not of the code under test, whose callbacks still go through asyncio's
@@ -27,11 +30,11 @@ never happen: the loop raises `SimulationDeadlock` instead of blocking forever.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import itertools
 import logging
 import re
-from asyncio import events
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -49,6 +52,71 @@ class SimulationLivelock(RuntimeError):
 
 class RealIOError(RuntimeError):
     """Real I/O (sockets, pipes, processes, threads) was attempted inside a simulation."""
+
+
+class SimHandle:
+    """What `call_soon` returns: a callback to run once in its context, unless cancelled."""
+
+    __slots__ = ("callback", "args", "context", "loop", "is_cancelled")
+
+    def __init__(self, callback: Callable[..., Any], args: tuple, loop: SimLoop,
+                 context: contextvars.Context | None) -> None:
+        self.callback = callback
+        self.args = args
+        self.context = contextvars.copy_context() if context is None else context
+        self.loop = loop
+        self.is_cancelled = False
+
+    def cancel(self) -> None:
+        if not self.is_cancelled:
+            self._drop()
+
+    def _drop(self) -> None:
+        # as asyncio's handles do: what the callback holds is freed now, not when it is due
+        self.is_cancelled = True
+        self.callback = self.args = None
+
+    def cancelled(self) -> bool:
+        return self.is_cancelled
+
+    def get_context(self) -> contextvars.Context:
+        return self.context
+
+    def run(self) -> None:
+        """Run the callback; what it raises goes to the loop's exception handler, as asyncio's
+        handles do (code under test that fails is recorded, not a crash of the simulation)."""
+        try:
+            self.context.run(self.callback, *self.args)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            self.loop.call_exception_handler({"message": f"Exception in callback {self!r}",
+                                              "exception": exc, "handle": self})
+
+    def __repr__(self) -> str:
+        name = getattr(self.callback, "__qualname__", None) or repr(self.callback)
+        return f"<{type(self).__name__} {name}{' cancelled' if self.is_cancelled else ''}>"
+
+
+class SimTimer(SimHandle):
+    """What `call_at` and `call_later` return: a SimHandle due at a virtual time."""
+
+    __slots__ = ("due", "in_heap")
+
+    def __init__(self, when: float, callback: Callable[..., Any], args: tuple, loop: SimLoop,
+                 context: contextvars.Context | None) -> None:
+        super().__init__(callback, args, loop, context)
+        self.due = when
+        self.in_heap = True
+
+    def when(self) -> float:
+        return self.due
+
+    def cancel(self) -> None:
+        if not self.is_cancelled:
+            if self.in_heap:
+                self.loop.timer_cancelled()
+            self._drop()
 
 
 class SimLoop(asyncio.BaseEventLoop):
@@ -88,22 +156,32 @@ class SimLoop(asyncio.BaseEventLoop):
 
     # ---- timers and one iteration ----------------------------------------------------------------
 
+    def call_soon(self, callback, *args, context=None):  # noqa: ANN001
+        self._check_closed()
+        handle = SimHandle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
     def call_at(self, when, callback, *args, context=None):  # noqa: ANN001
         self._check_closed()
-        timer = events.TimerHandle(when, callback, args, self, context)
+        timer = SimTimer(when, callback, args, self, context)
         heapq.heappush(self._heap, (when, next(self._seq), timer))
-        timer._scheduled = True
         return timer
+
+    def call_later(self, delay, callback, *args, context=None):  # noqa: ANN001
+        return self.call_at(self.now + delay, callback, *args, context=context)
 
     def at(self, when: float, fn: Callable[..., Any], *args: Any) -> None:
         """Run fn(*args) at virtual time `when` (not cancellable, no handle, no context)."""
         heapq.heappush(self._heap, (when, next(self._seq), fn, args))
 
-    def _timer_handle_cancelled(self, handle: events.TimerHandle) -> None:
+    def timer_cancelled(self) -> None:
+        """A SimTimer still in the heap was cancelled: drop the cancelled ones once they are
+        more than half of it (as asyncio does), so the heap stays as short as the live timers."""
         self._timer_cancelled_count += 1
         heap = self._heap
         if self._timer_cancelled_count > 512 and self._timer_cancelled_count * 2 > len(heap):
-            self._heap = [e for e in heap if len(e) == 4 or not e[2]._cancelled]
+            self._heap = [e for e in heap if len(e) == 4 or not e[2].is_cancelled]
             heapq.heapify(self._heap)
             self._timer_cancelled_count = 0
 
@@ -113,7 +191,7 @@ class SimLoop(asyncio.BaseEventLoop):
         ready = self._ready
         heap = self._heap
         if not ready and not self._stopping:
-            while heap and len(heap[0]) == 3 and heap[0][2]._cancelled:
+            while heap and len(heap[0]) == 3 and heap[0][2].is_cancelled:
                 heapq.heappop(heap)
                 self._timer_cancelled_count -= 1
             if not heap:
@@ -133,10 +211,10 @@ class SimLoop(asyncio.BaseEventLoop):
             entry = pop(heap)
             if len(entry) == 3:
                 handle = entry[2]
-                if handle._cancelled:
+                if handle.is_cancelled:
                     self._timer_cancelled_count -= 1
                     continue
-                handle._scheduled = False
+                handle.in_heap = False
                 ready.append(handle)
             else:
                 ready.append(entry)
@@ -145,8 +223,8 @@ class SimLoop(asyncio.BaseEventLoop):
             handle = popleft()
             if handle.__class__ is tuple:
                 handle[2](*handle[3])
-            elif not handle._cancelled:
-                handle._run()
+            elif not handle.is_cancelled:
+                handle.run()
 
     # ---- what BaseEventLoop leaves to subclasses -----------------------------------------------
 
@@ -272,7 +350,7 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def next_timer(self) -> float | None:
         """The virtual time of the next live timer, or None."""
-        live = [e[0] for e in self._heap if len(e) == 4 or not e[2]._cancelled]
+        live = [e[0] for e in self._heap if len(e) == 4 or not e[2].is_cancelled]
         return min(live) if live else None
 
     def close(self) -> None:

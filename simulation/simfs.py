@@ -57,10 +57,10 @@ class _Inode:
 
     __slots__ = ("data", "synced", "_frozen")
 
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.synced: int | None = 0  # None: the durable content is _frozen
-        self._frozen = b""
+    def __init__(self, data: bytes = b"", synced: int | None = 0, frozen: bytes = b"") -> None:
+        self.data = bytearray(data)
+        self.synced = synced  # None: the durable content is _frozen
+        self._frozen = frozen
 
     @property
     def durable(self) -> bytes:
@@ -84,9 +84,7 @@ class _Inode:
             self.data.extend(bytes(length - len(self.data)))
 
     def copy(self) -> _Inode:
-        twin = _Inode()
-        twin.data, twin.synced, twin._frozen = bytearray(self.data), self.synced, self._frozen
-        return twin
+        return _Inode(self.data, self.synced, self._frozen)
 
     def reset(self, data: bytes) -> None:
         """After a loss: `data` is what processes see and what is durable."""
@@ -153,10 +151,11 @@ def _parent(key: str) -> str:
 class SimFs:
     """See the module docstring. Methods take and raise as `os` does (replication/fs.py)."""
 
-    def __init__(self) -> None:
-        self._visible = _Namespace()
-        self._durable = _Namespace()
-        self._journal: list[_Op] = []
+    def __init__(self, visible: _Namespace | None = None, durable: _Namespace | None = None,
+                 journal: list[_Op] | None = None) -> None:
+        self._visible = visible or _Namespace()
+        self._durable = durable or _Namespace()
+        self._journal: list[_Op] = journal or []
         self._fds: dict[int, _Handle] = {}
 
     # -- the port: descriptors -----------------------------------------------------------
@@ -283,14 +282,13 @@ class SimFs:
                 twins[inode] = inode.copy()
             return twins[inode]
 
-        out = SimFs()
-        out._visible = _Namespace({k: twin(v) for k, v in self._visible.files.items()},
-                                  set(self._visible.dirs))
-        out._durable = _Namespace({k: twin(v) for k, v in self._durable.files.items()},
-                                  set(self._durable.dirs))
-        out._journal = [(kind, path, twin(arg) if isinstance(arg, _Inode) else arg)
-                        for kind, path, arg in self._journal]
-        return out
+        return SimFs(
+            _Namespace({k: twin(v) for k, v in self._visible.files.items()},
+                       set(self._visible.dirs)),
+            _Namespace({k: twin(v) for k, v in self._durable.files.items()},
+                       set(self._durable.dirs)),
+            [(kind, path, twin(arg) if isinstance(arg, _Inode) else arg)
+             for kind, path, arg in self._journal])
 
     def kill(self) -> None:
         """The process holding every open descriptor is SIGKILLed: they are closed; the

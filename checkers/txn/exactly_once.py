@@ -23,10 +23,11 @@ transaction's output read by a read-committed consumer is the per-partition chec
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from checkers.txn.consumers import Log
 from checkers.txn.ops import Send, Txn
+from runformat.run_config import RunConfig
 
 if TYPE_CHECKING:
     from checkers.txn.analysis import Findings
@@ -35,13 +36,12 @@ NAMES = ("duplicate-output", "lost-output")
 Made = dict[tuple[int, int], list[tuple[Txn, Send]]]  # (partition, value) -> outputs of it
 
 
-def history_partitions(config: dict[str, Any]) -> int | None:
+def history_partitions(config: RunConfig) -> int | None:
     """The partitions a run's history names: the test topic's and, with transformers, the
     output topic's after them (as many: output partition q is the history's P + q)."""
-    partitions = config.get("topic", {}).get("partitions")
-    if partitions is None or not config.get("workload", {}).get("transformers"):
-        return partitions
-    return 2 * partitions
+    if config.partitions is None or not config.transformers:
+        return config.partitions
+    return 2 * config.partitions
 
 
 def exactly_once(txns: list[Txn], findings: Findings) -> None:

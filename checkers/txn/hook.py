@@ -10,19 +10,19 @@ import pandas as pd
 
 from checkers.txn.analysis import EXAMPLES, NAMES_FOUND, Findings, analyse
 from checkers.txn.ops import has_transactions, load
+from runformat.run_config import RunConfig
 
 BUDGET_S = 300.0
 
 
-def transactional(history: Path, config: dict[str, Any], budget_s: float = BUDGET_S
+def transactional(history: Path, config: RunConfig, budget_s: float = BUDGET_S
                   ) -> Findings | None:
     """The transactional findings, or None for a history without transactions. The run's
     `[checker] ww_deps` asks for write-write dependencies from offsets (off by default)."""
     if not has_transactions(history):
         return None
-    ww = bool(config.get("checker", {}).get("ww_deps", False))
-    findings = analyse(load(history), budget_s, ww)
-    if not ww:
+    findings = analyse(load(history), budget_s, config.ww_deps)
+    if not config.ww_deps:
         findings.notes.append(
             "write cycles (G0, G0-process, G0-realtime) not judged: offsets do not order "
             "concurrent Kafka transactions' writes; [checker] ww_deps = true infers them")

@@ -35,6 +35,7 @@ from harness.report.timeline import (
     write_timeline,
 )
 from runformat import Event, Tally, last_time, read_events
+from runformat.run_config import RunConfig
 
 TABLE_CAP = 200  # rows of any one table on the page
 EXAMPLES_CAP = 20  # examples shown per anomaly
@@ -224,9 +225,7 @@ def _make_plots(page: RunPage) -> None:
 
 
 def _acks(page: RunPage) -> str:
-    config = (page.test or {}).get("config")
-    workload = config.get("workload") if isinstance(config, dict) else None
-    return str(workload.get("acks", "")) if isinstance(workload, dict) else ""
+    return RunConfig.shown((page.test or {}).get("config")).acks or ""
 
 
 def _make_incidents_and_timeline(page: RunPage, title: str) -> None:
@@ -266,15 +265,13 @@ def _story_lines(page: RunPage) -> RunLines | None:
     return RunLines(page.event_list, page.history.nemesis, page.history.first_op_ns)
 
 
-def _system_row(config: dict[str, Any]) -> tuple[str, str]:
-    system = config.get("system") if isinstance(config.get("system"), dict) else {}
-    if system.get("kind") != "kafka":
+def _system_row(config: RunConfig) -> tuple[str, str]:
+    if config.system_kind != "kafka":
         return ("system", "embedded (replication/)")
-    kafka = config.get("kafka") if isinstance(config.get("kafka"), dict) else {}
-    return ("system", f"Apache Kafka {_cell(kafka.get('version'))} (KRaft)")
+    return ("system", f"Apache Kafka {_cell(config.kafka_version)} (KRaft)")
 
 
-def _config_rows(config: dict[str, Any]) -> list[tuple[str, str]]:
+def _config_rows(config: RunConfig) -> list[tuple[str, str]]:
     rows = [_system_row(config)]
     kafka = rows[0][1].startswith("Apache Kafka")
     # On Kafka the embedded system's own switches do not apply (control.kafka refuses them)
@@ -282,9 +279,8 @@ def _config_rows(config: dict[str, Any]) -> list[tuple[str, str]]:
     for label, table, key in KEY_SETTINGS:
         if table in ("system", "workload") and key in skipped:
             continue
-        scope = config.get(table, {}) if table else config
         keys = key if isinstance(key, tuple) else (key,)
-        values = [scope.get(k) if isinstance(scope, dict) else None for k in keys]
+        values = [config.setting(table, k) for k in keys]
         shown = " / ".join("(default)" if v is None else _cell(v) for v in values)
         rows.append((label, shown))
     return rows
@@ -359,7 +355,7 @@ def render_run(run_dir: Path) -> Path:
         title=title,
         verdict=page.outcome.verdict if page.outcome else "not checked",
         summary=_summary_line(page),
-        config_rows=_config_rows(config),
+        config_rows=_config_rows(RunConfig.shown(config)),
         config_json=json.dumps(config, indent=2, sort_keys=True, default=str),
         argv=" ".join(str(a) for a in test.get("argv") or []),
         anomalies=_anomalies(page.results) if page.results else [],

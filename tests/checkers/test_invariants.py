@@ -27,6 +27,7 @@ from checkers.invariants import (
 )
 from checkers.trace import check_trace, findings
 from checkers.verdict import add_invariants
+from runformat.run_config import RunConfig
 
 
 def log(*epochs: int, value=lambda o: f"v{o}") -> list[Rec]:
@@ -494,7 +495,7 @@ def test_invariant_violations_make_a_run_invalid_unless_allowed(tmp_path):
     line = {"time": 5, "name": "invariant:LeaderCompleteness", "topic": "t", "partition": 0,
             "detail": "leader 2 ...", "recent_steps": [{"time": 1, "node": "n2", "step": "tick"}]}
     (tmp_path / "invariants.jsonl").write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
-    found, notes, stats = findings(tmp_path, {})
+    found, notes, stats = findings(tmp_path, RunConfig())
     assert found["invariant:LeaderCompleteness"][0] == 2 and stats["source"] == "simulation"
     for allow, valid in (([], False), (["invariant:LeaderCompleteness"], True)):
         results = {"valid": True, "anomalies": {}, "notes": [], "stats": {}}
@@ -511,10 +512,10 @@ def test_a_run_folder_with_events_gets_the_trace_check(tmp_path):
     with open(tmp_path / "events.jsonl", "w") as f:
         for e in base_trace():
             f.write(json.dumps(e) + "\n")
-    found, notes, stats = findings(tmp_path, {"system": {"min.insync.replicas": 2}})
+    found, notes, stats = findings(tmp_path, RunConfig(min_insync_replicas=2))
     assert found == {} and stats["source"] == "trace" and stats["events"] == len(base_trace())
     assert "not decidable from this trace" in notes[-1]
-    assert findings(tmp_path / "nothing-here", {}) == ({}, [], {})
+    assert findings(tmp_path / "nothing-here", RunConfig()) == ({}, [], {})
 
 
 @pytest.mark.parametrize("name", [i.name for i in inv.INVARIANTS])

@@ -16,6 +16,7 @@ from checkers.trace_spark import check_run_spark
 from harness.campaign_spec import load_spec
 from harness.sim_run import as_simulated, simulate_into, with_seed
 from harness.test import Test
+from runformat.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +31,7 @@ def simulated_trace(folder: Path, config_name: str, seed: int, partitions: int) 
     config = as_simulated(with_seed(config, seed))
     simulate_into(Test.of(config, folder, check=False), folder, keep_going=True)
     (folder / "invariants.jsonl").unlink()
-    return config
+    return RunConfig.of(config)
 
 
 def summary(report) -> tuple:
@@ -61,4 +62,4 @@ def test_findings_say_where_the_trace_was_checked(tmp_path, spark):
 
 
 def test_no_events_no_trace(tmp_path, spark):
-    assert check_run_spark(spark, tmp_path, {"topic": {"name": "chaos", "partitions": 1}}) is None
+    assert check_run_spark(spark, tmp_path, RunConfig(topic="chaos", partitions=1)) is None

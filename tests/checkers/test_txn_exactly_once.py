@@ -11,6 +11,7 @@ from pathlib import Path
 
 from checkers.check import check_path
 from checkers.txn.exactly_once import history_partitions
+from runformat.run_config import RunConfig
 from tests.support.txn_history import HistoryLines
 
 GROUP = "ctp"
@@ -158,9 +159,10 @@ def test_an_aborted_output_read_committed_is_an_aborted_read(tmp_path):
 
 
 def test_the_output_topic_partitions_follow_the_input_ones_in_the_history():
-    config = {"topic": {"partitions": 3}, "workload": {"transformers": 2}}
+    config = RunConfig.of({"topic": {"partitions": 3}, "workload": {"transformers": 2}})
     assert history_partitions(config) == 6
-    assert history_partitions({"topic": {"partitions": 3}, "workload": {}}) == 3
+    assert history_partitions(RunConfig.of({"topic": {"partitions": 3}, "workload": {}})) == 3
+    assert history_partitions(RunConfig()) is None
 
 
 def test_without_transformers_an_output_partition_is_out_of_range(tmp_path):

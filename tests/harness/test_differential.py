@@ -13,9 +13,10 @@ from test_report import write_run_folder
 from harness import cli
 from harness.campaign import run_campaign
 from harness.campaign_spec import CampaignError, load_spec
+from harness.config import load_config, typed
 from harness.report import report_path
 from harness.report.differential import compare, format_comparison, table
-from harness.reproduce import by_role, plan_file, room_for_waits
+from harness.reproduce import by_role, plan_file, room_for_waits, with_plan_faults
 from harness.shrink import load_minimal
 from harness.sim_run import as_simulated, simulate_into
 from harness.store import create_run_dir
@@ -199,3 +200,15 @@ def test_the_models_no_elr_schedule_loses_records_on_kafka_3_9(tmp_path, monkeyp
     assert code == 0 and "lost-write or unseen occurred in 1/1 kafka:3.9.1 run(s)" in out, out
     hit = _hit(_runs(out)[0], "power-loss")
     assert hit.roles[hit.resolved["nodes"][0]] == "last-isr-member"
+
+
+def test_a_plan_run_lists_the_kinds_it_holds_and_makes_room_for_its_waits(capsys):
+    """`harness run --plan`: nemesis.faults becomes the plan's kinds (what the hosts must be
+    prepared for), and the time limit grows by what its faults may wait for a role."""
+    _, _, doc = load_minimal(NO_ELR)
+    config = load_config("fast", ["nemesis.faults=['kill']"])
+    out = with_plan_faults(config, by_role(doc, NO_ELR), "no-elr.json")
+    said = capsys.readouterr().out
+    assert typed(out).nemesis.faults == ("pause", "power-loss")
+    assert "nemesis.faults = ['pause', 'power-loss'] (the kinds no-elr.json holds)" in said
+    assert typed(out).time_limit > typed(config).time_limit and "time_limit" in said

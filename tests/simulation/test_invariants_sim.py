@@ -17,6 +17,7 @@ import pytest
 from support.scenarios import acknowledged_loss, shrink_then, weakness
 
 from checkers.trace import check_run
+from runformat.run_config import RunConfig
 from simulation.run import run_simulation
 from workloads.kafka import WorkloadParams
 
@@ -58,7 +59,7 @@ def simulate(tmp: Path, seed: int, system: dict, acks: str = "all", faults=None,
 
 def trace_names(run_dir: Path, system: dict, acks: str) -> set[str]:
     config = {"system": {**SAFE, **system}, "workload": {"acks": acks}, "topic": {"name": "chaos"}}
-    report = check_run(run_dir, config)
+    report = check_run(run_dir, RunConfig.of(config))
     assert report is not None
     return {v["name"].removeprefix("invariant:") for v in report.violations}
 

@@ -104,3 +104,41 @@ def test_unretrieved_task_exceptions_are_recorded():
     import gc
     gc.collect()
     assert any("lost" in (e["exception"] or "") for e in loop.errors)
+
+
+def test_cancelled_timers_never_fire_and_leave_the_heap():
+    loop = SimLoop()
+    fired: list[int] = []
+    timers = [loop.call_at(10.0 + i, fired.append, i) for i in range(2_000)]
+    for t in timers[:1_500]:
+        t.cancel()
+        t.cancel()  # twice: counted once
+    assert all(t.cancelled() for t in timers[:1_500]) and not timers[-1].cancelled()
+    assert timers[-1].when() == 2_009.0
+    assert len(loop._heap) <= 1_000  # the cancelled dropped once they were over half of it
+    assert loop.next_timer() == 1_510.0  # the first live one
+    loop.run_for(2_100)
+    assert fired == list(range(1_500, 2_000))
+
+
+def test_a_failing_callback_goes_to_the_exception_handler_in_its_context():
+    import contextvars
+
+    var = contextvars.ContextVar("var", default="outside")
+    loop = SimLoop()
+    seen: list[str] = []
+
+    def fail() -> None:
+        seen.append(var.get())
+        raise ValueError("boom")
+
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "inside")
+    handle = loop.call_soon(fail, context=ctx)
+    assert handle.get_context() is ctx
+    loop.call_soon(lambda: seen.append("after"))  # the loop goes on
+    loop.run_for(1)
+    assert seen == ["inside", "after"]
+    assert [(e["message"], e["exception"]) for e in loop.errors] == [
+        ("Exception in callback <SimHandle test_a_failing_callback_goes_to_the_exception_handler"
+         "_in_its_context.<locals>.fail>", "ValueError('boom')")]
