@@ -12,12 +12,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from checkers.exitcodes import Exit, UserError
 from harness import store
 from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
-from harness.config import from_args, parse_fault_list, typed, validate, with_sets
+from harness.config import from_args, parse_fault_list, typed, with_sets, with_values
 from harness.shrink import replay_test
 from harness.sim_run import as_simulated
 from harness.simulate import INTERPRETERS, check_determinism, run_search, simulate_test
@@ -78,19 +79,21 @@ def campaign_config(args: argparse.Namespace) -> dict:
     wanted = args.cell.split("/")
     for cell in cells:
         if [cell.config, cell.nemesis][:len(wanted)] == wanted:
-            config = dict(cell.resolved)
-            nemesis = getattr(args, "nemesis", None)
-            for key, value in (("seed", args.seed), ("time_limit", args.time_limit),
-                               ("nodes", getattr(args, "nodes", None))):
-                if value is not None:
-                    config[key] = value
-            if nemesis is not None:
-                config["nemesis"] = {**config["nemesis"], "faults": parse_fault_list(nemesis)}
-            config = validate(config, source=f"{args.campaign} cell {cell.id}")
+            config = with_values(cell.resolved, _cell_overrides(args),
+                                 source=f"{args.campaign} cell {cell.id}")
             sets = getattr(args, "set", None) or []
             return with_sets(config, sets) if sets else config
     known = sorted({f"{c.config}/{c.nemesis}" for c in cells})
     raise UserError(f"{args.campaign}: no cell {args.cell!r}; cells: {', '.join(known)}")
+
+
+def _cell_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The options given beside --campaign, as dotted keys over the cell's config."""
+    nemesis = getattr(args, "nemesis", None)
+    given = {"seed": args.seed, "time_limit": args.time_limit,
+             "nodes": getattr(args, "nodes", None),
+             "nemesis.faults": parse_fault_list(nemesis) if nemesis is not None else None}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def main(args: argparse.Namespace) -> int:
