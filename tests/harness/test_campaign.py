@@ -132,12 +132,15 @@ def test_report_of_a_campaign_folder_rewrites_its_pages(tmp_path: Path,
 def test_time_budget_skips_then_resume_runs_the_rest(tmp_path: Path, campaign_file: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     results = tmp_path / "results"
-    monkeypatch.setenv(SLEEP_ENV, "0.3")
-    folder = run_campaign(campaign_file, False, 0.1, simulated_run_test, results)
+    # the budget is counted from the session's start, which saves the campaign's state first:
+    # a budget far above that (2 s, on a machine at load average 30) and a first run that
+    # outlasts it
+    monkeypatch.setenv(SLEEP_ENV, "3")
+    folder = run_campaign(campaign_file, False, 2, simulated_run_test, results)
     state = _state(folder)
     assert [c["status"] for c in state["cells"]] == ["done"] + ["skipped"] * 3
     assert state["status"] == "stopped"
-    assert "time budget of 0.1 s used up" in state["cells"][1]["error"]
+    assert "time budget of 2 s used up" in state["cells"][1]["error"]
     monkeypatch.setenv(SLEEP_ENV, "0")
     assert run_campaign(campaign_file, True, None, simulated_run_test, results) == folder
     state = _state(folder)
