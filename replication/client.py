@@ -286,7 +286,7 @@ class Client:
         def answered(answer: object) -> None:
             try:
                 reply = _fetch_outcome(answer)
-            except Exception as e:  # noqa: BLE001 - handed to the caller, as fetch raises it
+            except Exception as e:  # handed to the caller, as fetch would raise it
                 polled(e)
                 return
             if isinstance(reply, ConsumerFetchReply):

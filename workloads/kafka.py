@@ -76,7 +76,30 @@ class _Ints(dict):
         return n
 
 
-class _Producer:
+class _ClientProcess:
+    """What a producer's and a consumer's callbacks share: `finished`, done when the process
+    stops, and `_guarded`, which runs a step unless the run is over (`finished` cancelled)
+    and ends the process with a step's exception (a bug), raised by `finished`."""
+
+    def __init__(self, workload: KafkaWorkload, client: Client, stop: float) -> None:
+        self.w = workload
+        self.client = client
+        self.stop = stop
+        self.loop = asyncio.get_running_loop()
+        self.process = workload.pool.new()
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.op: Any = None
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        if self.finished.done():  # cancelled: the run is over
+            return
+        try:
+            step(*args)
+        except Exception as e:
+            self.finished.set_exception(e)
+
+
+class _Producer(_ClientProcess):
     """One producer process until `stop`: wait for its send slot, send one value, record the
     outcome, and again. Callbacks on the event loop (Client.send) rather than a coroutine: a
     simulated run makes thousands of sends, and a coroutine paid a future and a task wake-up
@@ -86,23 +109,9 @@ class _Producer:
     bug) ends the producer and is raised by `finished`."""
 
     def __init__(self, workload: KafkaWorkload, client: Client, index: int, stop: float) -> None:
-        self.w = workload
-        self.client = client
-        self.stop = stop
-        self.loop = asyncio.get_running_loop()
-        self.process = workload.pool.new()
+        super().__init__(workload, client, stop)
         self.pace = Pacer(workload.p, index, self.loop.time())
-        self.finished: asyncio.Future[None] = self.loop.create_future()
-        self.op: Any = None
         self._guarded(self._next)
-
-    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
-        if self.finished.done():  # cancelled: the run is over
-            return
-        try:
-            step(*args)
-        except Exception as e:
-            self.finished.set_exception(e)
 
     def _next(self) -> None:
         now = self.loop.time()
@@ -143,31 +152,17 @@ class _Producer:
         self._next()
 
 
-class _Consumer:
+class _Consumer(_ClientProcess):
     """One consumer process until `stop`: poll a partition from its offset (now and then from
     an earlier one), record what it read, and again at once; after a definite failure, 50 ms
     later. Callbacks on the event loop (Client.poll), as `_Producer` is and for the same
     reason; `finished` as there."""
 
     def __init__(self, workload: KafkaWorkload, client: Client, index: int, stop: float) -> None:
-        self.w = workload
-        self.client = client
-        self.stop = stop
-        self.loop = asyncio.get_running_loop()
-        self.process = workload.pool.new()
+        super().__init__(workload, client, stop)
         self.offsets = [0] * workload.p.partitions
         self.partition = index % workload.p.partitions
-        self.finished: asyncio.Future[None] = self.loop.create_future()
-        self.op: Any = None
         self._guarded(self._next)
-
-    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
-        if self.finished.done():  # cancelled: the run is over
-            return
-        try:
-            step(*args)
-        except Exception as e:
-            self.finished.set_exception(e)
 
     def _next(self) -> None:
         if self.loop.time() >= self.stop:
