@@ -259,28 +259,120 @@ class Client:
         leader, fenced epoch, lagging new leader) until the request timeout. `max_wait_ms` > 0
         makes it a long poll: the leader holds it until `min_records` are committed past
         `offset` or the wait is over (ConsumerFetchRequest)."""
+        deadline = asyncio.get_running_loop().time() + self.request_timeout_s
+        return await self._fetch_until(
+            deadline, _Fetch(topic, partition, offset, max_records, min_records, max_wait_ms), refresh)
+
+    def poll(self, topic: str, partition: int, offset: int, max_records: int,
+             polled: Polled, *, min_records: int = 1, max_wait_ms: int = 0) -> None:
+        """`fetch` without a coroutine: `polled(the ConsumerFetchReply, or the ClientError or
+        other exception fetch would raise)` is called once, later, from the event loop (never
+        if the loop shuts down first). The usual case, a known leader that answers with
+        records, sends without a task and settles from the answer's callback; a retry (an
+        error a refresh may cure, no metadata yet) goes on as `fetch` does, in a task. A
+        simulated consumer polls thousands of times a run, as producers send."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
-        while True:
-            state = self._known_state(topic, partition, refresh)
-            if state is None:
-                state = await self.partition_state(topic, partition, refresh)
+        want = _Fetch(topic, partition, offset, max_records, min_records, max_wait_ms)
+        try:
+            state = self._known_state(topic, partition, False)
+            address = None if state is None else self._leader_of(state)[1]
+        except ClientError:  # no leader: _fetch_until's retries say so
+            state = address = None
+        if state is None or address is None:
+            self._poll_in_task(polled, deadline, want, None)
+            return
+
+        def answered(answer: object) -> None:
             try:
-                _, address = self._leader_of(state)
-                msg = ConsumerFetchRequest(topic, partition, offset, max_records, state.leader_epoch,
-                                           min_records, max_wait_ms)
-                reply = await self.pool.get(address).request(msg, max(0.05, deadline - loop.time()))
-            except ConnectFailed:
-                reply = ErrorReply(E.NOT_LEADER)
-            except (ConnectionLost, MalformedMessage) as e:
-                raise ClientError(E.NETWORK_ERROR, str(e)) from e
+                reply = _fetch_outcome(answer)
+            except Exception as e:  # handed to the caller, as fetch would raise it
+                polled(e)
+                return
             if isinstance(reply, ConsumerFetchReply):
-                return reply
-            assert isinstance(reply, ErrorReply), reply
-            if reply.error not in E.RETRIABLE_FETCH or loop.time() + self.retry_backoff_s >= deadline:
-                raise ClientError(reply.error, "" if reply.hwm is None else str(reply.hwm))
-            await asyncio.sleep(self.retry_backoff_s)
-            refresh = True
+                polled(reply)
+            else:
+                self._poll_in_task(polled, deadline, want, reply)
+
+        self.pool.get(address).call(want.request(state.leader_epoch),
+                                    max(0.05, deadline - loop.time()), answered)
+
+    def _poll_in_task(self, polled: Polled, deadline: float, want: _Fetch,
+                      failed: ErrorReply | None) -> None:
+        def finished(task: asyncio.Task) -> None:
+            if not task.cancelled():
+                error = task.exception()
+                polled(task.result() if error is None else error)
+        task = asyncio.get_running_loop().create_task(self._fetch_until(deadline, want, False, failed))
+        task.add_done_callback(finished)
+
+    async def _fetch_until(self, deadline: float, want: _Fetch, refresh: bool,
+                           failed: ErrorReply | None = None) -> ConsumerFetchReply:
+        """`want` fetched, retrying what a refresh may cure until `deadline`; `failed` is the
+        retriable error of an attempt already made."""
+        loop = asyncio.get_running_loop()
+        reply = failed
+        while True:
+            if reply is not None:
+                if loop.time() + self.retry_backoff_s >= deadline:
+                    raise _fetch_error(reply)
+                await asyncio.sleep(self.retry_backoff_s)
+                refresh = True
+            state = self._known_state(want.topic, want.partition, refresh)
+            if state is None:
+                state = await self.partition_state(want.topic, want.partition, refresh)
+            _, address = self._leader_of(state)
+            try:
+                answer = await self.pool.get(address).request(
+                    want.request(state.leader_epoch), max(0.05, deadline - loop.time()))
+            except (ConnectionLost, MalformedMessage) as e:  # ConnectFailed too
+                answer = e
+            outcome = _fetch_outcome(answer)
+            if isinstance(outcome, ConsumerFetchReply):
+                return outcome
+            reply = outcome
+
+
+# What a poll's callback gets: the reply, or the ClientError (or a bug's exception) of fetch.
+Polled = Callable[["ConsumerFetchReply | BaseException"], None]
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    """What a consumer's fetch asks for, whoever the leader is."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_records: int
+    min_records: int
+    max_wait_ms: int
+
+    def request(self, leader_epoch: int | None) -> ConsumerFetchRequest:
+        return ConsumerFetchRequest(self.topic, self.partition, self.offset, self.max_records,
+                                    leader_epoch, self.min_records, self.max_wait_ms)
+
+
+def _fetch_outcome(answer: object) -> ConsumerFetchReply | ErrorReply:
+    """What one fetch attempt's answer, or the connection error it met, says: the reply, or an
+    ErrorReply a metadata refresh may cure (a refused connection counts as a moved leader).
+    Raises the ClientError fetch raises for anything else."""
+    if isinstance(answer, ConnectFailed):
+        return ErrorReply(E.NOT_LEADER)
+    if isinstance(answer, (ConnectionLost, MalformedMessage)):
+        raise ClientError(E.NETWORK_ERROR, str(answer)) from answer
+    if isinstance(answer, BaseException):
+        raise answer  # not the connection's: a bug, to be seen as one
+    if isinstance(answer, ConsumerFetchReply):
+        return answer
+    assert isinstance(answer, ErrorReply), answer
+    if answer.error not in E.RETRIABLE_FETCH:
+        raise _fetch_error(answer)
+    return answer
+
+
+def _fetch_error(reply: ErrorReply) -> ClientError:
+    return ClientError(reply.error, "" if reply.hwm is None else str(reply.hwm))
 
 
 def _produce_outcome(result: object) -> ProduceReply | str:

@@ -82,6 +82,7 @@ class Controller:
         self.recoveries: dict[tuple[str, int], Recovery] = {}
         self._manual_reported: set[tuple[str, int]] = set()
         self._batches = 0  # calls whose events went out as one batch (_batched)
+        self._topic_configs: dict[str, tuple[dict[str, str], NodeConfig]] = {}  # topic_config
 
     # ---- persistence -------------------------------------------------------------------
 
@@ -140,14 +141,24 @@ class Controller:
             out[i] = Event(e.kind, {**e.fields, "batch": self._batches, "batch_size": len(at)})
         return out
 
+    def topic_config(self, topic: str) -> NodeConfig:
+        """The config with the topic's overrides, made again only when they differ from the
+        last made for it: every tick asks for each partition's recovery strategy, and making
+        a config copies and validates every field."""
+        overrides = self.topics.get(topic, {})
+        made = self._topic_configs.get(topic)
+        if made is None or made[0] != overrides:
+            made = self._topic_configs[topic] = (dict(overrides), self.config.with_overrides(overrides))
+        return made[1]
+
     def rules(self, topic: str) -> md.Rules:
-        cfg = self.config.with_overrides(self.topics.get(topic, {}))
+        cfg = self.topic_config(topic)
         return md.Rules(cfg.min_insync_replicas, cfg.eligible_leader_replicas_enable,
                         cfg.unclean_leader_election_enable,
                         cfg.unclean_recovery_strategy == RecoveryStrategy.LAST_LEADER)
 
     def strategy(self, topic: str) -> str:
-        return self.config.with_overrides(self.topics.get(topic, {})).unclean_recovery_strategy
+        return self.topic_config(topic).unclean_recovery_strategy
 
     def unfenced(self) -> set[int]:
         return {b.broker_id for b in self.brokers.values() if not b.fenced}

@@ -157,7 +157,9 @@ class NodeProcess(Process):
     def _fire(self, gen: int) -> None:
         if gen != self._gen or not self.alive or self.paused:
             return
-        self._armed_for = float("inf")
+        # While the due timers run, a timer they make does not arm the loop (the tick makes
+        # its next one each time): the _arm below does, once.
+        self._armed_for = float("-inf")
         heap = self._heap
         now = self.clock.at(self.loop.now) + 1e-9
         while heap and heap[0][0] <= now:

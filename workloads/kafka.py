@@ -76,7 +76,30 @@ class _Ints(dict):
         return n
 
 
-class _Producer:
+class _ClientProcess:
+    """What a producer's and a consumer's callbacks share: `finished`, done when the process
+    stops, and `_guarded`, which runs a step unless the run is over (`finished` cancelled)
+    and ends the process with a step's exception (a bug), raised by `finished`."""
+
+    def __init__(self, workload: KafkaWorkload, client: Client, stop: float) -> None:
+        self.w = workload
+        self.client = client
+        self.stop = stop
+        self.loop = asyncio.get_running_loop()
+        self.process = workload.pool.new()
+        self.finished: asyncio.Future[None] = self.loop.create_future()
+        self.op: Any = None
+
+    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
+        if self.finished.done():  # cancelled: the run is over
+            return
+        try:
+            step(*args)
+        except Exception as e:
+            self.finished.set_exception(e)
+
+
+class _Producer(_ClientProcess):
     """One producer process until `stop`: wait for its send slot, send one value, record the
     outcome, and again. Callbacks on the event loop (Client.send) rather than a coroutine: a
     simulated run makes thousands of sends, and a coroutine paid a future and a task wake-up
@@ -86,23 +109,9 @@ class _Producer:
     bug) ends the producer and is raised by `finished`."""
 
     def __init__(self, workload: KafkaWorkload, client: Client, index: int, stop: float) -> None:
-        self.w = workload
-        self.client = client
-        self.stop = stop
-        self.loop = asyncio.get_running_loop()
-        self.process = workload.pool.new()
+        super().__init__(workload, client, stop)
         self.pace = Pacer(workload.p, index, self.loop.time())
-        self.finished: asyncio.Future[None] = self.loop.create_future()
-        self.op: Any = None
         self._guarded(self._next)
-
-    def _guarded(self, step: Callable[..., None], *args: Any) -> None:
-        if self.finished.done():  # cancelled: the run is over
-            return
-        try:
-            step(*args)
-        except Exception as e:
-            self.finished.set_exception(e)
 
     def _next(self) -> None:
         now = self.loop.time()
@@ -143,6 +152,55 @@ class _Producer:
         self._next()
 
 
+class _Consumer(_ClientProcess):
+    """One consumer process until `stop`: poll a partition from its offset (now and then from
+    an earlier one), record what it read, and again at once; after a definite failure, 50 ms
+    later. Callbacks on the event loop (Client.poll), as `_Producer` is and for the same
+    reason; `finished` as there."""
+
+    def __init__(self, workload: KafkaWorkload, client: Client, index: int, stop: float) -> None:
+        super().__init__(workload, client, stop)
+        self.offsets = [0] * workload.p.partitions
+        self.partition = index % workload.p.partitions
+        self._guarded(self._next)
+
+    def _next(self) -> None:
+        if self.loop.time() >= self.stop:
+            self.finished.set_result(None)
+            return
+        w = self.w
+        partition = self.partition = (self.partition + 1) % w.p.partitions
+        offsets = self.offsets
+        if w.rng.random() < RESEEK:
+            offsets[partition] = w.rng.randrange(offsets[partition] + 1)
+        offset = offsets[partition]
+        self.op = w.history.invoke(self.process, "poll", partition=partition, offset=offset)
+        self.client.poll(w.p.topic, partition, offset, POLL_MAX_RECORDS,
+                         lambda outcome: self._guarded(self._polled, outcome),
+                         min_records=POLL_MAX_RECORDS, max_wait_ms=POLL_MAX_WAIT_MS)
+
+    def _polled(self, outcome: ConsumerFetchReply | BaseException) -> None:
+        w = self.w
+        if isinstance(outcome, ClientError):
+            if outcome.error in INDETERMINATE_READ:
+                self.op.info(outcome.error)
+                self.process = w.pool.retire(self.process)
+            else:
+                self.op.fail(outcome.error)
+                self.loop.call_later(0.05, self._guarded, self._next)
+                return
+        elif isinstance(outcome, BaseException):
+            raise outcome  # not the client's: a bug, to be seen as one
+        else:
+            partition = self.partition
+            records = w._poll_records(partition, outcome.records)
+            self.op.ok(records=records, hwm=outcome.hwm, node=outcome.node, epoch=outcome.leader_epoch)
+            w.stats["poll-ok"] += 1
+            if records:
+                self.offsets[partition] = records[-1][0] + 1
+        self._next()
+
+
 class KafkaWorkload:
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
                  pool_factory: Callable[[], Pool] | None = None) -> None:
@@ -174,38 +232,10 @@ class KafkaWorkload:
         stop = asyncio.get_running_loop().time() + duration_s
         try:
             tasks: list = [_Producer(self, client, i, stop).finished for i in range(self.p.producers)]
-            tasks += [self._consumer(client, i, stop) for i in range(self.p.consumers)]
+            tasks += [_Consumer(self, client, i, stop).finished for i in range(self.p.consumers)]
             await asyncio.gather(*tasks)
         finally:
             await client.close()
-
-    async def _consumer(self, client: Client, index: int, stop: float) -> None:
-        loop = asyncio.get_running_loop()
-        process = self.pool.new()
-        offsets = [0] * self.p.partitions
-        partition = index % self.p.partitions
-        while loop.time() < stop:
-            partition = (partition + 1) % self.p.partitions
-            if self.rng.random() < RESEEK:
-                offsets[partition] = self.rng.randrange(offsets[partition] + 1)
-            offset = offsets[partition]
-            op = self.history.invoke(process, "poll", partition=partition, offset=offset)
-            try:
-                reply = await client.fetch(self.p.topic, partition, offset, POLL_MAX_RECORDS,
-                                           min_records=POLL_MAX_RECORDS, max_wait_ms=POLL_MAX_WAIT_MS)
-            except ClientError as e:
-                if e.error in INDETERMINATE_READ:
-                    op.info(e.error)
-                    process = self.pool.retire(process)
-                else:
-                    op.fail(e.error)
-                    await asyncio.sleep(0.05)
-                continue
-            records = self._poll_records(partition, reply.records)
-            op.ok(records=records, hwm=reply.hwm, node=reply.node, epoch=reply.leader_epoch)
-            self.stats["poll-ok"] += 1
-            if records:
-                offsets[partition] = records[-1][0] + 1
 
     def _parse(self, pairs: tuple[tuple[int, str], ...]) -> list[list[int]]:
         """[[offset, int(value)]] of a poll's records. Consumers read most records many

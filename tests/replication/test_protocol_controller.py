@@ -349,3 +349,21 @@ def test_last_leader_recovery_is_off_without_the_elr() -> None:
     rules = md.Rules(min_isr=2, elr_enabled=False, last_leader=True)
     empty = md.PartitionState("t", 0, (1, 2, 3), None, isr=(), elr=(), last_known_elr=(3,))
     assert md.elect_if_leaderless(empty, rules, unfenced={1, 2, 3}) is None
+
+
+def test_a_topics_config_is_made_once_and_again_when_its_overrides_change():
+    """Controller.topic_config keeps the config it made for a topic (every tick asks for each
+    partition's recovery strategy) while the topic's overrides stay equal, and makes a new
+    one when a replayed topic record changes them; a topic without overrides gets the
+    controller's own settings."""
+    c = Controller(NodeConfig())
+    c.replay({"type": "topic", "topic": "t", "config": TOPIC_CONFIG}, 0)
+    first = c.topic_config("t")
+    assert c.topic_config("t") is first and c.strategy("t") == "balanced"
+    assert c.rules("t").min_isr == 2
+    c.replay({"type": "topic", "topic": "t", "config": {**TOPIC_CONFIG, "min.insync.replicas": "3",
+                                                        "unclean.recovery.strategy": "proactive"}}, 0)
+    assert c.rules("t").min_isr == 3 and c.strategy("t") == "proactive"
+    c.topics["t"]["min.insync.replicas"] = "1"  # changed in place: seen too
+    assert c.rules("t").min_isr == 1
+    assert c.topic_config("other").min_insync_replicas == NodeConfig().min_insync_replicas

@@ -12,6 +12,8 @@ import pytest
 from support.local_cluster import LocalCluster
 
 from replication.client import Client, ProduceError
+from workloads.history import HistoryWriter, read_history
+from workloads.kafka import KafkaWorkload, WorkloadParams
 
 TOPIC = "t"
 
@@ -182,6 +184,24 @@ def test_a_consumers_long_poll_is_held_by_the_leader_until_records_are_committed
     assert held, "the long poll was answered before anything was committed past its offset"
     assert [v for _o, v in reply.records] == ["2"] and answered < 4
     assert empty.records == () and 0.25 <= waited < 3
+
+
+def test_the_workloads_consumers_poll_over_real_tcp(cluster, tmp_path):
+    """The workload's consumers poll through Client.poll, fetch's callback form, whose
+    first attempt settles from a real connection's call (a task per request there): over
+    real TCP, 2 s of the workload read back what its producers had acknowledged."""
+    history = HistoryWriter(tmp_path / "history.jsonl")
+    params = WorkloadParams(topic=TOPIC, partitions=1, rate=200, producers=4, consumers=2, seed=1)
+    workload = KafkaWorkload(params, [cluster.address(2)], history)
+    asyncio.run(workload.run(2.0))
+    history.close()
+    ops = read_history(tmp_path / "history.jsonl")
+    polls = [op for op in ops if op["f"] == "poll" and op["type"] == "ok"]
+    acked = {op["value"] for op in ops if op["f"] == "send" and op["type"] == "ok"}
+    read = {v for op in polls for _o, v in op["records"]}
+    assert workload.stats["poll-ok"] == len(polls) > 10 and len(acked) > 100
+    assert read and read <= {op["value"] for op in ops if op["f"] == "send"}
+    assert len(read & acked) > len(acked) // 2, "the consumers read back little of what was acknowledged"
 
 
 def test_controller_restart_keeps_metadata_and_records(cluster):

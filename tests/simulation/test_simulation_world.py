@@ -205,6 +205,37 @@ def test_a_produce_to_a_leader_that_died_is_retried_on_the_new_one():
     world.loop.run(main())
 
 
+def test_a_poll_answers_through_its_callback_and_is_retried_on_a_new_leader():
+    """Client.poll, fetch's callback form the workload's consumers use: a known leader
+    answers through the connection's callback, without metadata asked; when that leader is
+    gone the refused connection is retried (a task) on the new one after a refresh; an
+    unknown partition is the ClientError fetch raises, handed to the callback."""
+    world = World(seed=4, n_nodes=4, node_config=NodeConfig().with_overrides(FAST))
+    world.start_all()
+
+    def poll(client: Client, partition: int, offset: int) -> asyncio.Future:
+        done = asyncio.get_running_loop().create_future()
+        client.poll("t", partition, offset, 100, done.set_result, min_records=1, max_wait_ms=50)
+        return done
+
+    async def main():
+        client = await _client_with_topic(world, "t")
+        first = await client.produce("t", 0, "0")
+        asked = _metadata_asks(client)
+        reply = await poll(client, 0, 0)
+        assert [v for _, v in reply.records] == ["0"] and asked == []
+        world.kill(world.brokers[first.node])
+        await asyncio.sleep(5)  # the controller fences it and elects another leader
+        reply = await poll(client, 0, 0)
+        assert reply.node != first.node and [v for _, v in reply.records] == ["0"], reply
+        assert asked and all(asked)  # only refreshes, after the refused first attempt
+        unknown = await poll(client, 7, 0)
+        assert isinstance(unknown, ClientError) and unknown.error == E.UNKNOWN_TOPIC
+        await client.close()
+
+    world.loop.run(main())
+
+
 @pytest.mark.native
 def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_path, capfd):
     """A search checks each seed with check_path(backend="native"): histcheck, faster than the
