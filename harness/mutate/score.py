@@ -74,26 +74,43 @@ class Result:
 class Children:
     """The child processes this process runs now, so that an interrupt (Ctrl-C, SIGTERM) can
     end them all at once: each is the leader of a process group of its own (it and whatever it
-    starts, histcheck), killed whole; once stopped, no task starts another."""
+    starts, histcheck), killed whole; once stopped, no task starts another. A `group()` is a
+    subset that can be stopped on its own (a mutant's lanes, once one of them killed it); its
+    children are this registry's too, so an interrupt ends them as well."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Children | None = None) -> None:
         self._lock = threading.Lock()
         self._running: set[subprocess.Popen] = set()
+        self._parent = parent
         self.stopped = False
+
+    def group(self) -> Children:
+        return Children(self)
+
+    @property
+    def halted(self) -> bool:
+        return self.stopped or (self._parent is not None and self._parent.halted)
 
     def start(self, argv: list[str], env: Mapping[str, str]) -> subprocess.Popen | None:
         with self._lock:  # a stop in between would miss a child started after it
             if self.stopped:
                 return None
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
-            self._running.add(proc)
+            proc = self._parent.start(argv, env) if self._parent else self._popen(argv, env)
+            if proc is not None:
+                self._running.add(proc)
             return proc
+
+    @staticmethod
+    def _popen(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen:
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
 
     def forget(self, proc: subprocess.Popen) -> None:
         with self._lock:
             self._running.discard(proc)
+        if self._parent is not None:
+            self._parent.forget(proc)
 
     def stop_all(self) -> None:
         with self._lock:
@@ -113,11 +130,13 @@ def kill_group(proc: subprocess.Popen) -> None:
 CHILDREN = Children()  # of this process: a Spark worker process has its own
 
 
-def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+def run_child(job: Mapping[str, Any], timeout: float,
+              children: Children = CHILDREN) -> dict[str, Any]:
     """One job in a fresh child process; its answer, or {"timeout": True} / {"error": ...}, or
-    {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all)."""
+    {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all) or its
+    `children` group was stopped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), PARENT: str(os.getpid())}
-    proc = CHILDREN.start([sys.executable, "-m", "harness.mutate.child"], env)
+    proc = children.start([sys.executable, "-m", "harness.mutate.child"], env)
     if proc is None:
         return {"stopped": True}
     try:
@@ -127,8 +146,8 @@ def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         proc.communicate()
         return {"timeout": True}
     finally:
-        CHILDREN.forget(proc)
-    if CHILDREN.stopped:
+        children.forget(proc)
+    if children.halted:
         return {"stopped": True}
     lines = out.strip().splitlines()
     if proc.returncode != 0 or not lines:
