@@ -34,6 +34,9 @@ from typing import Any
 
 from harness.mutate.child import PARENT, ROOT
 from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
+from harness.mutate.zygote import Forked, Zygote
+
+Proc = subprocess.Popen | Forked  # a child: started afresh, or forked by the zygote
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -80,7 +83,7 @@ class Children:
 
     def __init__(self, parent: Children | None = None) -> None:
         self._lock = threading.Lock()
-        self._running: set[subprocess.Popen] = set()
+        self._running: set[Proc] = set()
         self._parent = parent
         self.stopped = False
 
@@ -91,22 +94,16 @@ class Children:
     def halted(self) -> bool:
         return self.stopped or (self._parent is not None and self._parent.halted)
 
-    def start(self, argv: list[str], env: Mapping[str, str]) -> subprocess.Popen | None:
+    def start(self, launch: Callable[[], Proc]) -> Proc | None:
         with self._lock:  # a stop in between would miss a child started after it
             if self.stopped:
                 return None
-            proc = self._parent.start(argv, env) if self._parent else self._popen(argv, env)
+            proc = self._parent.start(launch) if self._parent else launch()
             if proc is not None:
                 self._running.add(proc)
             return proc
 
-    @staticmethod
-    def _popen(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen:
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-
-    def forget(self, proc: subprocess.Popen) -> None:
+    def forget(self, proc: Proc) -> None:
         with self._lock:
             self._running.discard(proc)
         if self._parent is not None:
@@ -120,7 +117,7 @@ class Children:
             kill_group(proc)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: Proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # it ended on its own meanwhile
@@ -128,6 +125,26 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 CHILDREN = Children()  # of this process: a Spark worker process has its own
+ZYGOTE = "HARNESS_MUTATE_ZYGOTE"  # "0": start each child afresh instead of forking it
+_zygote: Zygote | None = None  # this process's (harness/mutate/zygote.py), started on first use
+_zygote_lock = threading.Lock()
+
+
+def _launch(env: Mapping[str, str]) -> Proc:
+    """A child: forked by this process's zygote (the libraries imported already), or, with
+    the zygote switched off or gone, started afresh (python -m harness.mutate.child)."""
+    global _zygote
+    if os.environ.get(ZYGOTE, "1") != "0":
+        with _zygote_lock:
+            if _zygote is None or _zygote.proc.poll() is not None:
+                _zygote = Zygote(env)
+        try:
+            return _zygote.fork()
+        except OSError as e:
+            print(f"[mutate] the zygote failed ({e}): starting the child afresh", file=sys.stderr)
+    return subprocess.Popen([sys.executable, "-m", "harness.mutate.child"], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def run_child(job: Mapping[str, Any], timeout: float,
@@ -136,7 +153,7 @@ def run_child(job: Mapping[str, Any], timeout: float,
     {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all) or its
     `children` group was stopped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), PARENT: str(os.getpid())}
-    proc = children.start([sys.executable, "-m", "harness.mutate.child"], env)
+    proc = children.start(lambda: _launch(env))
     if proc is None:
         return {"stopped": True}
     try:
@@ -150,8 +167,9 @@ def run_child(job: Mapping[str, Any], timeout: float,
     if children.halted:
         return {"stopped": True}
     lines = out.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return {"error": f"the child exited with {proc.returncode}: {err.strip()[-800:]}"}
+    if proc.returncode not in (0, None) or not lines:  # None: forked, the zygote reaps it
+        how = "ended" if proc.returncode is None else f"exited with {proc.returncode}"
+        return {"error": f"the child {how} without an answer: {err.strip()[-800:]}"}
     return json.loads(lines[-1])
 
 
