@@ -1,4 +1,4 @@
-"""A mutant's cells raced: `harness mutate --lanes N` (docs/mutation.md, "Time to kill").
+"""A mutant's cells raced: `harness mutate --lanes N` (docs/mutation.md, "Racing a mutant's cells").
 
 The round-by-round search (score.search_all) takes a mutant through every seed of its first
 cell before the first seed of the next, so a mutant that only the third cell kills, at its

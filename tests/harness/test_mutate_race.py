@@ -1,4 +1,4 @@
-"""`harness mutate --lanes N` (harness/mutate/race.py, docs/mutation.md "Time to kill"): each
+"""`harness mutate --lanes N` (harness/mutate/race.py, docs/mutation.md "Racing a mutant's cells"): each
 mutant's cells searched seed by seed, dealt to N children at once, the first kill stopping
 the others. The order and the folding of the lanes' answers as pure logic; then a real race on
 the simulator: the mutant known to break acks=all killed in the lane of a short cell while the
