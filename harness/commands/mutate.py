@@ -32,6 +32,7 @@ from harness.mutate.score import (
     BASELINE,
     Cell,
     Result,
+    Runner,
     local_runner,
     search_all,
     spark_runner,
@@ -167,12 +168,14 @@ def main(args: argparse.Namespace) -> int:
         return Exit.VALID
     out = owned_dir(store.default_results_dir() / "mutation"
                     / time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
-    runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
-              else local_runner(args.jobs))
+    runner = _runner(args, args.jobs)
     started = time.perf_counter()
     results: dict[str, Result] = {}
     try:
-        search = (partial(race_all, lanes=args.lanes) if args.lanes else search_all)
+        # a race's baseline: as many blocks at a time as the race has children
+        search = (partial(race_all, lanes=args.lanes,
+                          baseline_runner=_runner(args, args.jobs * args.lanes))
+                  if args.lanes else search_all)
         results = search([m.id for m in mutants], cells(args), list(args.seeds), runner,
                          block=args.block, seed_timeout=args.seed_timeout,
                          on_result=_progress(out))
@@ -192,6 +195,10 @@ def main(args: argparse.Namespace) -> int:
             "mutants per hour (search)": round(len(mutants) * 3600 / search_s, 1),
             "mutants per hour (with unit tests)": round(len(mutants) * 3600 / wall_s, 1)}
     return _report(args, out, mutants, results, meta)
+
+
+def _runner(args: argparse.Namespace, jobs: int) -> Runner:
+    return spark_runner(args.spark_master, jobs) if args.spark_master else local_runner(jobs)
 
 
 def _cut_short(args: argparse.Namespace, out: Path, mutants: list[Mutant],

@@ -135,14 +135,16 @@ def record_race(result: Result, answer: Mapping[str, Any],
 
 def race_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], runner: Runner,
              *, lanes: int = 2, block: int = 10, seed_timeout: float = 30.0,
-             on_result: Callable[[Result], None] | None = None) -> dict[str, Result]:
-    """The baseline through every cell's seeds (its blocks `jobs` at a time), then each mutant
-    raced (`jobs` mutants at a time, each on `lanes` children)."""
+             on_result: Callable[[Result], None] | None = None,
+             baseline_runner: Runner | None = None) -> dict[str, Result]:
+    """The baseline through every cell's seeds (its blocks on `baseline_runner`, else on
+    `runner`), then each mutant raced on `runner` (`jobs` mutants at a time, each on `lanes`
+    children)."""
     results = {i: Result(i) for i in [BASELINE, *ids]}
     baselines: dict[str, dict[int, dict]] = {c.name: {} for c in cells}
     tasks = [t for c in cells for chunk in blocks(seeds, block)
              for t in _tasks([BASELINE], c, chunk, seed_timeout, {})]
-    for answer in runner(search_task, tasks):
+    for answer in (baseline_runner or runner)(search_task, tasks):
         _record_baseline(results[BASELINE], answer, baselines[answer["cell"]])
     planned = race_tasks(ids, cells, seeds, baselines, lanes=lanes, block=block,
                          seed_timeout=seed_timeout)

@@ -102,3 +102,29 @@ def test_a_race_runs_every_step_of_a_mutant_no_seed_tells_from_the_unmutated_cod
     assert (same.outcome, same.seeds_run, same.notes) == ("survived", 4, [])
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
     assert (results[BASELINE].outcome, results[BASELINE].seeds_run) == ("survived", 4)
+
+
+def test_a_races_baseline_goes_to_its_own_runner_and_the_mutants_to_the_race() -> None:
+    """`harness mutate --lanes` gives the baseline as many blocks at a time as the race has
+    children: its blocks go to the baseline runner, the races to the other (each recorded)."""
+    calls: dict[str, list[str]] = {"baseline": [], "race": []}
+
+    def recording(name: str):
+        def run(fn, tasks):
+            calls[name].extend(f"{fn.__name__}:{t['mutant']}" for t in tasks)
+            for t in tasks:
+                if fn.__name__ == "search_task":
+                    yield {"mutant": BASELINE, "cell": t["cell"], "wall_s": 1.0,
+                           "rows": [_row(s, True) for s in t["seeds"]]}
+                else:
+                    yield {"mutant": t["mutant"], "wall_s": 2.0, "answers": [
+                        {"rows": [_cell_row(c, s, True) for c, s in lane[0]], "cell": "a"}
+                        for lane in t["lanes"]]}
+        return run
+
+    two = [Cell("a", {}), Cell("b", {})]
+    results = race_all(["m"], two, [1, 2], recording("race"), lanes=2, block=2,
+                       baseline_runner=recording("baseline"))
+    assert calls == {"baseline": [f"search_task:{BASELINE}"] * 2, "race": ["race_task:m"]}
+    assert (results["m"].outcome, results["m"].seeds_run) == ("survived", 4)
+    assert (results[BASELINE].outcome, results[BASELINE].seeds_run) == ("survived", 4)
