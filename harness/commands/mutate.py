@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,12 @@ from harness.commands.simulate import campaign_config, seeds_option
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import MODULES, Mutant, mutants_of, resolve
+from harness.mutate.race import race_all
 from harness.mutate.score import (
     BASELINE,
     Cell,
     Result,
+    Runner,
     local_runner,
     search_all,
     spark_runner,
@@ -72,7 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="wall seconds a seed may take before its mutant counts as timed "
                              "out (default 30)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                        help="tasks at a time, local or on Spark (default: the cores)")
+                        help="tasks at a time, local or on Spark (default: the cores); with "
+                             "--lanes, mutants at a time")
+    parser.add_argument("--lanes", type=lanes_option, metavar="N",
+                        help="race each mutant's cells: seed 1 of every cell, then seed 2, ..., "
+                             "dealt to N children at once, the first kill stopping the others "
+                             "(default: every seed of a cell before the next cell, round by "
+                             "round)")
     parser.add_argument("--spark-master", metavar="URL",
                         help="run each task as a Spark task on this master (e.g. local[2])")
     parser.add_argument("--unit-tests", choices=("survivors", "all", "none"),
@@ -81,6 +90,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "survivors)")
     parser.add_argument("--classified", type=Path, default=CLASSIFIED, metavar="FILE.toml",
                         help="hand classifications of survivors (equivalent or missed)")
+
+
+def lanes_option(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--lanes takes a positive integer, got {text!r}")
+    return n
 
 
 def chosen(args: argparse.Namespace) -> list[Mutant]:
@@ -149,14 +168,17 @@ def main(args: argparse.Namespace) -> int:
         return Exit.VALID
     out = owned_dir(store.default_results_dir() / "mutation"
                     / time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
-    runner = (spark_runner(args.spark_master, args.jobs) if args.spark_master
-              else local_runner(args.jobs))
+    runner = _runner(args, args.jobs)
     started = time.perf_counter()
     results: dict[str, Result] = {}
     try:
-        results = search_all([m.id for m in mutants], cells(args), list(args.seeds), runner,
-                             block=args.block, seed_timeout=args.seed_timeout,
-                             on_result=_progress(out))
+        # a race's baseline: as many blocks at a time as the race has children
+        search = (partial(race_all, lanes=args.lanes,
+                          baseline_runner=_runner(args, args.jobs * args.lanes))
+                  if args.lanes else search_all)
+        results = search([m.id for m in mutants], cells(args), list(args.seeds), runner,
+                         block=args.block, seed_timeout=args.seed_timeout,
+                         on_result=_progress(out))
         search_s = time.perf_counter() - started
         unit_test_all(results, args.unit_tests, runner)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (exit 130 or 143): the runner has killed
@@ -167,10 +189,16 @@ def main(args: argparse.Namespace) -> int:
     meta = {"argv": " ".join(args.argv), "cells": args.cell or ["safe"],
             "seeds": f"{seeds[0]}-{seeds[-1]}", "mutants": len(mutants),
             "runner": f"{args.spark_master or 'local'}, {args.jobs} tasks at a time",
+            "search": (f"raced, {args.lanes} lanes a mutant" if args.lanes
+                       else "cell by cell, round by round"),
             "search wall s": round(search_s, 1), "total wall s": round(wall_s, 1),
             "mutants per hour (search)": round(len(mutants) * 3600 / search_s, 1),
             "mutants per hour (with unit tests)": round(len(mutants) * 3600 / wall_s, 1)}
     return _report(args, out, mutants, results, meta)
+
+
+def _runner(args: argparse.Namespace, jobs: int) -> Runner:
+    return spark_runner(args.spark_master, jobs) if args.spark_master else local_runner(jobs)
 
 
 def _cut_short(args: argparse.Namespace, out: Path, mutants: list[Mutant],

@@ -4,6 +4,9 @@ object on stdout.
 
     {"mutant": ID | null, "config": {...}, "seeds": [...], "baseline": {SEED: row},
      "cell_kinds": [...]}                                      -> {"rows": [...]}
+    {"mutant": ID, "steps": [[CELL, SEED], ...], "configs": {CELL: {...}},
+     "baseline": {CELL: {SEED: row}}, "cell_kinds": {CELL: [...]}}
+                                                -> {"rows": [...]} (each with its "cell")
     {"mutant": ID | null, "pytest": [ARGS...]}                 -> {"exit": N, "failed": [...]}
 
 The mutated source is served by an import hook installed before anything imports the
@@ -85,6 +88,20 @@ def search_rows(config: dict[str, Any], seeds: list[int], baseline: dict[str, di
     return rows
 
 
+def step_rows(job: dict[str, Any]) -> list[dict]:
+    """A raced mutant's block of steps (harness/mutate/race.py), each a cell and a seed: their
+    rows, each naming its cell, up to and including the first kill."""
+    rows = []
+    for cell, seed in job["steps"]:
+        rows.extend({**row, "cell": cell} for row in search_rows(
+            job["configs"][cell], [seed], job["baseline"].get(cell, {}),
+            job["cell_kinds"].get(cell, [])))
+        if decisive(rows[-1], job["baseline"].get(cell, {}).get(str(seed)),
+                    job["cell_kinds"].get(cell, [])):
+            break
+    return rows
+
+
 def unit_tests(args: list[str]) -> dict[str, Any]:
     """pytest on `args` in this process: its exit code and the tests that failed."""
     import pytest
@@ -101,8 +118,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     m = install(job["mutant"]) if job.get("mutant") else None
     if "pytest" in job:
         return unit_tests(job["pytest"])
-    rows = search_rows(job["config"], job["seeds"], job.get("baseline", {}) if m else None,
-                       job.get("cell_kinds", []))
+    if "steps" in job:
+        rows = step_rows(job)
+    else:
+        rows = search_rows(job["config"], job["seeds"], job.get("baseline", {}) if m else None,
+                           job.get("cell_kinds", []))
     # whether the search imported the mutated module at all: one it never imports (a
     # module the simulator does not run) cannot be killed by it
     return {"rows": rows, "loaded": m is None or m.module in sys.modules}

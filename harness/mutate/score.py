@@ -34,6 +34,9 @@ from typing import Any
 
 from harness.mutate.child import PARENT, ROOT
 from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
+from harness.mutate.zygote import Forked, Zygote
+
+Proc = subprocess.Popen | Forked  # a child: started afresh, or forked by the zygote
 
 # Tests of the protocol that run in this process; the process tests start brokers as
 # programs of their own, which would load the original module, not the mutant.
@@ -74,26 +77,37 @@ class Result:
 class Children:
     """The child processes this process runs now, so that an interrupt (Ctrl-C, SIGTERM) can
     end them all at once: each is the leader of a process group of its own (it and whatever it
-    starts, histcheck), killed whole; once stopped, no task starts another."""
+    starts, histcheck), killed whole; once stopped, no task starts another. A `group()` is a
+    subset that can be stopped on its own (a mutant's lanes, once one of them killed it); its
+    children are this registry's too, so an interrupt ends them as well."""
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Children | None = None) -> None:
         self._lock = threading.Lock()
-        self._running: set[subprocess.Popen] = set()
+        self._running: set[Proc] = set()
+        self._parent = parent
         self.stopped = False
 
-    def start(self, argv: list[str], env: Mapping[str, str]) -> subprocess.Popen | None:
+    def group(self) -> Children:
+        return Children(self)
+
+    @property
+    def halted(self) -> bool:
+        return self.stopped or (self._parent is not None and self._parent.halted)
+
+    def start(self, launch: Callable[[], Proc]) -> Proc | None:
         with self._lock:  # a stop in between would miss a child started after it
             if self.stopped:
                 return None
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
-            self._running.add(proc)
+            proc = self._parent.start(launch) if self._parent else launch()
+            if proc is not None:
+                self._running.add(proc)
             return proc
 
-    def forget(self, proc: subprocess.Popen) -> None:
+    def forget(self, proc: Proc) -> None:
         with self._lock:
             self._running.discard(proc)
+        if self._parent is not None:
+            self._parent.forget(proc)
 
     def stop_all(self) -> None:
         with self._lock:
@@ -103,7 +117,7 @@ class Children:
             kill_group(proc)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: Proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # it ended on its own meanwhile
@@ -111,13 +125,35 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 CHILDREN = Children()  # of this process: a Spark worker process has its own
+ZYGOTE = "HARNESS_MUTATE_ZYGOTE"  # "0": start each child afresh instead of forking it
+_zygote: Zygote | None = None  # this process's (harness/mutate/zygote.py), started on first use
+_zygote_lock = threading.Lock()
 
 
-def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
+def _launch(env: Mapping[str, str]) -> Proc:
+    """A child: forked by this process's zygote (the libraries imported already), or, with
+    the zygote switched off or gone, started afresh (python -m harness.mutate.child)."""
+    global _zygote
+    if os.environ.get(ZYGOTE, "1") != "0":
+        with _zygote_lock:
+            if _zygote is None or _zygote.proc.poll() is not None:
+                _zygote = Zygote(env)
+        try:
+            return _zygote.fork()
+        except OSError as e:
+            print(f"[mutate] the zygote failed ({e}): starting the child afresh", file=sys.stderr)
+    return subprocess.Popen([sys.executable, "-m", "harness.mutate.child"], cwd=ROOT, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def run_child(job: Mapping[str, Any], timeout: float,
+              children: Children = CHILDREN) -> dict[str, Any]:
     """One job in a fresh child process; its answer, or {"timeout": True} / {"error": ...}, or
-    {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all)."""
+    {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all) or its
+    `children` group was stopped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), PARENT: str(os.getpid())}
-    proc = CHILDREN.start([sys.executable, "-m", "harness.mutate.child"], env)
+    proc = children.start(lambda: _launch(env))
     if proc is None:
         return {"stopped": True}
     try:
@@ -127,12 +163,13 @@ def run_child(job: Mapping[str, Any], timeout: float) -> dict[str, Any]:
         proc.communicate()
         return {"timeout": True}
     finally:
-        CHILDREN.forget(proc)
-    if CHILDREN.stopped:
+        children.forget(proc)
+    if children.halted:
         return {"stopped": True}
     lines = out.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        return {"error": f"the child exited with {proc.returncode}: {err.strip()[-800:]}"}
+    if proc.returncode not in (0, None) or not lines:  # None: forked, the zygote reaps it
+        how = "ended" if proc.returncode is None else f"exited with {proc.returncode}"
+        return {"error": f"the child {how} without an answer: {err.strip()[-800:]}"}
     return json.loads(lines[-1])
 
 
