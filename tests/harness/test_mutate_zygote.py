@@ -56,8 +56,11 @@ def test_a_forked_child_killed_mid_job_is_gone_and_the_zygote_ends_with_its_sock
         proc_dir = f"/proc/{proc.pid}"
         assert os.path.exists(proc_dir) and os.getpgid(proc.pid) == proc.pid
         answer: list = []
+        # 200 seeds: a job that outlasts the 2 s below on an idle machine (one seed of 10
+        # simulated seconds takes about 0.6 s there)
+        job = {**_job(None), "seeds": list(range(1, 201))}
         talk = threading.Thread(target=lambda: answer.append(
-            proc.communicate(json.dumps(_job(None)), timeout=300)))
+            proc.communicate(json.dumps(job), timeout=300)))
         talk.start()
         time.sleep(2)
         kill_group(proc)
