@@ -33,6 +33,7 @@ from control.files import UnsafePathError
 from control.netns_provider import NetnsProvider
 from harness import cli, store
 from harness.commands import check as check_cmd
+from harness.config import load_config
 from nemesis.lazyfs import mount as lazymount
 
 pytestmark = [
@@ -276,7 +277,7 @@ def test_planted_links_at_a_reports_timeline_and_plots_are_replaced_not_written_
 
 
 def test_a_results_root_or_test_folder_of_another_user_is_refused(attacker, shared_tmp, canary):
-    config = {"name": "t", "seed": 7}
+    config = load_config(sets=["name=t", "seed=7"])
     # results/<name> planted in a shared results root (sticky, like /tmp): never followed
     results = shared_tmp / "results"
     results.mkdir(mode=0o1777)
