@@ -136,6 +136,18 @@ def test_a_transformer_that_breaks_exactly_once_is_caught(tmp_path, monkeypatch,
         assert {(x["partition"], x["value"]) for x in found["examples"]} <= aborted
 
 
+def _exactly_once_run(config: dict, tmp_path) -> tuple:
+    """Run it; assert a valid verdict with the transformers' output exactly once; return the
+    run folder and the faults that started."""
+    run_dir = run_test(Test.of(config, tmp_path))
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["valid"] is True, results["anomalies"]
+    once = results["stats"]["transactions"]["exactly_once"]
+    assert once["lost"] == 0 and once["duplicated"] == 0 and once["committed"] > 0, once
+    faults = json.loads((run_dir / "schedule.json").read_text())["faults"]
+    return run_dir, [f for f in faults if f["outcome"] == "ok"]
+
+
 @pytest.mark.netns
 @pytest.mark.fuse
 @pytest.mark.slow
@@ -146,13 +158,7 @@ def test_exactly_once_through_the_group_under_kills_of_its_coordinator(tmp_path)
     _installed("4.2.1")
     config = load_config(None, [*RUN, "kafka.version=4.2.1", "seed=3",
                                 "nemesis.targets=group-coordinator"])
-    run_dir = run_test(Test.of(config, tmp_path))
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["valid"] is True, results["anomalies"]
-    once = results["stats"]["transactions"]["exactly_once"]
-    assert once["lost"] == 0 and once["duplicated"] == 0 and once["committed"] > 0, once
-    started = [f for f in json.loads((run_dir / "schedule.json").read_text())["faults"]
-               if f["outcome"] == "ok"]
+    _, started = _exactly_once_run(config, tmp_path)
     assert started, "a kill of the group coordinator started"
     for f in started:
         coordinator = [n for n, role in f["roles"].items() if role == "group-coordinator"]
@@ -172,13 +178,7 @@ def test_exactly_once_while_the_group_coordinator_is_cut_off_from_the_transactio
     config = load_config("fast", [*RUN, "kafka.version=4.2.1", "seed=1", "time_limit=20",
                                   "nemesis.faults=['partition']", "nemesis.duration=5",
                                   "nemesis.targets=group-coordinator"])
-    run_dir = run_test(Test.of(config, tmp_path))
-    results = json.loads((run_dir / "results.json").read_text())
-    assert results["valid"] is True, results["anomalies"]
-    once = results["stats"]["transactions"]["exactly_once"]
-    assert once["lost"] == 0 and once["duplicated"] == 0 and once["committed"] > 0, once
-    cuts = [f for f in json.loads((run_dir / "schedule.json").read_text())["faults"]
-            if f["outcome"] == "ok"]
+    run_dir, cuts = _exactly_once_run(config, tmp_path)
     assert cuts, "a partition between the coordinators started"
     for f in cuts:
         assert f["resolved"]["grudge"] == _between_coordinators(f["roles"]), f
