@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.kafka_events import _LINE, _timestamp  # noqa: E402
+from harness.kafka_events import log_lines  # noqa: E402
 from runformat import events, history  # noqa: E402
 
 RESTARTING = {"kill", "power-loss", "torn-power-loss", "outage", "restart", "page-cache-loss",
@@ -56,12 +56,9 @@ def registrations(run: Path, system: str) -> list[tuple[float, int]]:
         return [(e["time"] / 1e9, e["broker"]) for e in events(run / "events.jsonl")
                 if e.get("kind") == "broker-registered"]
     started = json.loads((run / "test.json").read_text())["started_at"]
-    out = []
-    for line in (run / "nodes" / "n1" / "node.log").read_text(errors="replace").splitlines():
-        m, r = _LINE.match(line), _REGISTER.search(line)
-        if m and r:
-            out.append((_timestamp(m.group(1)) - started, int(r.group(1))))
-    return out
+    lines = (run / "nodes" / "n1" / "node.log").read_text(errors="replace").splitlines()
+    return [(ts - started, int(r.group(1))) for ts, message in log_lines(lines)
+            if (r := _REGISTER.search(message))]
 
 
 def in_isr(run: Path) -> list[tuple[float, frozenset[int]]]:

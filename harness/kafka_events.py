@@ -80,14 +80,17 @@ def _timestamp(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
+def log_lines(lines: Iterable[str]) -> Iterator[tuple[float, str]]:
+    """(epoch seconds, message) of each line in control.kafka's log layout; others skipped."""
+    for line in lines:
+        if m := _LINE.match(line):
+            yield _timestamp(m.group(1)), m.group(3)
+
+
 def log_events(lines: Iterable[str], node: int | str,
                topic_ids: dict[str, str]) -> Iterator[dict[str, Any]]:
     """The events one node's log records, in the nodes' event format."""
-    for line in lines:
-        m = _LINE.match(line)
-        if not m:
-            continue
-        ts, message = _timestamp(m.group(1)), m.group(3)
+    for ts, message in log_lines(lines):
         if found := _UNCLEAN.search(message):
             yield {"ts": ts, "node": node, "kind": "unclean-election",
                    "topic": topic_ids.get(found.group(1), found.group(1)),
