@@ -8,6 +8,11 @@ the disk and the clock. Every policy of a node process lives here, so the simula
 
 - The tick, every TICK_S of the host's clock. An exception escaping it stops the ticks (as the
   runtime's asyncio task would die) and is reported; the process lives on.
+- An I/O error (OSError) escaping the machine, from a request, the tick or an answer, is its
+  disk failing under it (EIO after a page-cache loss): the process halts, as Kafka's
+  LogManager halts a broker whose only log directory failed. Living on with a broken disk,
+  it would stop heartbeating yet still answer metadata requests from its stale view, and
+  clients that ask it first would never learn of the new leader.
 - Outputs carried out in order:
   - `Reply` through its token; `Event` to the node's event log.
   - `Send` as a request with request.timeout.ms (a replica fetch one second more: it
@@ -173,14 +178,19 @@ class NodeDriver:
             else:
                 outputs = self.machine.on_response(dest, msg, result, self.port.now_ms())
             self.carry_out(outputs)
+        except OSError as e:
+            self.port.halt("response", e)
         except Exception as e:
             self.port.failed("response", e)
         self.port.stepped("answer", result)
 
     def handle(self, token: Callable[[Any], None], msg: Any) -> None:
-        """A request arrived; token(reply) answers it. An exception escapes to the server,
-        which closes that connection."""
-        self.carry_out(self.machine.handle(token, msg, self.port.now_ms()))
+        """A request arrived; token(reply) answers it. An I/O error halts the process; any
+        other exception escapes to the server, which closes that connection."""
+        try:
+            self.carry_out(self.machine.handle(token, msg, self.port.now_ms()))
+        except OSError as e:
+            self.port.halt("request", e)
 
     # ---- life -----------------------------------------------------------------------------------
 
@@ -200,6 +210,10 @@ class NodeDriver:
         try:
             self.carry_out(self.machine.tick(self.port.now_ms()))
             self.periodic()
+        except OSError as e:
+            self.ticking = False
+            self.port.halt("tick", e)
+            return
         except Exception as e:
             self.ticking = False
             self.port.failed("tick", e)
@@ -314,6 +328,8 @@ class BrokerDriver(NodeDriver):
         try:
             self.carry_out(self.machine.on_synced(output.topic, output.partition, output.job,
                                                   self.port.now_ms()))
+        except OSError as e:
+            self.port.halt("synced", e)
         except Exception as e:
             self.port.failed("synced", e)
         self.port.stepped("synced", f"{output.topic}-{output.partition}")

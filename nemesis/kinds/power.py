@@ -61,14 +61,20 @@ class PowerLoss(_PowerLoss):
 @register
 class PageCacheLoss(HostFault):
     """Unsynced writes are dropped under a running node (the kernel evicting dirty pages it
-    failed to write back); the process lives on."""
+    failed to write back). Its open files fail with EIO from then on, so the node halts at its
+    next disk I/O, as Kafka halts when its only log directory fails; the heal starts it again
+    (a supervisor's restart), if it is not running."""
 
     name = "page-cache-loss"
     effects = frozenset({fx.LOSES_UNSYNCED})
     phrase = "{who} {loses} its page cache"
+    heal_phrase = "{who} {restarts}"
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
         return await each(resolved, world.page_cache_loss)
+
+    async def heal(self, world: World, resolved: Resolved) -> None:
+        await each(resolved, world.start)
 
 
 @register

@@ -74,7 +74,8 @@ def tour(topic: str, run_dir: Path, partition: int = 0, *, start: float = 1.0,
     after half a step, aimed at the partition's leader (the partition isolates it): partition,
     slow link, pause, kill, lossy link, torn power loss, reset link, clock skew, controlled
     restart, a damaged segment, and last a page-cache loss of the successor (its process then
-    fails with EIO, as under lazyfs, until the run's heal starts it again). For determinism
+    halts at its next disk I/O, as Kafka halts when its log directory fails, and the fault's
+    heal starts it again). For determinism
     tests and the benchmark's fault mode."""
     entries = []
     for i, kind in enumerate(TOUR):
