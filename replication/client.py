@@ -68,6 +68,10 @@ class Client:
         # Connections to the nodes; a simulator passes a pool over its simulated network.
         self.pool = Pool() if pool is None else pool
         self._metadata: ClusterMetadata | None = None
+        # A connection to a broker was lost since the metadata was fetched: fetch it again before
+        # the next request, as Kafka's clients refresh theirs on any disconnection (the broker
+        # may be dead, paused or no longer the leader, and only a refusal says so otherwise).
+        self._stale = False
         self._controller: str | None = None
         self._batches: dict[tuple[str, int, str], _Batch] = {}
 
@@ -77,7 +81,7 @@ class Client:
     # ---- metadata ------------------------------------------------------------------------------
 
     async def metadata(self, refresh: bool = False) -> ClusterMetadata:
-        if self._metadata is not None and not refresh:
+        if self._metadata is not None and not refresh and not self._stale:
             return self._metadata
         last: Exception | None = None
         candidates = list(self.bootstrap)
@@ -95,6 +99,7 @@ class Client:
                 self._controller = reply.controller if reply.broker is not None else address
                 if self._metadata is None or reply.metadata.version >= self._metadata.version:
                     self._metadata = reply.metadata
+                self._stale = False
                 return self._metadata
         raise ClientError(E.NETWORK_ERROR, f"no bootstrap server answered: {last}")
 
@@ -108,12 +113,18 @@ class Client:
         """`partition_state` from the metadata already held, without a coroutine; None when it
         must be fetched (none held, or refresh). Each produce and fetch asks for it, and a
         coroutine call that never suspends still costs a frame (most of all under PyPy)."""
-        if refresh or self._metadata is None:
+        if refresh or self._stale or self._metadata is None:
             return None
         return _find_partition(self._metadata, topic, partition)
 
     async def leader_address(self, topic: str, partition: int, refresh: bool = False) -> tuple[int, str]:
         return self._leader_of(await self.partition_state(topic, partition, refresh))
+
+    def _heard(self, answer: object) -> object:
+        """A request's answer, passed through; a lost connection marks the metadata stale."""
+        if isinstance(answer, (ConnectionLost, MalformedMessage)):
+            self._stale = True
+        return answer
 
     def _leader_of(self, state: PartitionState) -> tuple[int, str]:
         leader = state.leader
@@ -191,7 +202,7 @@ class Client:
                       answer: object) -> None:
         """The answer to a batch's first attempt, or the connection error it met."""
         try:
-            outcome = _produce_outcome(answer)
+            outcome = _produce_outcome(self._heard(answer))
         except ProduceError as e:
             _fail(batch, e)
             return
@@ -244,7 +255,7 @@ class Client:
                 result = await conn.request(msg, max(0.05, deadline - loop.time()))
             except (ConnectFailed, ConnectionLost, MalformedMessage) as e:
                 result = e
-            outcome = _produce_outcome(result)
+            outcome = _produce_outcome(self._heard(result))
             if isinstance(outcome, ProduceReply):
                 return outcome
             error = outcome
@@ -285,7 +296,7 @@ class Client:
 
         def answered(answer: object) -> None:
             try:
-                reply = _fetch_outcome(answer)
+                reply = _fetch_outcome(self._heard(answer))
             except Exception as e:  # handed to the caller, as fetch would raise it
                 polled(e)
                 return
@@ -327,7 +338,7 @@ class Client:
                     want.request(state.leader_epoch), max(0.05, deadline - loop.time()))
             except (ConnectionLost, MalformedMessage) as e:  # ConnectFailed too
                 answer = e
-            outcome = _fetch_outcome(answer)
+            outcome = _fetch_outcome(self._heard(answer))
             if isinstance(outcome, ConsumerFetchReply):
                 return outcome
             reply = outcome

@@ -414,6 +414,31 @@ def test_clients_move_on_from_a_leader_whose_page_cache_was_lost(tmp_path):
     assert acknowledged_loss(r.history).lost == []
 
 
+def test_clients_leave_a_paused_leader_once_another_is_elected(tmp_path):
+    """A paused leader answers nothing: requests to it time out, which says nothing of who
+    leads now. Kafka's clients refresh their metadata on any lost connection, and so do ours,
+    so they find the leader the controller elects once it fences the paused one (2 s
+    session), long before the pause ends; clients that waited for a refusal or a NOT_LEADER
+    would send to the paused broker until it resumed."""
+    paused: list[float] = []
+
+    async def faults(world: World, loop):
+        await asyncio.sleep(2.0)
+        state = await partition_state(world, "chaos")
+        world.pause(world.brokers[state["leader"]])
+        paused.append(loop.time())
+        await asyncio.sleep(9.0)
+
+    r = run(tmp_path, 14, time_limit=12.0, faults=faults)
+    events = [json.loads(line) for line in r.events.read_text().splitlines()]
+    t0 = paused[0] * 1e9
+    elected = next(e["time"] for e in events if e["kind"] == "partition-change" and e["time"] > t0)
+    acked = [o for o in read_history(r.history) if o["f"] == "send" and o["type"] == "ok"
+             and elected + 3e9 < o["time"] < t0 + 8e9]
+    assert elected < t0 + 4e9 and len(acked) > 100
+    assert acknowledged_loss(r.history).lost == []
+
+
 def test_a_forward_clock_jump_on_the_leader_looks_like_lagging_followers(tmp_path):
     async def faults(world: World, loop):
         await asyncio.sleep(2.0)
