@@ -3,16 +3,21 @@ cluster with no faults, the send latency at that rate, and the history bytes wri
 operation.
 
     .venv/bin/python benchmarks/workload_rate.py [--rates 1000,2000,4000,8000] [--seconds 20]
-                                                 [--results DIR] [--set KEY=VALUE ...]
+                                                 [--budget-ms 10] [--results DIR] [--set KEY=VALUE ...]
 
-Each target rate is one real `harness run` (no nemesis, checker skipped), with `rate / 100`
-producers (at least 4: each has one send in flight) and 2 consumers. Everything is counted
-from the history it wrote: acknowledged sends per second of the time limit, the median and
-p99 time from a send's invoke to its acknowledgement, and `unpaired`, the sends whose invoke
-has no completion before the run ended (0 when the history writer kept up: the writer
-completes what is left as `info`/`run-ended` at close). The hosts import this checkout's code
-(the provider puts it on their PYTHONPATH), so run it with this checkout first on
-PYTHONPATH: `PYTHONPATH=. .venv/bin/python benchmarks/workload_rate.py`."""
+Each target rate is one real `harness run` (no nemesis, checker skipped), with 2 consumers
+and `rate * budget / 1000` producers (at least 4). Each producer has one send in flight, so
+sends slower than `--budget-ms` (default 10) hold the producers below the rate asked: the
+rate reached is then bounded by latency, not by what the cluster takes. Everything is
+counted from the history the run wrote: acknowledged sends per second of the time limit,
+the median and p99 time from a send's invoke to its acknowledgement, and `unpaired`, the
+sends left without a completion when the run ended (the history writer completes them as
+`info`/`run-ended` at close; 0: every send's outcome is in the history).
+
+The hosts import this checkout's code (the netns provider puts it first on their
+PYTHONPATH), so run it with this checkout first on PYTHONPATH too: from the checkout,
+`PYTHONPATH=. .venv/bin/python benchmarks/workload_rate.py` (docs/replication.md has the
+figures and how the code before a change was run beside it)."""
 
 from __future__ import annotations
 
@@ -68,6 +73,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="1000,2000,4000,8000")
     ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--budget-ms", type=float, default=10,
+                    help="the send latency each producer's share of the rate allows")
     ap.add_argument("--results", type=Path, help="keep the runs here (default: a temporary folder)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run")
@@ -78,7 +85,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = args.results or Path(tmp)
         for rate in (int(r) for r in args.rates.split(",")):
-            producers = max(4, rate // 100)
+            producers = max(4, round(rate * args.budget_ms / 1000))
             config = load_config(None, [f"workload.rate={rate}", f"workload.producers={producers}",
                                         "workload.consumers=2", "nemesis.faults=[]",
                                         f"time_limit={args.seconds}", "name=workload-rate",
