@@ -12,7 +12,11 @@ rate reached is then bounded by latency, not by what the cluster takes. Everythi
 counted from the history the run wrote: acknowledged sends per second of the time limit,
 the median and p99 time from a send's invoke to its acknowledgement, and `unpaired`, the
 sends left without a completion when the run ended (the history writer completes them as
-`info`/`run-ended` at close; 0: every send's outcome is in the history).
+`info`/`run-ended` at close; 0: every send's outcome is in the history). `cpu %` is the CPU
+of this process and the run's nodes (the processes running `-m replication` with this
+checkout first on their PYTHONPATH) over 7 s of the workload, from 1 s after its history's
+first line, in % of one core; `us/ack` is that CPU per acknowledged send (at the run's
+average rate): on a shared machine the rates follow its load, the CPU per send much less.
 
 The hosts import this checkout's code (the netns provider puts it first on their
 PYTHONPATH), so run it with this checkout first on PYTHONPATH too: from the checkout,
@@ -22,7 +26,10 @@ figures and how the code before a change was run beside it)."""
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -69,6 +76,57 @@ def _measure(history: Path, seconds: float) -> dict[str, float]:
             "per_op": history.stat().st_size / max(ops, 1), "unpaired": unpaired + len(invoked)}
 
 
+CODE = Path(harness.__file__).resolve().parents[1]
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks() -> dict[int, int]:
+    """user + system ticks of this process and of every node running this checkout's code."""
+    marks = (b"-m\0replication\0", f"PYTHONPATH={CODE}\0".encode())
+    pids = [os.getpid()]
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if marks[0] not in f.read():
+                        continue
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if marks[1] in f.read():
+                        pids.append(int(entry.name))
+            except OSError:  # gone, or not ours to read
+                continue
+    ticks = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks[pid] = int(fields[11]) + int(fields[12])  # utime, stime
+        except OSError:
+            continue
+    return ticks
+
+
+class _CpuWindow(threading.Thread):
+    """The CPU seconds over `window` s of a run's workload, from 1 s after the first line of
+    a history.jsonl under `root` written after `since`."""
+
+    def __init__(self, root: Path, since: float, window: float) -> None:
+        super().__init__(daemon=True)
+        self.root, self.since, self.window = root, since, window
+        self.cpu_s = self.elapsed = float("nan")
+
+    def run(self) -> None:
+        while not any(h.stat().st_mtime >= self.since and h.stat().st_size > 0
+                      for h in self.root.glob("workload-rate/*/history.jsonl")):
+            time.sleep(0.1)
+        time.sleep(1)
+        before, t0 = _cpu_ticks(), time.monotonic()
+        time.sleep(self.window)
+        after, t1 = _cpu_ticks(), time.monotonic()
+        self.cpu_s = sum(t - before[p] for p, t in after.items() if p in before) / _TICK
+        self.elapsed = t1 - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="1000,2000,4000,8000")
@@ -79,9 +137,9 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run")
     args = ap.parse_args()
-    print(f"code: {Path(harness.__file__).resolve().parents[1]}")
+    print(f"code: {CODE}")
     print(f"{'target/s':>9} {'producers':>9} {'acked/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'unpaired':>8} {'ops':>9} {'bytes/op':>9}")
+          f"{'unpaired':>8} {'ops':>9} {'bytes/op':>9} {'cpu %':>6} {'us/ack':>6}  load")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.results or Path(tmp)
         for rate in (int(r) for r in args.rates.split(",")):
@@ -90,10 +148,16 @@ def main() -> None:
                                         "workload.consumers=2", "nemesis.faults=[]",
                                         f"time_limit={args.seconds}", "name=workload-rate",
                                         *args.set])
+            cpu = _CpuWindow(root, time.time(), min(7.0, max(1.0, args.seconds - 2)))
+            cpu.start()
             run_dir = run_test(Test.of(config, root, check=False))
+            load = os.getloadavg()[0]
             m = _measure(run_dir / "history.jsonl", args.seconds)
+            cpu.join(timeout=0)
+            share = cpu.cpu_s / cpu.elapsed
             print(f"{rate:>9} {producers:>9} {m['acked']:>9.0f} {m['p50']:>7.1f} {m['p99']:>7.1f} "
-                  f"{m['unpaired']:>8} {m['ops']:>9} {m['per_op']:>9.1f}", flush=True)
+                  f"{m['unpaired']:>8} {m['ops']:>9} {m['per_op']:>9.1f} {100 * share:>6.0f} "
+                  f"{1e6 * share / m['acked']:>6.0f}  {load:.1f}", flush=True)
 
 
 if __name__ == "__main__":
