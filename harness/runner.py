@@ -46,6 +46,7 @@ from workloads.sequence import Workload
 HISTORY_BUFFER = 256 * 1024
 HISTORY_FLUSH_S = 0.05
 
+
 def say(msg: str) -> None:
     print(f"[harness] {msg}", file=sys.stderr, flush=True)
 

@@ -77,8 +77,8 @@ _READ_SIZE = 256 * 1024
 
 class _Frames:
     """Frames cut from a stream's bytes as they come: each read takes what has arrived and
-    gives every whole frame in it, so a burst of frames costs one await, not two a frame (at
-    20,000 sends/s the readexactly() pairs were a tenth of a broker's loop)."""
+    gives every whole frame in it, so a burst of frames costs one await, not the two
+    readexactly() awaits a frame took."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
@@ -215,10 +215,10 @@ class Connection:
     def call(self, msg: Request, timeout: float, on_done: Callable[[Any], None]) -> None:
         """`request` with a callback: on_done(the answer, or the ConnectionLost or other
         exception it raised) once, later, from the loop, unless the loop shuts down first.
-        Connected, it writes at once and settles from the answer (or a timer), without a task
-        or wait_for: a task per request was a fifth of the workload's and the brokers' loops
-        at 20,000 sends/s; to connect first it runs `request` in a task. The simulated
-        network's Connection has the same method."""
+        Connected, it writes at once and settles from the answer's future (or a timer), with
+        no task, coroutine or wait_for a request (the workload's batches and polls and the
+        nodes' fetches all come through here); to connect first it runs `request` in a task.
+        The simulated network's Connection has the same method."""
         loop = asyncio.get_running_loop()
         if not self.connected:
             def finished(task: asyncio.Task) -> None:

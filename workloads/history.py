@@ -213,9 +213,10 @@ class HistoryWriter:
         simulation, whose run is replayed exactly by its seed: a write() per line was a tenth
         of a simulated run's time under PyPy. A real run passes `flush_interval` too: the
         fsync thread also writes out what is gathered that often, so the file lags the run by
-        at most that long (a harness killed with SIGKILL loses at most that much of the tail,
-        which the fsync every `fsync_interval` never covered anyway); at 20,000 sends/s a
-        write() per line took a tenth of the workload's event loop."""
+        at most that long: a harness killed with SIGKILL loses at most that much of the
+        history's tail (its last operations, as if the kill had come that much earlier; a
+        SIGTERM or Ctrl-C closes the writer, which writes everything). At 20,000 sends/s a
+        write() per line took about a tenth of the workload's event loop."""
         self.path = Path(path)
         self.start_ns = time.monotonic_ns() if start_ns is None else start_ns
         self._clock = clock
