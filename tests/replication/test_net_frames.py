@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import random
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +96,18 @@ def test_call_without_an_answer_in_time_or_with_the_peer_gone_is_a_lost_connecti
             server.close()
 
     _run(scenario)
+
+
+def test_without_msgspec_frames_are_the_json_modules() -> None:
+    """The PyPy simulator has no PyPI packages: net.py must import and frame without msgspec,
+    with the same bytes."""
+    program = (
+        "import sys; sys.modules['msgspec'] = None\n"
+        "from replication.net import encode_frame, decode_body\n"
+        "from replication.messages import ProduceRequest\n"
+        "frame = encode_frame(ProduceRequest('t', 1, ('a', 'b')), 3)\n"
+        "assert decode_body(frame[4:])['id'] == 3\n"
+        "sys.stdout.buffer.write(frame)\n")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout
+    assert out == encode_frame(ProduceRequest("t", 1, ("a", "b")), 3)
