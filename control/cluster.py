@@ -37,6 +37,11 @@ class Cluster:
     down: set[str] = field(default_factory=set)  # hosts whose node is deliberately stopped
     toxiproxy: str | None = None  # toxiproxy-server on the hosts; None: nodes listen directly
     kafka: KafkaNodes | None = None  # Apache Kafka's nodes; None: the embedded system's
+    # The checkout the hosts' Python imports first (their PYTHONPATH): netns hosts share this
+    # machine's files, and without it `python -m replication` in an ssh session's home found
+    # whatever the interpreter had installed (an editable install's checkout), not the code
+    # the run was started from. None: what the hosts' interpreter has installed.
+    code: str | None = None
 
     @property
     def controller_host(self) -> Host:
@@ -73,13 +78,17 @@ class Cluster:
             args += ["--config", f"{k}={str(v).lower() if isinstance(v, bool) else v}"]
         return args
 
+    def _python(self) -> list[str]:
+        """The start of a command that runs our Python on a host."""
+        return ["env", f"PYTHONPATH={self.code}", self.python] if self.code else [self.python]
+
     def node_argv(self, host: Host) -> list[str]:
         if self.kafka:
             return self.kafka.argv(host)
         advertised = f"{host.address}:{PORT}"
         listen = f"127.0.0.1:{tp.NODE_PORT}" if self.toxiproxy else advertised
         if host.name == self.controller_host.name:
-            return [self.python, "-m", "replication", "controller", "--listen", listen,
+            return [*self._python(), "-m", "replication", "controller", "--listen", listen,
                     "--data", str(host.data_dir), *self._config_args()]
         broker = self.broker_of(host)
         proxied: list[str] = []
@@ -89,7 +98,7 @@ class Cluster:
                 if peer.name != host.name:
                     proxied += ["--route", f"{peer.address}:{PORT}=127.0.0.1:"
                                            f"{tp.node_port(self._index(peer))}"]
-        return [self.python, "-m", "replication", "broker", "--id", str(broker), "--listen", listen,
+        return [*self._python(), "-m", "replication", "broker", "--id", str(broker), "--listen", listen,
                 *proxied, "--controller", self.controller_address, "--data", str(host.data_dir),
                 *self._config_args()]
 
@@ -118,16 +127,16 @@ class Cluster:
         host.remote.run(["mkdir", "-p", str(backing), str(host.data_dir)])
         mapped = [a for s in self.kafka.mapped_suffixes for a in ("--page-cached", s)] \
             if self.kafka else []
-        host.remote.run([self.python, "-m", "nemesis.lazyfs", "mount", str(backing), str(host.data_dir),
+        host.remote.run([*self._python(), "-m", "nemesis.lazyfs", "mount", str(backing), str(host.data_dir),
                          "--control", str(sock), *mapped], timeout=30)
 
     def lazyfs_ctl(self, host: Host, *command: str) -> str:
         _, sock = self.lazyfs_paths(host)
-        return host.remote.run([self.python, "-m", "nemesis.lazyfs", "ctl", str(sock), *command],
+        return host.remote.run([*self._python(), "-m", "nemesis.lazyfs", "ctl", str(sock), *command],
                                timeout=30).stdout
 
     def umount_lazyfs(self, host: Host) -> None:
-        host.remote.run([self.python, "-m", "nemesis.lazyfs", "umount", str(host.data_dir)],
+        host.remote.run([*self._python(), "-m", "nemesis.lazyfs", "umount", str(host.data_dir)],
                         timeout=30, check=False)
 
     def start(self, host: Host) -> None:

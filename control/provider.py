@@ -18,6 +18,7 @@ from control.toxiproxy import local_binary
 
 class Provider(Protocol):
     python: str  # the interpreter that runs `-m replication` and `-m nemesis.lazyfs` on the hosts
+    code: str | None  # the checkout that interpreter imports first; None: what it has installed
 
     def up(self) -> list[Host]: ...
 
@@ -33,11 +34,16 @@ class Provider(Protocol):
         ...
 
 
+# The checkout this package was imported from (the harness's packages sit side by side in it).
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
 class LocalNetnsProvider(NetnsProvider):
     """Netns hosts share this machine's filesystem, so they run our own interpreter and the
     toxiproxy-server `make bootstrap` built."""
 
     python = sys.executable
+    code = str(CHECKOUT)
 
     def toxiproxy_server(self) -> str:
         return local_binary()
@@ -56,6 +62,7 @@ class InventoryProvider(SshProvider):
                                  f"but the run needs nodes = {nodes}")
         self.entries = self.entries[:nodes]
         self.python = shared_value(self.inventory, self.entries, "python")
+        self.code = None
 
     def toxiproxy_server(self) -> str:
         return shared_value(self.inventory, self.entries, "toxiproxy")

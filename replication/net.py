@@ -19,6 +19,11 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+try:
+    import msgspec
+except ImportError:  # the PyPy simulator has no PyPI packages (harness/pypy.py); it frames nothing
+    msgspec = None
+
 from replication.messages import (
     MalformedMessage,
     Message,
@@ -29,7 +34,18 @@ from replication.messages import (
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024
-
+# msgspec's JSON: the same text json.dumps(separators=(",", ":")) writes but for non-ASCII
+# characters, written as UTF-8 rather than escaped, and values json.loads gives, in a fraction
+# of the time: every record a broker replicates or serves is in a frame's JSON, and at 20,000
+# sends/s json's encoder and decoder were the brokers' and the workload's largest single cost.
+if msgspec is not None:
+    _ENCODE = msgspec.json.Encoder().encode
+    _DECODE = msgspec.json.Decoder().decode
+    _REFUSED: type[Exception] = msgspec.DecodeError
+else:
+    def _ENCODE(wire: Any) -> bytes:
+        return json.dumps(wire, separators=(",", ":")).encode()
+    _DECODE, _REFUSED = json.loads, ValueError
 
 
 def settler(fut: asyncio.Future) -> Callable[[Any], None]:
@@ -58,27 +74,61 @@ def encode_frame(msg: Message, rid: int | None = None) -> bytes:
     wire = msg.to_wire()
     if rid is not None:
         wire["id"] = rid
-    body = json.dumps(wire, separators=(",", ":")).encode()
+    try:
+        body = _ENCODE(wire)
+    except UnicodeEncodeError:  # a lone surrogate (in an error message quoting bad input)
+        body = json.dumps(wire, separators=(",", ":")).encode()
     return _HEADER.pack(len(body)) + body
 
 
-async def read_frame(reader: asyncio.StreamReader) -> Any:
-    """The next frame's JSON value; None at the end of the stream; MalformedMessage (the
-    stream stays in step: the frame was read whole) if its body is not JSON."""
+_READ_SIZE = 256 * 1024
+
+
+class _Frames:
+    """Frames cut from a stream's bytes as they come: each read takes what has arrived and
+    gives every whole frame in it, so a burst of frames costs one await, not the two
+    readexactly() awaits a frame took."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The bodies of the frames `data` completes; ConnectionLost on an oversized frame."""
+        buf = self._buf
+        buf += data
+        bodies: list[bytes] = []
+        pos, size = 0, len(buf)
+        while size - pos >= _HEADER.size:
+            (length,) = _HEADER.unpack_from(buf, pos)
+            if length > MAX_FRAME:
+                raise ConnectionLost(f"frame of {length} bytes exceeds {MAX_FRAME}")
+            end = pos + _HEADER.size + length
+            if end > size:
+                break
+            bodies.append(bytes(buf[pos + _HEADER.size:end]))
+            pos = end
+        del buf[:pos]
+        return bodies
+
+
+async def _read_some(reader: asyncio.StreamReader) -> bytes:
+    """What has arrived (b"" at the end of the stream, or when the peer reset it)."""
     try:
-        header = await reader.readexactly(_HEADER.size)
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-    (length,) = _HEADER.unpack(header)
-    if length > MAX_FRAME:
-        raise ConnectionLost(f"frame of {length} bytes exceeds {MAX_FRAME}")
+        return await reader.read(_READ_SIZE)
+    except ConnectionError:
+        return b""
+
+
+def decode_body(body: bytes) -> Any:
+    """A frame body's JSON value, as json.loads reads it: json takes what msgspec refuses
+    (NaN, numbers past 64 bits, ...) and says what is wrong with the rest."""
     try:
-        body = await reader.readexactly(length)
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
+        return _DECODE(body)
+    except _REFUSED:
+        pass
     try:
         return json.loads(body)
-    except ValueError as e:
+    except ValueError as e:  # the stream stays in step: the frame was read whole
         raise MalformedMessage(f"malformed frame: not JSON: {e}") from None
 
 
@@ -115,15 +165,15 @@ class Connection:
             return self._writer
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        frames = _Frames()
         try:
-            while True:
-                msg = await read_frame(reader)
-                if msg is None:
-                    break
-                rid = msg.get("id") if isinstance(msg, dict) else None
-                fut = self._waiting.pop(rid, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(msg)
+            while data := await _read_some(reader):
+                for body in frames.feed(data):
+                    msg = decode_body(body)
+                    rid = msg.get("id") if isinstance(msg, dict) else None
+                    fut = self._waiting.pop(rid, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(msg)
         except (ConnectionLost, ValueError):
             pass
         finally:
@@ -162,22 +212,52 @@ class Connection:
             raise ConnectionLost(f"{self.address}: {e}") from e
         finally:
             self._waiting.pop(rid, None)
-        answer = {k: v for k, v in fut.result().items() if k != "id"}
+        return self._reply(msg, fut.result())
+
+    def _reply(self, msg: Request, answer: dict) -> Message:
+        """The answer decoded into the request's reply type (ConnectionLost if it does not)."""
         try:
-            return msg.reply_from_wire(answer)
+            return msg.reply_from_wire({k: v for k, v in answer.items() if k != "id"})
         except MalformedMessage as e:
             raise ConnectionLost(f"malformed answer from {self.address}: {e}") from e
 
     def call(self, msg: Request, timeout: float, on_done: Callable[[Any], None]) -> None:
-        """`request` in a task of its own, with a callback: on_done(the answer, or the
-        ConnectionLost or other exception it raised) once, unless the task is cancelled (a loop
-        shutting down). The simulated network's Connection has the same method, without the
-        task."""
-        def finished(task: asyncio.Task) -> None:
-            if not task.cancelled():
-                error = task.exception()
-                on_done(task.result() if error is None else error)
-        asyncio.get_running_loop().create_task(self.request(msg, timeout)).add_done_callback(finished)
+        """`request` with a callback: on_done(the answer, or the ConnectionLost or other
+        exception it raised) once, later, from the loop, unless the loop shuts down first.
+        Connected, it writes at once and settles from the answer's future (or a timer), with
+        no task, coroutine or wait_for a request (the workload's batches and polls and the
+        nodes' fetches all come through here); to connect first it runs `request` in a task.
+        The simulated network's Connection has the same method."""
+        loop = asyncio.get_running_loop()
+        if not self.connected:
+            def finished(task: asyncio.Task) -> None:
+                if not task.cancelled():
+                    error = task.exception()
+                    on_done(task.result() if error is None else error)
+            loop.create_task(self.request(msg, timeout)).add_done_callback(finished)
+            return
+        assert self._writer is not None
+        rid = next(self._ids)
+        fut = self._waiting[rid] = loop.create_future()
+        timer = loop.call_later(timeout, _expire, fut,
+                                f"no answer from {self.address} within {timeout}s")
+
+        def answered(done: asyncio.Future) -> None:
+            timer.cancel()
+            self._waiting.pop(rid, None)
+            error = done.exception()
+            if error is not None:  # timed out, or the connection closed (worded as request() does)
+                on_done(error if isinstance(error, _Unanswered) else
+                        ConnectionLost(f"{self.address}: {error}"))
+                return
+            try:
+                reply = self._reply(msg, done.result())
+            except ConnectionLost as e:
+                on_done(e)
+                return
+            on_done(reply)
+        fut.add_done_callback(answered)
+        self._writer.write(encode_frame(msg, rid))
 
     def send_nowait(self, msg: Request) -> None:
         """Fire and forget (acks=0): written if connected, no answer expected."""
@@ -225,30 +305,39 @@ async def serve(address: str, on_request: Callable[[Request, Respond], Awaitable
                 if not writer.is_closing():
                     writer.write(encode_frame(reply, rid))
             return respond
+        frames = _Frames()
         try:
-            while True:
-                try:
-                    raw = await read_frame(reader)
-                except MalformedMessage as e:
-                    responder(None)(invalid_request(str(e)))
-                    continue
-                if raw is None:
-                    break
-                respond = responder(raw.get("id") if isinstance(raw, dict) else None)
-                try:
-                    request = decode_request(raw)
-                except MalformedMessage as e:
-                    respond(invalid_request(str(e)))
-                    continue
-                result = on_request(request, respond)
-                if asyncio.iscoroutine(result):
-                    await result
+            while data := await _read_some(reader):
+                for body in frames.feed(data):
+                    try:
+                        raw = decode_body(body)
+                    except MalformedMessage as e:
+                        responder(None)(invalid_request(str(e)))
+                        continue
+                    respond = responder(raw.get("id") if isinstance(raw, dict) else None)
+                    try:
+                        request = decode_request(raw)
+                    except MalformedMessage as e:
+                        respond(invalid_request(str(e)))
+                        continue
+                    result = on_request(request, respond)
+                    if asyncio.iscoroutine(result):
+                        await result
         except (ConnectionLost, ValueError, ConnectionError):
             pass
         finally:
             writer.close()
 
     return await asyncio.start_server(client, host, port, reuse_address=True)
+
+
+class _Unanswered(ConnectionLost):
+    """No answer within the request's timeout (Connection.call's timer)."""
+
+
+def _expire(fut: asyncio.Future, why: str) -> None:
+    if not fut.done():
+        fut.set_exception(_Unanswered(why))
 
 
 def _cancelling() -> bool:

@@ -87,7 +87,6 @@ class Runtime:
             if storage_threads else None
         self.exited = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task] = set()
 
     # ---- the port ---------------------------------------------------------------------------------
 
@@ -102,19 +101,17 @@ class Runtime:
 
     def request(self, address: str, msg: Any, timeout_s: float,
                 answered: Callable[[Any], None]) -> None:
-        task = self._loop().create_task(self._request(address, msg, timeout_s, answered))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _request(self, address: str, msg: Any, timeout_s: float,
-                       answered: Callable[[Any], None]) -> None:
-        try:
-            response = await self.pool.get(address).request(msg, timeout_s)
-        except ConnectionLost as e:
-            log.debug("request %s to %s failed: %s", msg.TYPE, address, e)
-            answered(e)
-            return
-        answered(response)
+        """Send `msg`; `answered(the reply, or the ConnectionLost)` later. Through the
+        connection's callback (Connection.call), not a task a request: a follower's fetches
+        are most of a broker's requests."""
+        def done(outcome: Any) -> None:
+            if isinstance(outcome, ConnectionLost):
+                log.debug("request %s to %s failed: %s", msg.TYPE, address, outcome)
+            elif isinstance(outcome, BaseException):  # not the network's: a bug, left unanswered
+                log.error("request %s to %s: %r", msg.TYPE, address, outcome, exc_info=outcome)
+                return
+            answered(outcome)
+        self.pool.get(address).call(msg, timeout_s, done)
 
     def record(self, event: Event) -> None:
         self.events.write(event)

@@ -113,6 +113,7 @@ def test_factory_picks_the_provider_and_its_python(tmp_path):
 def test_python_defaults_to_python3_and_must_agree(tmp_path):
     inv = _inventory(tmp_path / "inv.toml", 2, defaults="")
     assert InventoryProvider(inv, 2).python == "python3"
+    assert InventoryProvider(inv, 2).code is None  # a VM runs what its interpreter has installed
     inv.write_text(inv.read_text() + 'python = "/usr/bin/python3.11"\n')  # n2 only
     assert InventoryProvider(inv, 1).python == "python3"
     with pytest.raises(InventoryError, match=r"python must be one non-empty path.*n2: '/usr/bin/python3.11'"):

@@ -98,6 +98,26 @@ def test_a_buffered_writer_writes_whole_lines_late_and_the_same_bytes(tmp_path):
         assert plain.read_bytes()[size - 1:size] == b"\n"
 
 
+def test_a_real_runs_buffered_writer_writes_its_lines_within_the_flush_interval(tmp_path):
+    """buffer_bytes with flush_interval (a real run's mode): lines far below the buffer's size
+    still reach the file, whole, within about the interval, without close()."""
+    path = tmp_path / "history.jsonl"
+    h = HistoryWriter(path, buffer_bytes=1 << 20, flush_interval=0.05, fsync_interval=0.2)
+    try:
+        h.invoke(0, "send", value=1).ok(offset=0)
+        h.nemesis("start-kill", {"nodes": ["n2"]})
+        deadline = time.monotonic() + 10
+        while path.read_bytes().count(b"\n") < 3:
+            assert time.monotonic() < deadline, "the gathered lines were never written"
+            time.sleep(0.01)
+        assert [op["type"] for op in read_history(path, allow_torn_tail=False)] == \
+            ["invoke", "ok", "info"]
+        h.invoke(1, "send", value=2)
+    finally:
+        h.close()
+    assert [op["index"] for op in read_history(path, allow_torn_tail=False)] == [0, 1, 2, 3, 4]
+
+
 def test_time_counts_from_the_given_start(tmp_path):
     start = time.monotonic_ns() - 5_000_000_000
     with HistoryWriter(tmp_path / "h.jsonl", start_ns=start) as h:
