@@ -208,8 +208,8 @@ def test_a_real_runs_schedule_maps_into_the_simulator(tmp_path):
     (run / "schedule.json").write_text(json.dumps(
         {"format": 1, "params": typed(config).schedule_params.to_dict(), "faults": faults}))
     from harness.shrink import start_candidate
-    cand, real, notes = start_candidate(run)
-    assert real and not notes
+    cand, real_hosts, notes = start_candidate(run)
+    assert real_hosts == {"provider": "netns"} and not notes  # where minimal.json reruns it
     assert cand.config["hosts"] == {"provider": "sim"}
     assert [e["target"] for e in cand.entries] == [{"fixed": {"nodes": ["n3", "n4"]}},
                                                    {"fixed": {"nodes": ["n2"]}}]
