@@ -96,7 +96,7 @@ class Tally:
         return out
 
 
-def _decode(line: str) -> tuple[Any, str]:
+def _decode(line: str | bytes) -> tuple[Any, str]:
     """(the line's JSON value, "") or (None, why it is not one), as Python's json reads it:
     the slow path, for lines msgspec refused (json also takes NaN, Infinity, numbers
     beyond a double and lone surrogates; and names what is wrong)."""
@@ -198,13 +198,14 @@ def node_events(path: str | Path, tally: Tally | None = None) -> Iterator[Event]
     return _objects(path, tally or Tally(path.name), (int, float), "ts")
 
 
-def history_line(line: str) -> Op | None:
+def history_line(line: str | bytes) -> Op | None:
     """One history.jsonl line under the same policy, for a reader handed lines instead of the
-    file (Spark's textFile): its operation, or None where `history` skips the line."""
+    file (Spark's textFile, a rewriter's bytes): its operation, or None where `history` skips
+    the line (bytes that are not UTF-8 too)."""
     return _line_object(line, (int,))
 
 
-def event_line(line: str) -> Event | None:
+def event_line(line: str | bytes) -> Event | None:
     """One events.jsonl line as `events` reads it (its `time` made an integer), or None."""
     event = _line_object(line, (int, float))
     if event is not None and type(event["time"]) is float:
@@ -212,7 +213,7 @@ def event_line(line: str) -> Event | None:
     return event
 
 
-def _line_object(line: str, numeric_time: tuple[type, ...]) -> Any:
+def _line_object(line: str | bytes, numeric_time: tuple[type, ...]) -> Any:
     obj, why = _decode(line) if line.strip() else (None, "blank")
     if why or type(obj) is not dict or obj.get("time").__class__ not in numeric_time:
         return None

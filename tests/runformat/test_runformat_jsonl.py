@@ -7,6 +7,7 @@ from pathlib import Path
 from replication.outputs import Event
 from replication.runtime import EventLog
 from runformat import Tally, events, history, last_time, node_events, read_events
+from runformat.jsonl import event_line, history_line
 from workloads.history import read_history
 
 
@@ -60,6 +61,17 @@ def test_a_nodes_own_event_log_is_read_by_its_ts_and_a_killed_writers_tail_is_sa
     assert "time" not in read[0]  # the merge gives it its time on the run clock
     assert (tally.malformed, tally.torn) == (1, 1)
     assert tally.named[0] == "nodes/n3/events.jsonl line 3: not a JSON object with a number `ts`"
+
+
+def test_one_line_is_judged_as_the_file_readers_judge_it(tmp_path):
+    lines = ['{"index": 0, "time": 1, "f": "send"}', "", "[1]", '{"time": true}', '{"index": 1',
+             '{"time": 2.5, "kind": "e"}', '{"index": 2, "time": 3, "f": "poll"}']
+    path = _write(tmp_path / "h.jsonl", "\n".join(lines) + "\n")
+    assert [history_line(line) for line in lines if history_line(line)] == list(history(path))
+    assert [event_line(line) for line in lines if event_line(line)] == list(events(path))
+    assert event_line('{"time": 2.5}') == {"time": 2}
+    assert history_line(b'{"time": 4}\n') == {"time": 4}  # bytes, as a rewriter holds them
+    assert history_line(b'{"time": 4, "v": "\xff"}\n') is None  # not UTF-8
 
 
 def test_last_time_reads_the_end_of_the_file_only(tmp_path):
