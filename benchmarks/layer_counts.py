@@ -10,6 +10,8 @@ Prints, for the shipped packages of TREE (default: this checkout):
   file or of a pipe's protocol: --list names each, a reader judges);
 - `config-reads`: string-key reads of a config (the pattern of
   tests/harness/test_config_reads.py), in all and outside the parsers;
+- `test-only modules`: shipped modules that no shipped module names but a test or benchmark
+  does (whole files of scaffolding);
 - `test-only`: functions and classes whose name no shipped module mentions outside its own
   definition but a test or benchmark does, and their lines (a name is matched as a word, so a
   common name counts as used: this undercounts). Registered classes (a decorator) are used.
@@ -103,6 +105,27 @@ def test_only(prod: dict[str, str], others: dict[str, str]) -> list[tuple[str, s
     return out
 
 
+def test_only_modules(prod: dict[str, str], others: dict[str, str]) -> list[tuple[str, int]]:
+    """(path, lines) of shipped modules that no other shipped module names (by their dotted
+    name, or `from package import module`) but a test or benchmark does. A program of its own
+    (`__main__`) and a module its package imports by listing them (pkgutil) are used."""
+    out = []
+    for path, text in prod.items():
+        parts = path[:-3].split("/")
+        init = prod.get("/".join(parts[:-1]) + "/__init__.py", "")
+        if (parts[-1] in ("__init__", "__main__") or '__name__ == "__main__"' in text
+                or "iter_modules" in init):
+            continue
+        dotted, package, name = ".".join(parts), ".".join(parts[:-1]), parts[-1]
+        named = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(package)} import "
+                           rf"(\(\s*)?([\w, \n]*\b)?{re.escape(name)}\b")
+        if any(named.search(t) for p, t in prod.items() if p != path):
+            continue
+        if any(named.search(t) for t in others.values()):
+            out.append((path, text.count("\n")))
+    return out
+
+
 def _def_lines(text: str, line: int, name: str) -> str:
     """The def or class line(s) that name `name` (its decorators and signature)."""
     lines = text.splitlines()
@@ -149,6 +172,11 @@ def main() -> int:
     outside = sum(len(v) for p, v in reads.items() if p not in PARSERS)
     print(f"config-reads: {total} in all, {outside} outside the parsers")
 
+    modules = test_only_modules(prod, others)
+    print(f"test-only modules: {len(modules)} files, {sum(n for _, n in modules)} lines")
+    if args.list:
+        for path, n in modules:
+            print(f"  {path} ({n} lines)")
     only = test_only(prod, others)
     print(f"test-only: {len(only)} definitions, {sum(n for *_, n in only)} lines")
     if args.list:
