@@ -16,7 +16,6 @@ there by the configured checker (Spark), which must agree."""
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import shutil
@@ -328,11 +327,6 @@ def write_search(test: Test, seeds: Sequence[int], summary: SearchSummary) -> Pa
 
 
 # ---- determinism ------------------------------------------------------------------------------
-
-def digest_files(folder: Path) -> dict[str, str]:
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
-            for name in DETERMINISM_FILES if (folder / name).exists()}
-
 
 def first_divergence(a: Path, b: Path) -> str | None:
     """Where two runs' files first differ ("history.jsonl line 812: ..."), or None."""
