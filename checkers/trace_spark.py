@@ -18,12 +18,12 @@ uses it: ok operations that name a partition, and the nemesis's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from checkers.trace import VIEW_EVENTS, TraceChecker, TraceReport, noted, trace_settings
+from runformat.jsonl import event_line, history_line
 from runformat.run_config import RunConfig
 
 Key = tuple[str, int]
@@ -81,7 +81,7 @@ def _survey(rows: Iterable[tuple[str, int]]) -> Iterator[dict[str, Any]]:
     events = 0
     views = False
     for line, _i in rows:
-        e = _parse(line)
+        e = event_line(line)
         if e is None:
             continue
         events += 1
@@ -98,10 +98,10 @@ def _route(source: int, row: tuple[str, int], keys: list[Key]) -> list[tuple[tup
     line, i = row
     if source == OPERATIONS and '"type": "invoke"' in line and '"nemesis"' not in line:
         return []  # an invocation: the replay reads completions only
-    obj = _parse(line)
-    if obj is None:
+    obj = history_line(line) if source == OPERATIONS else event_line(line)
+    if obj is None:  # a line the single-process check skips (runformat's policy)
         return []
-    order = (obj.get("time", 0), source, i)
+    order = (obj["time"], source, i)
     if source == OPERATIONS:
         if obj.get("process") == "nemesis":
             return [((k, *order), line) for k in keys]
@@ -136,25 +136,13 @@ def _replay(rows: Iterable[tuple[tuple, str]], topic: str, settings: dict[str, A
             checker = TraceChecker(views=views, only=key, **settings)
             checker.host_broker.update(hosts)
             current, seen = key, 0
-        obj = json.loads(line)
         if order[1] == EVENTS:
-            checker.event(obj)
+            checker.event(event_line(line))
         else:
-            checker.operation(obj, topic)
+            checker.operation(history_line(line), topic)
         for v in checker.report.violations[seen:]:
             yield "violation", (tuple(order), current, v)
         seen = len(checker.report.violations)
     if checker is not None:
         yield from flush()
 
-
-def _parse(line: str) -> dict[str, Any] | None:
-    """A line as checkers.trace._jsonl reads it: blank or torn lines are skipped."""
-    line = line.strip()
-    if not line:
-        return None
-    try:
-        obj = json.loads(line)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) else None

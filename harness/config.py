@@ -343,21 +343,21 @@ def load_config(path: str | Path | None = None, sets: Sequence[str] = (),
 
 def with_sets(config: Mapping[str, Any], sets: Sequence[str],
               source: str = "--set") -> dict[str, Any]:
-    """A resolved config with `--set`-style items ("system.isr.update=controller") applied on
-    top, validated again (e.g. `harness shrink --against`: the same run with one switch back)."""
-    out = copy.deepcopy(dict(config))
-    for item in sets:
-        key, value = parse_set(item)
-        _apply_layer(out, {}, _layer_from_dotted(key, value), _Origin(f"{source} {item}"), {})
-    return validate(out, source=f"{source} {' '.join(sets)}")
+    """with_values of `--set`-style items ("system.isr.update=controller"), read as the
+    command line reads them (e.g. `harness shrink --against`: the same run with one switch
+    back)."""
+    return with_values(config, [parse_set(item) for item in sets],
+                       f"{source} {' '.join(sets)}")
 
 
-def with_values(config: Mapping[str, Any], values: Mapping[str, Any],
+def with_values(config: Mapping[str, Any],
+                values: Mapping[str, Any] | Sequence[tuple[str, Any]],
                 source: str) -> dict[str, Any]:
     """A resolved config with dotted keys set to already-typed values ({"nemesis.faults":
-    ["kill"]}), validated again; `source` says in an error where they came from."""
+    ["kill"]}, or (key, value) pairs applied in their order), validated again; `source` says
+    in an error where they came from."""
     out = copy.deepcopy(dict(config))
-    for key, value in values.items():
+    for key, value in values.items() if isinstance(values, Mapping) else values:
         _apply_layer(out, {}, _layer_from_dotted(key, value), _Origin(f"{source} ({key})"), {})
     return validate(out, source=source)
 
@@ -788,6 +788,14 @@ class HostsSettings:
     inventory: str | None
     toxiproxy: bool  # "auto" resolved: Toxiproxy beside every node in this run
     startup_s: tuple[float, float] | None = None  # simulated hosts: a node's start-up delay
+
+    def placement(self) -> dict[str, Any]:
+        """The [hosts] table that puts another config on these hosts: the provider and its
+        inventory. Toxiproxy is left to that config ("auto": its own faults decide)."""
+        table: dict[str, Any] = {"provider": self.provider}
+        if self.inventory is not None:
+            table["inventory"] = self.inventory
+        return table
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
     hosts     provider up                          -> provider down
     cluster   heal leftovers, lazyfs, nodes, topic -> collect logs/events/data, stop nodes
     exercise  nemesis + workload, heal, final read
-    verdict   check, report (when the test asks for it)
+    verdict   check, report (when the test asks for it: harness.verdict, as simulated runs)
 
 Everything is timed by the run's one clock (harness.test.RunClock)."""
 
@@ -21,21 +21,21 @@ from typing import Any
 
 from tqdm import tqdm
 
-from checkers.check import check_path
 from control import cleanup
 from control.cluster import Cluster
 from control.host import Host
 from control.parallel import on_hosts
 from control.provider import Provider, make_provider
 from harness import store
-from harness.report import report_path
 from harness.system import System, system_of
 from harness.test import RunClock, Test
+from harness.verdict import verdict_step
 from nemesis.faults import Nemesis
 from nemesis.hosts_world import HostsWorld, heal_network
 from nemesis.kinds import needs_lazyfs
 from nemesis.lazyfs.mount import prune_registry
 from nemesis.schedule import ScheduleRecord
+from runformat import Event, Tally, node_events
 from workloads import sequence
 from workloads.history import HistoryWriter
 from workloads.kafka import WorkloadParams
@@ -83,7 +83,7 @@ def run_test(test: Test) -> Path:
                                system) as cluster:
                 asyncio.run(exercise(test, cluster, history, run_dir, clock, system))
     if test.check:
-        verdict_phase(test, run_dir)
+        verdict_step(run_dir, spark_master=test.settings.checker.spark_master)
     return run_dir
 
 
@@ -186,20 +186,6 @@ async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir
                                stopped=lambda: schedule.finish("time limit reached")))
 
 
-def verdict_phase(test: Test, run_dir: Path) -> None:
-    """Check the history and render the report; a failure of either is said, not raised, so
-    the run folder is still there to check again (`harness check`)."""
-    try:
-        results = check_path(run_dir, spark_master=test.settings.checker.spark_master)
-        say(f"checker verdict: valid={results['valid']}")
-    except Exception as e:
-        say(f"checker failed: {e}")
-    try:
-        report_path(run_dir)
-    except Exception as e:
-        say(f"report failed: {e}")
-
-
 async def show_progress(workload: Workload, schedule: ScheduleRecord, limit: float) -> None:
     """A progress bar on a terminal; a line every 5 s in logs (CI, campaigns under cron)."""
     tty = sys.stderr.isatty()
@@ -261,21 +247,20 @@ def _fetch_node_files(cluster: Cluster, host: Host, dest: Path) -> None:
             say(f"could not fetch {path} from {host.name}: {e}")
 
 
-def _node_events(cluster: Cluster, host: Host, dest: Path) -> list[dict]:
-    """The embedded node's own events.jsonl (Kafka's nodes write none)."""
+def _node_events(cluster: Cluster, host: Host, dest: Path) -> list[Event]:
+    """The embedded node's own events.jsonl (Kafka's nodes write none); a line it could not
+    finish (a node killed mid-write) or a malformed one is skipped and said."""
     if cluster.kafka:
         return []
     try:
         host.remote.get(host.work_dir / "events.jsonl", dest / "events.jsonl")
     except Exception:
         return []
-    events = []
-    for line in (dest / "events.jsonl").read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
-    return [e for e in events if isinstance(e, dict) and isinstance(e.get("ts"), int | float)]
+    tally = Tally(f"nodes/{host.name}/events.jsonl")
+    events = list(node_events(dest / "events.jsonl", tally))
+    for note in tally.notes():
+        say(note)
+    return events
 
 
 def stop_nodes(cluster: Cluster) -> None:

@@ -256,6 +256,7 @@ class ShrinkResult:
     minimal_dir: Path | None = None
     budget_exhausted: bool = False
     against: tuple[str, ...] = ()
+    real_hosts: dict[str, Any] | None = None  # the original's [hosts], when it ran on hosts
 
 
 class Shrinker:
@@ -385,12 +386,14 @@ def _results(run_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def start_candidate(run_dir: Path) -> tuple[Candidate, bool, list[str]]:
-    """The run's config (simulated) and realised schedule as a scripted candidate; whether it
-    was a real-host run; notes (fault kinds the simulator cannot apply are left out)."""
+def start_candidate(run_dir: Path) -> tuple[Candidate, dict[str, Any] | None, list[str]]:
+    """The run's config (simulated) and realised schedule as a scripted candidate; the
+    [hosts] table of its real hosts (None for a simulated run); notes (fault kinds the
+    simulator cannot apply are left out)."""
     test = store.read_test_json(run_dir)
     config = validate(test["config"], source=str(run_dir / "test.json"))
-    real = test.get("hosts") != SIM
+    hosts = typed(config).hosts
+    real_hosts = None if hosts.provider == SIM else hosts.placement()
     entries = replay_plan(load_schedule(run_dir / "schedule.json"))
     notes: list[str] = []
     kept = [e for e in entries if lookup(e["kind"]).simulated]
@@ -398,7 +401,7 @@ def start_candidate(run_dir: Path) -> tuple[Candidate, bool, list[str]]:
         notes.append(f"left out {len(entries) - len(kept)} fault(s) the simulator cannot apply")
     simulated = [f for f in typed(config).nemesis.faults if lookup(f).simulated]
     config = with_values(config, {"nemesis.faults": simulated}, "the simulated faults")
-    return Candidate(as_simulated(config), clean_entries(kept)), real, notes
+    return Candidate(as_simulated(config), clean_entries(kept)), real_hosts, notes
 
 
 def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None,
@@ -409,7 +412,8 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     target = target_class(_results(run_dir))
     if target is None:
         raise UserError(f"{run_dir}: results.json reports no anomaly: nothing to shrink")
-    start, real, notes = start_candidate(run_dir)
+    start, real_hosts, notes = start_candidate(run_dir)
+    real = real_hosts is not None
     for note in notes:
         log(note)
     seed = typed(start.config).seed
@@ -447,7 +451,7 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     result = ShrinkResult(run_dir, target, typed(best.config).seed, chosen, best,
                           before_outcome, ev.cache[best.key()], 0.0, ev.simulated,
                           ev.cache_hits, attempts, budget_exhausted=ev.budget.exhausted(),
-                          against=tuple(against))
+                          against=tuple(against), real_hosts=real_hosts)
     result.minimal_dir = write_minimal(result, results_root or run_dir.parent.parent, argv)
     result.wall_s = time.perf_counter() - started
     _write_pointers(result)
@@ -474,8 +478,6 @@ def write_minimal(result: ShrinkResult, results_root: Path, argv: Sequence[str])
 
 
 def minimal_document(result: ShrinkResult, config: Mapping[str, Any]) -> dict[str, Any]:
-    original = store.read_test_json(result.original)
-    real_hosts = None if original.get("hosts") == SIM else original["config"].get("hosts")
     return {
         "format": FORMAT,
         "seed": typed(config).seed,
@@ -483,7 +485,7 @@ def minimal_document(result: ShrinkResult, config: Mapping[str, Any]) -> dict[st
         "config": dict(config),
         "schedule": [dict(e) for e in result.after.entries],
         "original": str(result.original.resolve()),
-        "real_hosts": real_hosts,  # where `harness reproduce --schedule` runs it (default netns)
+        "real_hosts": result.real_hosts,  # where `harness reproduce --schedule` runs it (default netns)
         # the settings under which the same seed and schedule do not show the anomaly
         "against": list(result.against),
         "shrink": {

@@ -1,7 +1,9 @@
 """The simulating side of harness.pypy.PypySimulator: a loop, normally under PyPy, that reads
-one job per line on stdin ({"config", "folder", "invariants"}), simulates it into its folder
-with harness.sim_run.simulate_into (keep_going, as a search runs a seed), and answers one JSON
-line per job on stdout: virtual_s, wall_s, cpu_s, stats, net; or {"error": "..."}.
+one job per line on stdin ({"config", "folder", "invariants", "keep_going"}), simulates it into
+its folder with harness.sim_run.simulate_into (keep_going unless the job says otherwise, as a
+search runs a seed; `harness simulate --check-determinism` runs its second copy here with
+keep_going false, as the first), and answers one JSON line per job on stdout: virtual_s,
+wall_s, cpu_s, stats, net; or {"error": "..."}.
 
 Anything the simulation prints goes to stderr: stdout carries only the answers.
 It imports nothing beyond the simulation's closure (see harness/pypy.py)."""
@@ -21,7 +23,8 @@ from harness.test import Test
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     folder = Path(job["folder"])
     cpu = time.process_time()
-    result = simulate_into(Test.of(job["config"], folder, check=False), folder, keep_going=True,
+    result = simulate_into(Test.of(job["config"], folder, check=False), folder,
+                           keep_going=job.get("keep_going", True),
                            invariants=job.get("invariants", True))
     return {"virtual_s": result.virtual_s, "wall_s": result.wall_s,
             "cpu_s": time.process_time() - cpu, "stats": result.stats, "net": result.net}

@@ -16,7 +16,6 @@ there by the configured checker (Spark), which must agree."""
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import shutil
@@ -39,9 +38,9 @@ from checkers.spark import get_session
 from control.files import owned_dir, write_json_atomic
 from harness import pypy, store
 from harness.pypy import PypyError, PypySimulator
-from harness.report import report_path
 from harness.sim_run import as_simulated, simulate_into, with_seed
 from harness.test import Test
+from harness.verdict import verdict_step
 
 DETERMINISM_FILES = ("history.jsonl", "events.jsonl", "schedule.json")
 
@@ -63,17 +62,8 @@ def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = Fals
     say(f"simulated {result.virtual_s:.1f} s in {result.wall_s:.1f} s wall "
         f"({result.speed:.1f}x); workload {result.stats}")
     if test.check:
-        try:
-            spark = test.settings.checker.spark_master
-            results = check_path(run_dir, spark_master=spark, backend=backend,
-                                 spark_min_ops=spark_min_ops)
-            say(f"checker verdict: valid={results['valid']}")
-        except Exception as e:  # the folder stays checkable with `harness check`
-            say(f"checker failed: {e}")
-        try:
-            report_path(run_dir)
-        except Exception as e:
-            say(f"report failed: {e}")
+        verdict_step(run_dir, spark_master=test.settings.checker.spark_master, backend=backend,
+                     spark_min_ops=spark_min_ops)
     return run_dir
 
 
@@ -338,11 +328,6 @@ def write_search(test: Test, seeds: Sequence[int], summary: SearchSummary) -> Pa
 
 # ---- determinism ------------------------------------------------------------------------------
 
-def digest_files(folder: Path) -> dict[str, str]:
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
-            for name in DETERMINISM_FILES if (folder / name).exists()}
-
-
 def first_divergence(a: Path, b: Path) -> str | None:
     """Where two runs' files first differ ("history.jsonl line 812: ..."), or None."""
     for name in DETERMINISM_FILES:
@@ -368,12 +353,17 @@ def check_determinism(config: Mapping[str, Any], seed: int) -> str | None:
         simulate_into(Test.of(config, first, check=False), first)
         env = {**os.environ, "PYTHONHASHSEED": str(1 + seed % 4_000_000),
                "PYTHONPATH": str(pypy.ROOT)}
-        child = [pypy.binary() or sys.executable, "-c",
-                 "import json, sys; from pathlib import Path; from harness.sim_run import "
-                 "simulate_into; from harness.test import Test; "
-                 "c = json.loads(sys.argv[1]); simulate_into(Test.of(c, Path(sys.argv[2]), "
-                 "check=False), Path(sys.argv[2]))", json.dumps(config), str(second)]
-        done = subprocess.run(child, env=env, capture_output=True, text=True, timeout=3600)
-        if done.returncode != 0:
-            return f"the second run failed: {done.stderr.strip()[-2000:]}"
-        return first_divergence(first, second)
+        # the searches' own worker (harness/sim_worker.py), given this one job
+        job = {"config": config, "folder": str(second), "keep_going": False}
+        done = subprocess.run([pypy.binary() or sys.executable, "-m", "harness.sim_worker"],
+                              input=json.dumps(job) + "\n", env=env, cwd=pypy.ROOT,
+                              capture_output=True, text=True, timeout=3600)
+        error = _worker_error(done)
+        return f"the second run failed: {error}" if error else first_divergence(first, second)
+
+
+def _worker_error(done: subprocess.CompletedProcess) -> str | None:
+    """What went wrong in a sim_worker child given one job: its crash, or the job's error."""
+    if done.returncode != 0 or not done.stdout.strip():
+        return done.stderr.strip()[-2000:] or f"exit status {done.returncode}"
+    return json.loads(done.stdout.splitlines()[-1]).get("error")

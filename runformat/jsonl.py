@@ -8,8 +8,7 @@
 The policy, the same for every reader of these files:
 - a blank line is nothing;
 - a line that is not a JSON object with an integer `time` (events: a number, made an integer;
-  a boolean is not one)
-  is malformed: skipped, counted in `tally.malformed`, and the first MAX_NAMED are named
+  a node's own event log, before the merge: a number `ts`; a boolean is not one) is malformed: skipped, counted in `tally.malformed`, and the first MAX_NAMED are named
   ("history.jsonl line 7: invalid JSON (Expecting value)");
 - a last line without its newline that does not parse is a crash's torn tail: skipped and
   named, but counted in `tally.torn`, not as malformed (a crashed run is not a corrupt one).
@@ -73,7 +72,7 @@ class Tally:
 
     name: str
     lines: int = 0  # lines read or skipped
-    end_ns: int = 0  # the greatest `time` of the objects read
+    end_ns: int = 0  # the greatest `time` of the objects read (a node's own log: `ts`)
     malformed: int = 0
     torn: int = 0
     named: list[str] = field(default_factory=list)
@@ -97,7 +96,7 @@ class Tally:
         return out
 
 
-def _decode(line: str) -> tuple[Any, str]:
+def _decode(line: str | bytes) -> tuple[Any, str]:
     """(the line's JSON value, "") or (None, why it is not one), as Python's json reads it:
     the slow path, for lines msgspec refused (json also takes NaN, Infinity, numbers
     beyond a double and lone surrogates; and names what is wrong)."""
@@ -118,7 +117,8 @@ def _time_of(line: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...]) -> Iterator[Any]:
+def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...],
+             key: str = "time") -> Iterator[Any]:
     # Imported here, where a file is read: the PyPy simulator imports runformat (for
     # runformat.effects), reads no file and has none of the PyPI dependencies (harness.pypy).
     from msgspec import DecodeError
@@ -128,6 +128,8 @@ def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...]) ->
     # msgspec's decoder takes what json.loads takes, to the same values, at about half the
     # cost (tests/runformat/test_runformat_decode.py); what it refuses goes to `_decode`.
     decode, end_ns, lineno = Decoder().decode, tally.end_ns, 0
+    not_one = ("not a JSON object with an integer `time`" if key == "time"
+               else f"not a JSON object with a number `{key}`")
     with path.open("r", encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             try:
@@ -137,9 +139,9 @@ def _objects(path: Path, tally: Tally, numeric_time: type | tuple[type, ...]) ->
                 if why:
                     _skip_bad(tally, lineno, line, why)
                     continue
-            t = obj.get("time") if type(obj) is dict else None
+            t = obj.get(key) if type(obj) is dict else None
             if t.__class__ not in numeric_time:
-                _skip_bad(tally, lineno, line, "not a JSON object with an integer `time`")
+                _skip_bad(tally, lineno, line, not_one)
                 continue
             if t > end_ns:
                 end_ns = t
@@ -186,6 +188,36 @@ def records(path: str | Path, tally: Tally | None = None) -> Iterator[dict[str, 
     """The objects of a run's other JSONL files (invariants.jsonl), under the same policy."""
     path = Path(path)
     return _objects(path, tally or Tally(path.name), (int, float))
+
+
+def node_events(path: str | Path, tally: Tally | None = None) -> Iterator[Event]:
+    """A node's own events.jsonl (what replication.runtime.EventLog writes, before the run's
+    merge gives each event its `time`): its events in file order, each with a number `ts`,
+    the seconds of its host's wall clock."""
+    path = Path(path)
+    return _objects(path, tally or Tally(path.name), (int, float), "ts")
+
+
+def history_line(line: str | bytes) -> Op | None:
+    """One history.jsonl line under the same policy, for a reader handed lines instead of the
+    file (Spark's textFile, a rewriter's bytes): its operation, or None where `history` skips
+    the line (bytes that are not UTF-8 too)."""
+    return _line_object(line, (int,))
+
+
+def event_line(line: str | bytes) -> Event | None:
+    """One events.jsonl line as `events` reads it (its `time` made an integer), or None."""
+    event = _line_object(line, (int, float))
+    if event is not None and type(event["time"]) is float:
+        event["time"] = int(event["time"])
+    return event
+
+
+def _line_object(line: str | bytes, numeric_time: tuple[type, ...]) -> Any:
+    obj, why = _decode(line) if line.strip() else (None, "blank")
+    if why or type(obj) is not dict or obj.get("time").__class__ not in numeric_time:
+        return None
+    return obj
 
 
 def read_events(path: str | Path, tally: Tally | None = None) -> list[Event]:

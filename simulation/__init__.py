@@ -33,6 +33,7 @@ Modules (bottom up):
   topic, workload with a faults callback, heal, final read) writing history.jsonl and
   events.jsonl.
 
-The package imports replication, workloads and checkers.invariants only (never nemesis,
-control or harness). Scripted fault callbacks for tests are in tests/support/scenarios.py.
+The package imports replication, workloads, checkers.invariants, runformat (fault effects)
+and, of nemesis, the kinds that say they degrade a link and the damage of `corrupt-segment`
+(never control or harness). Scripted fault plans for tests are in tests/support/scenarios.py.
 """

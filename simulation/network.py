@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemesis.kinds import with_effect
+from nemesis.kinds import lookup, with_effect
 from replication.messages import decode_request
 from replication.net import ConnectFailed, ConnectionLost, settler, split_address
 from runformat.effects import DEGRADES_LINK
@@ -117,16 +117,15 @@ class LinkFault:
 
     @classmethod
     def from_settings(cls, kind: str, settings: Mapping[str, float], rng: random.Random) -> LinkFault:
-        """nemesis/link.py's settings keys; each kind uses only its own."""
-        if kind == "slow-link":
-            return cls(kind, delay_s=float(settings.get("link_delay_ms", 200.0)) / 1000,
-                       jitter_s=float(settings.get("link_jitter_ms", 50.0)) / 1000, rng=rng)
-        if kind == "lossy-link":
-            return cls(kind, loss=min(1.0, float(settings.get("link_loss_percent", 20.0)) / 100), rng=rng)
-        if kind == "reset-link":
-            return cls(kind, reset=min(1.0, float(settings.get("reset_probability", 0.05))), rng=rng)
-        known = ", ".join(with_effect(DEGRADES_LINK))  # the kinds that say they degrade links
-        raise ValueError(f"unknown link fault {kind!r}; known: {known}")
+        """What the link kind says it does in the simulator (nemesis.kinds.links: `simulated_link`,
+        beside its netfilter rule), with [nemesis] settings; a setting left out is the kind's
+        default."""
+        known = with_effect(DEGRADES_LINK)  # the kinds that say they degrade links
+        if kind not in known:
+            raise ValueError(f"unknown link fault {kind!r}; known: {', '.join(known)}")
+        link = lookup(kind)
+        defaults = {key: setting.default for key, setting in link.settings.items()}
+        return cls(kind, **link.simulated_link({**defaults, **settings}), rng=rng)
 
 
 class Timer:

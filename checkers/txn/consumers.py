@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkers.txn.ops import UNCOMMITTED, Poll, Txn
+from runformat.jsonl import history_line
 
 if TYPE_CHECKING:
     from checkers.txn.analysis import Findings
@@ -50,11 +51,10 @@ def committed_view(history: Path, scratch: Path) -> Path:
 
 
 def _emptied(line: bytes) -> bytes:
-    try:
-        op = json.loads(line)
-    except ValueError:
-        return line  # the ingest says what is wrong with it
-    if not (isinstance(op, dict) and op.get("isolation") == UNCOMMITTED and "records" in op):
+    op = history_line(line)
+    if op is None:
+        return line  # malformed: kept as it is, for the ingest to say what is wrong with it
+    if not (op.get("isolation") == UNCOMMITTED and "records" in op):
         return line
     return (json.dumps({**op, "records": []}) + "\n").encode()
 

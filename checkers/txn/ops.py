@@ -11,11 +11,13 @@ discarded them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any
+
+from runformat import Op, history
 
 COMMITTED, UNCOMMITTED = "read_committed", "read_uncommitted"
 
@@ -64,32 +66,12 @@ def base_process(process: str) -> str:
 
 def has_transactions(path: Path, sample: int = 100) -> bool:
     """True when the first client lines of the history carry `mop`."""
-    seen = 0
-    with path.open("rb") as fh:
-        for line in fh:
-            if b'"nemesis"' in line:
-                continue
-            try:
-                op = json.loads(line)
-            except ValueError:
-                return False
-            if "mop" in op:
-                return True
-            seen += 1
-            if seen >= sample:
-                break
-    return False
+    return any("mop" in op for op in islice(_client_ops(path), sample))
 
 
-def _lines(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open("rb") as fh:
-        for line in fh:
-            try:
-                op = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by a crash: the ingest has said so
-            if isinstance(op, dict) and op.get("process") != "nemesis":
-                yield op
+def _client_ops(path: Path) -> Iterator[Op]:
+    """The history's client operations; a malformed line is skipped (the ingest names it)."""
+    return (op for op in history(path) if op.get("process") != "nemesis")
 
 
 def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
@@ -134,4 +116,4 @@ def read_txns(ops: Iterable[dict[str, Any]]) -> list[Txn]:
 
 
 def load(path: Path) -> list[Txn]:
-    return read_txns(_lines(path))
+    return read_txns(_client_ops(path))

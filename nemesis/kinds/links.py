@@ -26,6 +26,11 @@ class LinkFault(FaultKind):
     def netfilter(self, s: Mapping[str, float], queue: int) -> str:
         """What its KCH-LINK rule does to a received segment (nemesis.link adds the match)."""
         raise NotImplementedError
+
+    def simulated_link(self, s: Mapping[str, float]) -> dict[str, float]:
+        """The same in the simulator: simulation.network.LinkFault's delay_s, jitter_s, loss
+        (of a segment) and reset (probabilities)."""
+        raise NotImplementedError
     auto_targets = LINK_AUTO
     mode_targets = LINK_MODES
 
@@ -48,6 +53,10 @@ class SlowLink(LinkFault):
     def netfilter(self, s: Mapping[str, float], queue: int) -> str:
         return f"-j NFQUEUE --queue-num {queue} --queue-bypass"
 
+    def simulated_link(self, s: Mapping[str, float]) -> dict[str, float]:
+        return {"delay_s": float(s["link_delay_ms"]) / 1000,
+                "jitter_s": float(s["link_jitter_ms"]) / 1000}
+
 
 @register
 class LossyLink(LinkFault):
@@ -59,6 +68,9 @@ class LossyLink(LinkFault):
 
     def netfilter(self, s: Mapping[str, float], queue: int) -> str:
         return f"-m statistic --mode random --probability {s['link_loss_percent'] / 100:.6f} -j DROP"
+
+    def simulated_link(self, s: Mapping[str, float]) -> dict[str, float]:
+        return {"loss": min(1.0, float(s["link_loss_percent"]) / 100)}
 
 
 @register
@@ -72,3 +84,6 @@ class ResetLink(LinkFault):
     def netfilter(self, s: Mapping[str, float], queue: int) -> str:
         return (f"-m statistic --mode random --probability {s['reset_probability']:.6f} "
                 "-j REJECT --reject-with tcp-reset")
+
+    def simulated_link(self, s: Mapping[str, float]) -> dict[str, float]:
+        return {"reset": min(1.0, float(s["reset_probability"]))}

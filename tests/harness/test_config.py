@@ -258,3 +258,16 @@ def test_node_rules_apply_at_validation():
     # flush.ms >= 1 and the like are the nodes' rules (replication.config), checked once
     with pytest.raises(ConfigError):
         load_config(sets=["system.unclean.recovery.strategy=sometimes"])
+
+
+def test_with_sets_is_with_values_of_the_items_as_the_command_line_reads_them():
+    c = load_config()
+    sets = ["system.min.insync.replicas=1", "workload.acks=all", "nemesis.weights={kill=3}",
+            "nemesis.weights={pause=2}"]
+    out = cfg.with_sets(c, sets)
+    assert out == cfg.with_values(c, [parse_set(s) for s in sets], "x")
+    assert out == load_config(sets=sets)  # the same as --set on the command line
+    # pairs apply in order, so a merged table gets both items (a dict would keep the last)
+    assert (out["nemesis"]["weights"]["kill"], out["nemesis"]["weights"]["pause"]) == (3, 2)
+    with pytest.raises(ConfigError, match=r"--against workload\.nope=1"):
+        cfg.with_sets(c, ["workload.nope=1"], "--against")

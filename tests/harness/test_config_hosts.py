@@ -148,3 +148,16 @@ def test_the_simulated_start_up_delay_is_a_range_and_survives_the_move_to_the_si
 def test_a_bad_start_up_delay_names_the_key(value):
     with pytest.raises(ConfigError, match=r"hosts\.startup_s: expected \[lo, hi\]"):
         load_config(sets=[f"hosts.startup_s={value}"])
+
+
+def test_the_placement_is_the_provider_and_its_inventory_and_leaves_toxiproxy_to_the_faults(
+        tmp_path):
+    inv = _inventory(tmp_path / "inv.toml", 5)
+    c = load_config(sets=["hosts.provider=ssh", f"hosts.inventory={json.dumps(str(inv))}",
+                          "hosts.toxiproxy=true", "nemesis.faults=['latency']"])
+    assert typed(c).hosts.placement() == {"provider": "ssh", "inventory": str(inv)}
+    assert typed(load_config()).hosts.placement() == {"provider": "netns"}
+    # a placed config without toxics gets no Toxiproxy: "auto" decides by its own faults
+    placed = validate({**load_config(sets=["nemesis.faults=['kill']"]),
+                       "hosts": typed(c).hosts.placement()})
+    assert not typed(placed).hosts.toxiproxy

@@ -199,3 +199,17 @@ def test_the_start_up_delay_holds_each_broker_back_before_it_registers(tmp_path)
     assert len(registered[None]) == len(registered["[3, 3.5]"]) == 3
     assert max(registered[None]) < 0.6
     assert all(3.0 <= t < 3.6 for t in registered["[3, 3.5]"])
+
+
+def test_a_second_run_that_fails_in_the_worker_is_said_with_the_jobs_error(tmp_path):
+    import subprocess
+    import sys
+
+    from harness.simulate import _worker_error
+    job = json.dumps({"config": {"name": "broken"}, "folder": str(tmp_path)}) + "\n"
+    done = subprocess.run([sys.executable, "-m", "harness.sim_worker"], input=job, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0  # the worker lives on: the job's error is its answer
+    assert _worker_error(done).startswith("KeyError")
+    crashed = subprocess.CompletedProcess([], 1, "", "Traceback ...\nSystemExit: boom\n")
+    assert _worker_error(crashed) == "Traceback ...\nSystemExit: boom"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runformat import Tally, events, history, last_time, read_events
+from replication.outputs import Event
+from replication.runtime import EventLog
+from runformat import Tally, events, history, last_time, node_events, read_events
+from runformat.jsonl import event_line, history_line
 from workloads.history import read_history
 
 
@@ -41,6 +44,34 @@ def test_events_times_are_integers_and_read_events_sorts_them(tmp_path):
     assert [(e["time"], type(e["time"])) for e in events(path)] == [(5, int), (2, int)]
     assert [e["kind"] for e in read_events(path)] == ["a", "b"]
     assert read_events(tmp_path / "missing.jsonl") == []
+
+
+def test_a_nodes_own_event_log_is_read_by_its_ts_and_a_killed_writers_tail_is_said(tmp_path):
+    log = EventLog(tmp_path / "data", 2)  # the node's writer: events.jsonl beside data/
+    log.write(Event("broker-start", {"broker_epoch": 1}))
+    log.write(Event("isr-change", {"topic": "t", "partition": 0, "isr": [1, 2]}))
+    log.close()
+    path = tmp_path / "events.jsonl"
+    with path.open("a") as f:
+        f.write('{"ts": "noon", "node": 2, "kind": "x"}\n{"ts": 12, "node": 2, "ki')
+    tally = Tally("nodes/n3/events.jsonl")
+    read = list(node_events(path, tally))
+    assert [(e["kind"], e["node"], type(e["ts"])) for e in read] == [
+        ("broker-start", 2, float), ("isr-change", 2, float)]
+    assert "time" not in read[0]  # the merge gives it its time on the run clock
+    assert (tally.malformed, tally.torn) == (1, 1)
+    assert tally.named[0] == "nodes/n3/events.jsonl line 3: not a JSON object with a number `ts`"
+
+
+def test_one_line_is_judged_as_the_file_readers_judge_it(tmp_path):
+    lines = ['{"index": 0, "time": 1, "f": "send"}', "", "[1]", '{"time": true}', '{"index": 1',
+             '{"time": 2.5, "kind": "e"}', '{"index": 2, "time": 3, "f": "poll"}']
+    path = _write(tmp_path / "h.jsonl", "\n".join(lines) + "\n")
+    assert [history_line(line) for line in lines if history_line(line)] == list(history(path))
+    assert [event_line(line) for line in lines if event_line(line)] == list(events(path))
+    assert event_line('{"time": 2.5}') == {"time": 2}
+    assert history_line(b'{"time": 4}\n') == {"time": 4}  # bytes, as a rewriter holds them
+    assert history_line(b'{"time": 4, "v": "\xff"}\n') is None  # not UTF-8
 
 
 def test_last_time_reads_the_end_of_the_file_only(tmp_path):

@@ -256,3 +256,15 @@ def test_client_timers_fire_at_their_own_times_in_order_and_cancelled_ones_never
     loop.at(0.0, start)
     loop.run_for(5.0)
     assert fired == [("short", 0.8), ("a", 1.0), ("b", 1.25), ("late", 2.0)]
+
+
+def test_a_link_fault_is_what_its_kind_says_it_does_in_the_simulator():
+    rng = random.Random(1)
+    slow = LinkFault.from_settings("slow-link", {"link_delay_ms": 300.0, "toxics": {}}, rng)
+    assert (slow.delay_s, slow.jitter_s, slow.loss, slow.reset) == (0.3, 0.05, 0.0, 0.0)
+    assert slow.rng is rng  # the world's per-fault stream draws the jitter and the losses
+    assert LinkFault.from_settings("lossy-link", {}, rng).loss == 0.2  # the kind's default
+    assert LinkFault.from_settings("lossy-link", {"link_loss_percent": 100.0}, rng).loss == 1.0
+    assert LinkFault.from_settings("reset-link", {"reset_probability": 0.5}, rng).reset == 0.5
+    with pytest.raises(ValueError, match="unknown link fault 'kill'; known: slow-link"):
+        LinkFault.from_settings("kill", {}, rng)
