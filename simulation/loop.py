@@ -1,24 +1,26 @@
 """A deterministic virtual-time asyncio event loop.
 
-`SimLoop` is an ordinary asyncio event loop (a `BaseEventLoop` subclass) with two changes:
+`SimLoop` implements what asyncio's tasks, futures and primitives (`sleep`, `wait_for`,
+`timeout`, `gather`, locks, queues) ask of an event loop -- `call_soon`, `call_at`,
+`call_later`, `time`, `create_future`, `create_task`, the exception handler, `run_forever`,
+`run_until_complete`, `stop` -- and nothing of `asyncio.BaseEventLoop` (no selector, no
+executor, no transports): it is an `asyncio.AbstractEventLoop` whose
 
 - `time()` is a virtual clock that starts at 0.0 and only moves when the loop would wait;
-- one loop iteration (`_run_once`) never waits for I/O: when nothing is ready it jumps the
-  virtual clock to the next scheduled timer (exactly to that timer's time). There is no
-  selector and there are no I/O events.
+- one loop iteration (`_iterate`) never waits: when nothing is ready it jumps the virtual
+  clock to the next scheduled timer (exactly to that timer's time).
 
-So unmodified asyncio code -- `asyncio.sleep`, `wait_for`, `call_later`, `loop.time()` --
-runs in simulated time as fast as the CPU allows, and callbacks run in an order that depends
-only on the program: the ready queue is FIFO and timers fire in (time, scheduling order).
-Timers live in a heap of (when, sequence, handle) tuples, compared in C, rather than asyncio's
-heap of TimerHandles (whose Python `__lt__` was the loop's largest cost). The handles are the
-loop's own (`SimHandle`, `SimTimer`: asyncio's public Handle and TimerHandle interface --
-cancel, cancelled, when, get_context), so the loop reads no private attribute of asyncio's
-objects; `at(when, fn, *args)`
-schedules a bare callback without a handle for the simulation's own, never-cancelled events
-(message arrivals, node timers). Exceptions in those propagate out of the loop: they are bugs
-of the simulation, not of the code under test, whose callbacks still go through asyncio's
-handles and exception handler.
+So unmodified asyncio code runs in simulated time as fast as the CPU allows, and callbacks run
+in an order that depends only on the program: the ready queue is FIFO and timers fire in
+(time, scheduling order). The heap holds (when, sequence, item) triples, compared in C (the
+sequence is unique, so the item is never compared); an item is a `SimTimer` (what `call_at`
+and `call_later` return: asyncio's public TimerHandle interface -- cancel, cancelled, when,
+get_context) or an `Event`, a plain `(fn, args)` tuple that `at(when, fn, *args)` schedules
+for the simulation's own, never-cancelled events (message arrivals, node timers): no handle,
+no context, and no object to make beyond the tuple (an object with slots cost 0.7 % of a
+run's instructions; there are tens of thousands of them a run). Exceptions in those
+propagate out of the loop: they are bugs of the simulation, not of the code under test,
+whose callbacks go through `SimHandle.run` and the exception handler.
 
 Nothing real may happen inside: sockets, pipes, subprocesses, DNS and signal handlers raise
 `RealIOError`; `run_in_executor` runs the function inline in virtual time zero (or refuses,
@@ -35,6 +37,7 @@ import heapq
 import itertools
 import logging
 import re
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -105,7 +108,12 @@ class SimTimer(SimHandle):
 
     def __init__(self, when: float, callback: Callable[..., Any], args: tuple, loop: SimLoop,
                  context: contextvars.Context | None) -> None:
-        super().__init__(callback, args, loop, context)
+        # SimHandle's fields set here rather than through super(): a timer per request
+        self.callback = callback
+        self.args = args
+        self.context = contextvars.copy_context() if context is None else context
+        self.loop = loop
+        self.is_cancelled = False
         self.due = when
         self.in_heap = True
 
@@ -119,23 +127,32 @@ class SimTimer(SimHandle):
             self._drop()
 
 
-class SimLoop(asyncio.BaseEventLoop):
+# A bare callback of the simulation's own (`SimLoop.at`), (fn, args): never cancelled, no context.
+Event = tuple[Callable[..., Any], tuple]
+
+
+class SimLoop(asyncio.AbstractEventLoop):
     """asyncio in virtual time; see the module docstring."""
 
     def __init__(self, *, executor: str = "inline", max_spins: int = 5_000_000) -> None:
         if executor not in ("inline", "refuse"):
             raise ValueError(f"executor must be 'inline' or 'refuse', got {executor!r}")
-        super().__init__()
         self.now = 0.0
         self._spins = 0
         self.max_spins = max_spins
         self.executor = executor
-        self._heap: list[tuple] = []  # (when, seq, TimerHandle) or (when, seq, fn, args)
+        self._ready: deque[SimHandle | Event] = deque()
+        self._heap: list[tuple[float, int, SimTimer | Event]] = []
         self._seq = itertools.count()
-        self._clock_resolution = 1e-9
+        self._cancelled = 0  # cancelled SimTimers still in the heap
+        self._closed = False
+        self._running = False
+        self._stopping = False
+        self._debug = False
+        self._task_factory: Callable[..., Any] | None = None
         # Exceptions nobody retrieved (a task that died, a callback that raised), in order.
         self.errors: list[dict[str, Any]] = []
-        self.set_exception_handler(_record_error)
+        self._exception_handler: Callable[..., Any] | None = _record_error
 
     # ---- the virtual clock ---------------------------------------------------------------------
 
@@ -154,16 +171,18 @@ class SimLoop(asyncio.BaseEventLoop):
                 f"scheduled, so nothing can ever happen again. {len(tasks)} task(s) wait: "
                 f"{waiting or '-'}{more}")
 
-    # ---- timers and one iteration ----------------------------------------------------------------
+    # ---- callbacks and timers ------------------------------------------------------------------
 
     def call_soon(self, callback, *args, context=None):  # noqa: ANN001
-        self._check_closed()
+        if self._closed:
+            self._check_closed()
         handle = SimHandle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
     def call_at(self, when, callback, *args, context=None):  # noqa: ANN001
-        self._check_closed()
+        if self._closed:
+            self._check_closed()
         timer = SimTimer(when, callback, args, self, context)
         heapq.heappush(self._heap, (when, next(self._seq), timer))
         return timer
@@ -173,27 +192,27 @@ class SimLoop(asyncio.BaseEventLoop):
 
     def at(self, when: float, fn: Callable[..., Any], *args: Any) -> None:
         """Run fn(*args) at virtual time `when` (not cancellable, no handle, no context)."""
-        heapq.heappush(self._heap, (when, next(self._seq), fn, args))
+        heapq.heappush(self._heap, (when, next(self._seq), (fn, args)))
 
     def timer_cancelled(self) -> None:
         """A SimTimer still in the heap was cancelled: drop the cancelled ones once they are
         more than half of it (as asyncio does), so the heap stays as short as the live timers."""
-        self._timer_cancelled_count += 1
-        heap = self._heap
-        if self._timer_cancelled_count > 512 and self._timer_cancelled_count * 2 > len(heap):
-            self._heap = [e for e in heap if len(e) == 4 or not e[2].is_cancelled]
+        self._cancelled += 1
+        if self._cancelled > 512 and self._cancelled * 2 > len(self._heap):
+            self._heap = [e for e in self._heap if not _cancelled_timer(e[2])]
             heapq.heapify(self._heap)
-            self._timer_cancelled_count = 0
+            self._cancelled = 0
 
-    def _run_once(self) -> None:
+    def _iterate(self) -> None:
         """One iteration: if nothing is ready, jump to the next timer; move the timers that
         are due to the ready queue; run what was ready when the iteration began."""
         ready = self._ready
         heap = self._heap
+        pop = heapq.heappop
         if not ready and not self._stopping:
-            while heap and len(heap[0]) == 3 and heap[0][2].is_cancelled:
-                heapq.heappop(heap)
-                self._timer_cancelled_count -= 1
+            while heap and (top := heap[0][2]).__class__ is SimTimer and top.is_cancelled:
+                pop(heap)
+                self._cancelled -= 1
             if not heap:
                 raise SimulationDeadlock(self.deadlock_report())
             when = heap[0][0]
@@ -206,33 +225,159 @@ class SimLoop(asyncio.BaseEventLoop):
                 f"{self._spins} loop iterations at virtual time {self.now:.6f} s without the "
                 "clock moving (a callback that always reschedules itself at once?)")
         end = self.now + 1e-9
-        pop = heapq.heappop
         while heap and heap[0][0] < end:
-            entry = pop(heap)
-            if len(entry) == 3:
-                handle = entry[2]
-                if handle.is_cancelled:
-                    self._timer_cancelled_count -= 1
+            item = pop(heap)[2]
+            if item.__class__ is SimTimer:
+                if item.is_cancelled:
+                    self._cancelled -= 1
                     continue
-                handle.in_heap = False
-                ready.append(handle)
-            else:
-                ready.append(entry)
+                item.in_heap = False
+            ready.append(item)
         popleft = ready.popleft
         for _ in range(len(ready)):
-            handle = popleft()
-            if handle.__class__ is tuple:
-                handle[2](*handle[3])
-            elif not handle.is_cancelled:
-                handle.run()
+            item = popleft()
+            if item.__class__ is tuple:
+                item[0](*item[1])
+            elif not item.is_cancelled:
+                item.run()
 
-    # ---- what BaseEventLoop leaves to subclasses -----------------------------------------------
+    # ---- running -------------------------------------------------------------------------------
 
-    def _process_events(self, event_list: list) -> None:
-        pass
+    def run_forever(self) -> None:
+        self._check_closed()
+        if self._running:
+            raise RuntimeError("This event loop is already running")
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError("Cannot run the event loop while another loop is running")
+        self._running = True
+        asyncio._set_running_loop(self)
+        try:
+            while not self._stopping:
+                self._iterate()
+        finally:
+            self._stopping = False
+            self._running = False
+            asyncio._set_running_loop(None)
 
-    def _write_to_self(self) -> None:
-        pass  # one thread: nothing to wake up
+    def run_until_complete(self, future: Awaitable[T]) -> T:
+        self._check_closed()
+        fut = asyncio.ensure_future(future, loop=self)
+        fut.add_done_callback(self._complete)
+        try:
+            self.run_forever()
+        finally:
+            fut.remove_done_callback(self._complete)
+        if not fut.done():
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return fut.result()
+
+    def _complete(self, fut: asyncio.Future) -> None:
+        self.stop()
+
+    def run(self, main: Awaitable[T]) -> T:
+        """run_until_complete, then leave no task behind (see `cancel_all`)."""
+        try:
+            return self.run_until_complete(main)
+        finally:
+            self.cancel_all()
+
+    def run_for(self, seconds: float) -> None:
+        """Let the simulation run for `seconds` of virtual time."""
+        self.run_until_complete(asyncio.sleep(seconds))
+
+    def cancel_all(self) -> None:
+        """Cancel every task still pending, in the order they were created (not the order of
+        a set, which varies between processes), and let them finish."""
+        tasks = sorted((t for t in asyncio.all_tasks(self) if not t.done()), key=_creation_order)
+        if not tasks:
+            return
+        for t in tasks:
+            t.cancel()
+        self.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+    def next_timer(self) -> float | None:
+        """The virtual time of the next live timer, or None."""
+        live = [e[0] for e in self._heap if not _cancelled_timer(e[2])]
+        return min(live) if live else None
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    def is_running(self) -> bool:
+        return self._running
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("Event loop is closed")
+
+    def close(self) -> None:
+        if self._running:
+            raise RuntimeError("Cannot close a running event loop")
+        self._closed = True
+        self._ready.clear()
+        self._heap.clear()
+
+    async def shutdown_asyncgens(self) -> None:
+        """Nothing to do: the loop installs no async generator hooks."""
+
+    async def shutdown_default_executor(self) -> None:
+        """Nothing to do: there is no executor."""
+
+    # ---- futures and tasks ---------------------------------------------------------------------
+
+    def create_future(self) -> asyncio.Future:
+        return asyncio.Future(loop=self)
+
+    def create_task(self, coro, *, name=None, context=None):  # noqa: ANN001
+        self._check_closed()
+        if self._task_factory is not None:
+            task = (self._task_factory(self, coro) if context is None
+                    else self._task_factory(self, coro, context=context))
+            if name is not None:
+                task.set_name(name)
+            return task
+        return asyncio.Task(coro, loop=self, name=name, context=context)
+
+    def set_task_factory(self, factory: Callable[..., Any] | None) -> None:
+        self._task_factory = factory
+
+    def get_task_factory(self) -> Callable[..., Any] | None:
+        return self._task_factory
+
+    def get_debug(self) -> bool:
+        return self._debug
+
+    def set_debug(self, enabled: bool) -> None:
+        self._debug = enabled
+
+    # ---- errors --------------------------------------------------------------------------------
+
+    def get_exception_handler(self) -> Callable[..., Any] | None:
+        return self._exception_handler
+
+    def set_exception_handler(self, handler: Callable[..., Any] | None) -> None:
+        if handler is not None and not callable(handler):
+            raise TypeError(f"A callable object or None is expected, got {handler!r}")
+        self._exception_handler = handler
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        log.error("%s", context.get("message") or "Unhandled exception in event loop",
+                  exc_info=exc if isinstance(exc, BaseException) else None)
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        if self._exception_handler is None:
+            self.default_exception_handler(context)
+            return
+        try:
+            self._exception_handler(self, context)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except BaseException:  # as asyncio does: a failing handler must not stop the loop
+            log.exception("exception in the event loop's exception handler")
 
     # ---- no threads, no real I/O ---------------------------------------------------------------
 
@@ -325,37 +470,9 @@ class SimLoop(asyncio.BaseEventLoop):
     def remove_signal_handler(self, *a: Any, **k: Any) -> bool:
         return False
 
-    # ---- running -----------------------------------------------------------------------------
 
-    def run(self, main: Awaitable[T]) -> T:
-        """run_until_complete, then leave no task behind (see `cancel_all`)."""
-        try:
-            return self.run_until_complete(main)
-        finally:
-            self.cancel_all()
-
-    def run_for(self, seconds: float) -> None:
-        """Let the simulation run for `seconds` of virtual time."""
-        self.run_until_complete(asyncio.sleep(seconds))
-
-    def cancel_all(self) -> None:
-        """Cancel every task still pending, in the order they were created (not the order of
-        a set, which varies between processes), and let them finish."""
-        tasks = sorted((t for t in asyncio.all_tasks(self) if not t.done()), key=_creation_order)
-        if not tasks:
-            return
-        for t in tasks:
-            t.cancel()
-        self.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-
-    def next_timer(self) -> float | None:
-        """The virtual time of the next live timer, or None."""
-        live = [e[0] for e in self._heap if len(e) == 4 or not e[2].is_cancelled]
-        return min(live) if live else None
-
-    def close(self) -> None:
-        super().close()
-        self._heap.clear()
+def _cancelled_timer(item: SimTimer | Event) -> bool:
+    return item.__class__ is SimTimer and item.is_cancelled
 
 
 def _record_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

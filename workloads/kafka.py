@@ -203,8 +203,9 @@ class _Consumer(_ClientProcess):
 
 class KafkaWorkload:
     def __init__(self, params: WorkloadParams, bootstrap: list[str], history: HistoryWriter, *,
-                 pool_factory: Callable[[], Pool] | None = None) -> None:
+                 pool_factory: Callable[[], Pool] | None = None, linger_ms: float = LINGER_MS) -> None:
         self.p = params
+        self.linger_ms = linger_ms  # the simulator passes its own (simulation/run.py)
         self.bootstrap = bootstrap
         self.history = history
         # Connections for each client; a simulator passes one over its simulated network.
@@ -221,7 +222,7 @@ class KafkaWorkload:
 
     def _client(self) -> Client:
         pool = None if self.pool_factory is None else self.pool_factory()
-        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=LINGER_MS,
+        return Client(self.bootstrap, request_timeout_s=self.p.request_timeout_s, linger_ms=self.linger_ms,
                       pool=pool)
 
     async def connect(self) -> None:

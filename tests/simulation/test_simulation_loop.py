@@ -142,3 +142,41 @@ def test_a_failing_callback_goes_to_the_exception_handler_in_its_context():
     assert [(e["message"], e["exception"]) for e in loop.errors] == [
         ("Exception in callback <SimHandle test_a_failing_callback_goes_to_the_exception_handler"
          "_in_its_context.<locals>.fail>", "ValueError('boom')")]
+
+
+def test_asyncio_primitives_run_on_the_loop_of_its_own():
+    """SimLoop is no BaseEventLoop: what asyncio's primitives ask of a loop is its own code."""
+    loop = SimLoop()
+    assert not isinstance(loop, asyncio.BaseEventLoop)
+    got: list[object] = []
+
+    async def producer(q: asyncio.Queue, done: asyncio.Event) -> None:
+        for i in range(3):
+            await asyncio.sleep(0.5)
+            await q.put(i)
+        done.set()
+
+    async def main() -> float:
+        assert asyncio.get_running_loop() is loop
+        q: asyncio.Queue = asyncio.Queue()
+        done = asyncio.Event()
+        task = asyncio.create_task(producer(q, done), name="producer")
+        assert task.get_name() == "producer" and task in asyncio.all_tasks()
+        while not (done.is_set() and q.empty()):
+            got.append(await q.get())
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(1.25):
+                await asyncio.sleep(10)
+        lock = asyncio.Lock()
+        async with lock:
+            got.append(asyncio.current_task().get_name())
+        results = await asyncio.gather(asyncio.sleep(0.25, "a"), asyncio.sleep(0.5, "b"))
+        got.append(tuple(results))
+        return loop.time()
+
+    assert loop.run(main()) == 1.5 + 1.25 + 0.5
+    assert got[:3] == [0, 1, 2] and got[4] == ("a", "b") and got[3].startswith("Task-")
+    assert not loop.is_running() and asyncio._get_running_loop() is None
+    loop.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.call_soon(print)
