@@ -17,7 +17,7 @@ wr edge over the whole graph (what a search without components does), stopped at
 `--before REV` times instead, on the same histories in this one process, the graph and the
 search of checkers/txn as they were at git revision REV (graph.py and analysis.py read with
 `git show`, imported as a package of their own) beside today's, one after the other for each
-size: both must find the planted cycle alone.
+size, in CPU seconds: both must find the planted cycle alone.
 
     .venv/bin/python benchmarks/txn_cycles.py --sizes 10000,100000,1000000
     .venv/bin/pypy-sim benchmarks/txn_cycles.py --sizes 1000000
@@ -165,15 +165,16 @@ def load_before(rev: str) -> ModuleType:
 
 
 def timed(module: ModuleType, txns: list[Txn]) -> tuple[float, float, int]:
-    """(build s, search s, edges) of one implementation on `txns`; it must find the planted
-    G1c and nothing else."""
+    """(build s, search s, edges) of one implementation on `txns`, in CPU seconds of this
+    process (the work is one thread's: on a shared machine its wall time is mostly the
+    other processes' load); it must find the planted G1c and nothing else."""
     gc.collect()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     deps = module.Dependencies(txns, module.Orders(txns), ww=True)
-    t1 = time.perf_counter()
+    t1 = time.process_time()
     findings = module.Findings()
     module.find_cycles(deps, findings, time.monotonic() + 3600)
-    t2 = time.perf_counter()
+    t2 = time.process_time()
     ours = {name: count for name, (count, _) in findings.found.items()}
     assert ours == {"G1c": 1}, ours
     return t1 - t0, t2 - t1, deps.g.edges()
@@ -183,8 +184,8 @@ def compare(sizes: list[int], rev: str, keys: int, clients: int, seed: int,
             repeat: int) -> None:
     before = load_before(rev)
     # the fastest of `repeat` tries each, alternating: a shared machine's load only adds time
-    print(f"before: checkers/txn at {rev}; after: the working tree; best of {repeat}, "
-          "alternating")
+    print(f"before: checkers/txn at {rev}; after: the working tree; CPU seconds, best of "
+          f"{repeat}, alternating")
     print("| transactions | graph edges | build before | build after | build ratio | search "
           "before | search after | search ratio | total ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
