@@ -3,8 +3,8 @@
 Processes are signalled through the host's `Remote`, page-cache loss goes through the lossy
 filesystem's control socket, partitions, cuts from the clients and link faults are netfilter
 rules (nemesis.partition, nemesis.client_partition, nemesis.link), toxics go to the host's
-Toxiproxy (control.toxiproxy), a VM's clock is stepped with its NTP daemon stopped. The SSH and HTTP work blocks, so each verb runs it on a worker
-thread."""
+Toxiproxy (control.toxiproxy), a VM's clock is stepped with its NTP daemon stopped. The SSH
+and HTTP work blocks, so each verb runs it on a worker thread."""
 
 from __future__ import annotations
 
@@ -152,8 +152,9 @@ class HostsWorld:
 
     async def heal_network(self) -> None:
         """No partition, cut from the clients or link fault anywhere (before a run too: a
-        killed run on long-lived VMs leaves its rules behind), and no skewed clock: a skew this world made is stepped
-        back, and every VM's chrony runs (it steps back what a killed run left)."""
+        killed run on long-lived VMs leaves its rules behind), and no skewed clock: a skew
+        this world made is stepped back, and every VM's chrony runs (it steps back what a
+        killed run left)."""
         for node in list(self._skew_ms):
             await self.clock_reset(node)
         await self._blocking(heal_network, self.cluster)
