@@ -14,25 +14,36 @@ wr edge over the whole graph (what a search without components does), stopped at
 `--baseline-budget-s`. Both must find the planted cycle. Run it with PyPy as well
 (`.venv/bin/pypy-sim`, harness/pypy.py) to compare interpreters.
 
+`--before REV` times instead, on the same histories in this one process, the graph and the
+search of checkers/txn as they were at git revision REV (graph.py and analysis.py read with
+`git show`, imported as a package of their own) beside today's, one after the other for each
+size, in CPU seconds: both must find the planted cycle alone.
+
     .venv/bin/python benchmarks/txn_cycles.py --sizes 10000,100000,1000000
     .venv/bin/pypy-sim benchmarks/txn_cycles.py --sizes 1000000
+    .venv/bin/python benchmarks/txn_cycles.py --sizes 100000,1000000 --before 7b6e1b0
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import platform
 import random
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from checkers.txn import analysis  # noqa: E402
 from checkers.txn.analysis import Dependencies, Findings, Orders, find_cycles  # noqa: E402
 from checkers.txn.graph import WR, WW  # noqa: E402
 from checkers.txn.ops import Poll, Send, Txn  # noqa: E402
@@ -137,6 +148,60 @@ def measure(n: int, keys: int, clients: int, seed: int, budget_s: float) -> dict
                 "" if finished else " (stopped)"), "baseline_found": found}
 
 
+def load_before(rev: str) -> ModuleType:
+    """checkers/txn/analysis.py as it was at git revision `rev`, with the graph.py of that
+    revision: both written to a temporary package `txn_before`, the analysis's import of the
+    graph pointed there (the other modules it imports are today's)."""
+    folder = Path(tempfile.mkdtemp(prefix="txn-before-")) / "txn_before"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    for name in ("graph", "analysis"):
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:checkers/txn/{name}.py"],
+                              capture_output=True, text=True, check=True).stdout
+        text = text.replace("from checkers.txn.graph import", "from txn_before.graph import")
+        (folder / f"{name}.py").write_text(text)
+    sys.path.insert(0, str(folder.parent))
+    return importlib.import_module("txn_before.analysis")
+
+
+def timed(module: ModuleType, txns: list[Txn]) -> tuple[float, float, int]:
+    """(build s, search s, edges) of one implementation on `txns`, in CPU seconds of this
+    process (the work is one thread's: on a shared machine its wall time is mostly the
+    other processes' load); it must find the planted G1c and nothing else."""
+    gc.collect()
+    t0 = time.process_time()
+    deps = module.Dependencies(txns, module.Orders(txns), ww=True)
+    t1 = time.process_time()
+    findings = module.Findings()
+    module.find_cycles(deps, findings, time.monotonic() + 3600)
+    t2 = time.process_time()
+    ours = {name: count for name, (count, _) in findings.found.items()}
+    assert ours == {"G1c": 1}, ours
+    return t1 - t0, t2 - t1, deps.g.edges()
+
+
+def compare(sizes: list[int], rev: str, keys: int, clients: int, seed: int,
+            repeat: int) -> None:
+    before = load_before(rev)
+    # the fastest of `repeat` tries each, alternating: a shared machine's load only adds time
+    print(f"before: checkers/txn at {rev}; after: the working tree; CPU seconds, best of "
+          f"{repeat}, alternating")
+    print("| transactions | graph edges | build before | build after | build ratio | search "
+          "before | search after | search ratio | total ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in sizes:
+        txns = generate(n, keys, clients, seed)
+        pairs = [(timed(before, txns), timed(analysis, txns)) for _ in range(repeat)]
+        b_build, b_search = (min(p[0][i] for p in pairs) for i in (0, 1))
+        a_build, a_search = (min(p[1][i] for p in pairs) for i in (0, 1))
+        edges, a_edges = pairs[0][0][2], pairs[0][1][2]
+        assert edges == a_edges, (edges, a_edges)
+        print(f"| {n:,} | {edges:,} | {b_build:.1f} s | {a_build:.1f} s | "
+              f"{b_build / a_build:.1f}x | {b_search:.2f} s | {a_search:.2f} s | "
+              f"{b_search / a_search:.0f}x | {(b_build + b_search) / (a_build + a_search):.1f}x |",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,100000,1000000")
@@ -144,9 +209,18 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--baseline-budget-s", type=float, default=300.0)
+    ap.add_argument("--before", metavar="REV", help="time checkers/txn at git revision REV "
+                    "beside today's instead of the baseline")
+    ap.add_argument("--repeat", type=int, default=1, help="with --before: tries of each, "
+                    "alternating; the fastest is shown")
     args = ap.parse_args()
     print(f"{platform.python_implementation()} {platform.python_version()}, "
           f"keys={args.keys}, clients={args.clients}, seed={args.seed}")
+    if args.before:
+        compare([int(s) for s in args.sizes.split(",")], args.before, args.keys,
+                args.clients, args.seed, args.repeat)
+        print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+        return
     print("| transactions | graph edges | build graph | ours: SCCs + cycles | baseline: BFS per "
           "wr edge | baseline tried | ratio |")
     print("|---|---|---|---|---|---|---|")

@@ -1,10 +1,10 @@
 """The fault kinds' verbs (nemesis.kinds.base.World) on real hosts, over SSH.
 
 Processes are signalled through the host's `Remote`, page-cache loss goes through the lossy
-filesystem's control socket, partitions and link faults are netfilter rules (nemesis.partition,
-nemesis.link), toxics go to the host's Toxiproxy (control.toxiproxy), a VM's clock is stepped
-with its NTP daemon stopped. The SSH and HTTP work blocks, so each verb runs it on a worker
-thread."""
+filesystem's control socket, partitions, cuts from the clients and link faults are netfilter
+rules (nemesis.partition, nemesis.client_partition, nemesis.link), toxics go to the host's
+Toxiproxy (control.toxiproxy), a VM's clock is stepped with its NTP daemon stopped. The SSH
+and HTTP work blocks, so each verb runs it on a worker thread."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from control import toxiproxy
 from control.cluster import Cluster
 from control.host import Host
 from control.parallel import on_hosts
-from nemesis import link, segment_damage
+from nemesis import client_partition, link, segment_damage
 from nemesis import partition as grudges
 from nemesis.partition import Grudge
 
@@ -113,6 +113,12 @@ class HostsWorld:
     async def heal_partition(self) -> None:
         await self._blocking(grudges.heal, self.cluster.hosts)
 
+    async def cut_from_clients(self, node: str) -> dict[str, Any]:
+        return await self._blocking(client_partition.cut, self.cluster.host(node))
+
+    async def rejoin_clients(self, node: str) -> None:
+        await self._blocking(client_partition.restore, self.cluster.host(node))
+
     async def degrade_link(self, node: str, kind: str, settings: Mapping[str, float],
                            pick: int) -> None:
         await self._blocking(link.degrade, self.cluster.host(node), kind, settings,
@@ -145,9 +151,10 @@ class HostsWorld:
                                  -skew, False)
 
     async def heal_network(self) -> None:
-        """No partition or link fault anywhere (before a run too: a killed run on long-lived
-        VMs leaves its rules behind), and no skewed clock: a skew this world made is stepped
-        back, and every VM's chrony runs (it steps back what a killed run left)."""
+        """No partition, cut from the clients or link fault anywhere (before a run too: a
+        killed run on long-lived VMs leaves its rules behind), and no skewed clock: a skew
+        this world made is stepped back, and every VM's chrony runs (it steps back what a
+        killed run left)."""
         for node in list(self._skew_ms):
             await self.clock_reset(node)
         await self._blocking(heal_network, self.cluster)
@@ -155,6 +162,7 @@ class HostsWorld:
 
 def heal_network(cluster: Cluster) -> None:
     grudges.heal(cluster.hosts)
+    client_partition.heal(cluster.hosts)
     link.heal(cluster.hosts)
     vms = [h for h in cluster.hosts if h.vm]
     if vms:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,8 +88,9 @@ class Orders:
                     _lowest(first[s.key], s.value, s.offset)
             for p in t.polls:
                 seen = first[p.key]
-                for o, v in p.records:
-                    _lowest(seen, v, o)
+                for o, v in p.records:  # _lowest, inlined: a million histories' hot loop
+                    if o < seen.get(v, o + 1):
+                        seen[v] = o
         self.order = {k: sorted(d, key=lambda v, d=d: (d[v], v)) for k, d in first.items()}
         self.index = {k: {v: i for i, v in enumerate(vs)} for k, vs in self.order.items()}
 
@@ -99,12 +101,20 @@ def _lowest(seen: dict[int, int], value: int, offset: int) -> None:
 
 
 class Dependencies:
-    """The graph over the transactions that committed or may have (ok and info)."""
+    """The graph over the transactions that committed or may have (ok and info). Nodes are
+    ranked by invocation, which real-time and process edges follow (graph.py: components
+    are looked for only around the edges against it). What gave an edge (its key and
+    values) is looked up when a cycle is reported (`why`), not kept for every edge."""
 
     def __init__(self, txns: list[Txn], orders: Orders, ww: bool = False) -> None:
         self.nodes = [t for t in txns if t.type in ("ok", "info")]
-        self.g = Graph(len(self.nodes))
-        self.why: dict[tuple[int, int, int], dict[str, Any]] = {}
+        self.orders = orders
+        by_invoke = sorted(range(len(self.nodes)),
+                           key=lambda i: (self.nodes[i].invoke, self.nodes[i].id))
+        rank = [0] * len(by_invoke)
+        for r, i in enumerate(by_invoke):
+            rank[i] = r
+        self.g = Graph(len(self.nodes), rank)
         self.writer: dict[tuple[int, int], int] = {}
         for i, t in enumerate(self.nodes):
             for s in t.sends:
@@ -112,44 +122,48 @@ class Dependencies:
         if ww:
             self._ww(orders)
         self._wr()
-        self._process()
+        self._process(by_invoke)
         self._realtime()
 
-    def _link(self, a: int, b: int, kind: int, why: dict[str, Any] | None = None) -> None:
-        if a != b:
-            self.g.link(a, b, kind)
-            if why is not None:
-                self.why.setdefault((a, b, kind), why)
-
     def _ww(self, orders: Orders) -> None:
+        self.g.link_all(self._ww_pairs(orders), WW)
+
+    def _ww_pairs(self, orders: Orders) -> Iterator[tuple[int, int]]:
+        writer = self.writer
         for k, values in orders.order.items():
-            last: tuple[int, int] | None = None  # (writer, value)
+            last = None  # the writer of the last value that had one
             for v in values:
-                w = self.writer.get((k, v))
+                w = writer.get((k, v))
                 if w is None:
                     continue
-                if last is not None and last[0] != w:
-                    self._link(last[0], w, WW, {"key": k, "value": last[1], "value'": v})
-                last = (w, v)
+                if last is not None and last != w:
+                    yield last, w
+                last = w
 
     def _wr(self) -> None:
-        for i, t in enumerate(self.nodes):
-            for p in t.polls:
-                for _, v in p.records:
-                    w = self.writer.get((p.key, v))
-                    if w is not None and w != i and (w, i, WR) not in self.why:
-                        self._link(w, i, WR, {"key": p.key, "value": v})
+        # a transaction's read of its own send links nothing (Graph.link_all)
+        writer = self.writer
+        self.g.link_all(((w, i) for i, t in enumerate(self.nodes) for p in t.polls
+                         for _, v in p.records if (w := writer.get((p.key, v))) is not None),
+                        WR)
 
-    def _process(self) -> None:
-        by_client: dict[str, list[int]] = defaultdict(list)
-        for i, t in enumerate(self.nodes):
-            by_client[base_process(t.process)].append(i)
-        for ids in by_client.values():
-            ids.sort(key=lambda i: (self.nodes[i].invoke, self.nodes[i].id))
-            for a, b in zip(ids, ids[1:], strict=False):
-                self._link(a, b, PROCESS)
+    def _process(self, by_invoke: list[int]) -> None:
+        self.g.link_all(self._process_pairs(by_invoke), PROCESS)
+
+    def _process_pairs(self, by_invoke: list[int]) -> Iterator[tuple[int, int]]:
+        last: dict[str, int] = {}  # client -> its latest transaction so far, by invocation
+        for i in by_invoke:
+            client = base_process(self.nodes[i].process)
+            if client in last:
+                yield last[client], i
+            last[client] = i
 
     def _realtime(self) -> None:
+        self.g.link_all(self._realtime_pairs(), REALTIME)
+
+    def _realtime_pairs(self) -> Iterator[tuple[int, int]]:
+        """Elle's reduction: each transaction linked from the frontier of those completed
+        before its invocation, not from all of them."""
         events = [(t.invoke, 0, i) for i, t in enumerate(self.nodes)]
         events += [(t.complete, 1, i) for i, t in enumerate(self.nodes) if t.complete is not None]
         events.sort()
@@ -162,11 +176,36 @@ class Dependencies:
             else:
                 before[i] = list(frontier)
                 for a in before[i]:
-                    self._link(a, i, REALTIME)
+                    yield a, i
+
+    def why(self, a: int, b: int, kind: int) -> dict[str, Any]:
+        """What gave edge a -> b its `kind`: for ww the key and the two values (the first
+        key, in version-order order, and the first place where b's value follows a's), for
+        wr the key and the value b read of a's (b's first such read); {} for the others."""
+        if kind == WW:
+            return self._ww_why(a, b)
+        if kind == WR:
+            return next(({"key": p.key, "value": v} for p in self.nodes[b].polls
+                         for _, v in p.records if self.writer.get((p.key, v)) == a), {})
+        return {}
+
+    def _ww_why(self, a: int, b: int) -> dict[str, Any]:
+        keys = {s.key for s in self.nodes[a].sends} & {s.key for s in self.nodes[b].sends}
+        for k in (k for k in self.orders.order if k in keys):
+            values, index = self.orders.order[k], self.orders.index[k]
+            mine = sorted(index[s.value] for s in self.nodes[a].sends
+                          if s.key == k and s.value in index)
+            for i in mine:
+                j = i + 1
+                while j < len(values) and (k, values[j]) not in self.writer:
+                    j += 1
+                if j < len(values) and self.writer[(k, values[j])] == b:
+                    return {"key": k, "value": values[i], "value'": values[j]}
+        return {}
 
 
 def _single_key_sends(deps: Dependencies, steps: list[tuple[int, int, int]]) -> bool:
-    keys = {deps.why[(a, b, kind)]["key"] for a, b, kind in steps if kind == WW}
+    keys = {deps.why(a, b, kind)["key"] for a, b, kind in steps if kind == WW}
     return len(keys) == 1 and not any(kind == WR for _, _, kind in steps)
 
 
@@ -177,8 +216,7 @@ def _cycle_example(name: str, deps: Dependencies, steps: list[tuple[int, int, in
         return {"txn": t.id, "process": t.process, "type": t.type}
 
     return {"type": name, "cycle": [txn(a) for a, _, _ in steps] + [txn(steps[0][0])],
-            "steps": [{"type": NAMES[kind], **deps.why.get((a, b, kind), {})}
-                      for a, b, kind in steps]}
+            "steps": [{"type": NAMES[kind], **deps.why(a, b, kind)} for a, b, kind in steps]}
 
 
 def find_cycles(deps: Dependencies, findings: Findings, deadline: float) -> None:

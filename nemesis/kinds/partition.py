@@ -1,5 +1,7 @@
 """Network partitions: a grudge (who drops whose packets) built from a shape, applied to the
-whole cluster at once, healed by removing every partition rule."""
+whole cluster at once, healed by removing every partition rule; and a node cut off from the
+clients' host at its service port (client-partition), which a grudge between hosts cannot
+say: the clients share their address with the harness's SSH (nemesis.client_partition)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import random
 from typing import Any
 
 from nemesis import partition as grudges
-from nemesis.kinds.base import FaultKind, PlanParams, Resolved, Topology, World
+from nemesis.kinds.base import FaultKind, PlanParams, Resolved, Topology, World, each
 from nemesis.kinds.registry import register
 from runformat import effects as fx
 
@@ -104,3 +106,30 @@ async def group_from_txn_coordinator(topology: Topology) -> Resolved:
     others = {topology.brokers[txn["leader"]]} - {coordinator}
     others = others or set(topology.brokers.values()) - {coordinator}
     return {coordinator: frozenset(others), **{n: frozenset({coordinator}) for n in others}}
+
+
+@register
+class ClientPartition(FaultKind):
+    """The target nodes drop what the clients' host sends to their service port and what they
+    send it from there (the workload's clients, and the harness's own metadata queries, which
+    ask every broker at once and so get their answer elsewhere); SSH and the other nodes still
+    reach them. Aimed by selector, so recorded and cast again by role as a process fault is:
+    at the group coordinator, a member's heartbeats, joins, offset fetches and its
+    producer's TxnOffsetCommit stop while the controller, which sees the broker alive, keeps
+    it the coordinator."""
+
+    name = "client-partition"
+    family = "partition"
+    effects = frozenset({fx.CUTS_NETWORK})
+    phrase = "{who} {is} cut off from the clients"
+    heal_phrase = "the clients reach {who} again"
+    auto_targets = {"leader": 3, "random-broker": 1}
+    mode_targets = {"leader": "leader", "random": "random-broker",
+                    "txn-coordinator": "txn-coordinator", "group-coordinator": "group-coordinator"}
+    simulated = False  # the simulated world's clients have no host of their own to cut off
+
+    async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
+        return await each(resolved, world.cut_from_clients)
+
+    async def heal(self, world: World, resolved: Resolved) -> None:
+        await each(resolved, world.rejoin_clients)

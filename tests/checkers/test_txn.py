@@ -4,12 +4,14 @@ the evidence of failed polls, the drawing, and transactions read back from a his
 from __future__ import annotations
 
 import json
+import random
 
 import pandas as pd
+import pytest
 
 from checkers.txn.analysis import analyse
 from checkers.txn.draw import cycle_svg, is_cycle
-from checkers.txn.graph import WR, WW, Graph, components, cycle_in
+from checkers.txn.graph import WR, WW, Graph, components, cycle_in, spans
 from checkers.txn.hook import drop_witnessed, merge
 from checkers.txn.ops import Poll, Send, Txn, load, read_txns
 
@@ -34,6 +36,75 @@ def test_components_of_a_long_chain_with_a_back_edge_without_recursion():
     assert components(g, WW) == []  # without the wr edge, no cycle
     steps = cycle_in(g, scc, WW | WR, (WR,))
     assert len(steps) == n and steps[0][2] == WR
+
+
+def test_a_cycle_that_comes_down_by_two_back_edges_meeting_at_one_node_is_found():
+    """A(0) -> C(2) forward, C -> B(1) and B -> A back: the back intervals [1, 2] and [0, 1]
+    only touch, at B, and the cycle spans both (a merge of overlapping intervals alone would
+    miss it)."""
+    g = Graph(3)
+    g.link(0, 2, WW)
+    g.link(2, 1, WR)
+    g.link(1, 0, WW)
+    assert spans(g, WW | WR) == [(0, 2)]
+    assert [sorted(c) for c in components(g, WW | WR)] == [[0, 1, 2]]
+
+
+def _reachable(n: int, edges: list[tuple[int, int]]) -> list[set[int]]:
+    reach = [{b for a, b in edges if a == v} for v in range(n)]
+    for k in range(n):  # Warshall's transitive closure
+        for v in range(n):
+            if k in reach[v]:
+                reach[v] |= reach[k]
+    return reach
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_components_within_spans_are_every_strongly_connected_component(seed):
+    """Against mutual reachability on random graphs whose ranks most edges follow forward,
+    with a few back edges (as a history's): the same components of more than one node."""
+    rng = random.Random(seed)
+    n = rng.randint(2, 40)
+    rank = list(range(n))
+    rng.shuffle(rank)
+    by_rank = sorted(range(n), key=rank.__getitem__)
+    edges = set()
+    for _ in range(rng.randint(1, 3 * n)):
+        i, j = sorted(rng.sample(range(n), 2))
+        edges.add((by_rank[i], by_rank[j]))  # forward
+    for _ in range(rng.randint(0, 4)):
+        i, j = sorted(rng.sample(range(n), 2))
+        edges.add((by_rank[j], by_rank[i]))  # back
+    g = Graph(n, rank)
+    for a, b in sorted(edges):
+        g.link(a, b, WW if (a + b) % 2 else WR)
+    reach = _reachable(n, sorted(edges))
+    expected = {frozenset(v for v in range(n) if v == u or (v in reach[u] and u in reach[v]))
+                for u in range(n)}
+    assert {frozenset(c) for c in components(g, WW | WR)} == {c for c in expected
+                                                               if len(c) > 1}
+
+
+def test_a_rank_that_is_not_a_permutation_is_refused():
+    with pytest.raises(ValueError, match="permutation"):
+        Graph(3, [0, 0, 2])
+    with pytest.raises(ValueError, match="permutation"):
+        Graph(2, [0, 1, 2])
+
+
+def test_a_reported_cycle_names_the_keys_and_values_of_its_edges():
+    """The explanations are looked up when a cycle is reported: for ww the key and the place
+    where one transaction's value is followed by the other's, for wr the value read."""
+    t1 = txn(1, 0, 0, 10, sends=[(5, 1, 0), (6, 2, 1)])
+    t2 = txn(2, 1, 1, 11, sends=[(5, 3, 1), (6, 4, 0)])  # t1 first on key 5, t2 on key 6
+    [g0] = analyse([t1, t2], ww=True).found["G0"][1]
+    assert sorted((s["key"], s["value"], s["value'"]) for s in g0["steps"]) == [
+        (5, 1, 3), (6, 4, 2)]
+    t3 = txn(3, 0, 0, 10, sends=[(8, 50, 0)], polls={9: [(0, 60)]})
+    t4 = txn(4, 1, 1, 11, sends=[(9, 60, 0)], polls={8: [(0, 50)]})
+    [g1c] = analyse([t3, t4]).found["G1c"][1]
+    assert sorted((s["type"], s["key"], s["value"]) for s in g1c["steps"]) == [
+        ("wr", 8, 50), ("wr", 9, 60)]
 
 
 def test_g0_process_needs_the_process_edge_and_two_keys():

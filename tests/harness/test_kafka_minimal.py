@@ -20,7 +20,7 @@ FILES = sorted(KAFKA_ONLY.glob("*.json"))
 
 
 def test_there_is_a_kafka_only_reproduction():
-    assert [p.stem for p in FILES] == ["ctp-power-one"]
+    assert [p.stem for p in FILES] == ["ctp-outage", "ctp-power-one", "ctp-txn-outage"]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)

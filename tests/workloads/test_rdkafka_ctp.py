@@ -250,3 +250,49 @@ def _cut_off(event: dict, grudge: dict[str, list[str]]) -> bool:
         return False
     dropped = {int(n[1:]) - 1 for n in grudge[node]}
     return set(event["isr"]) == set(event["replicas"]) - dropped
+
+
+@pytest.mark.netns
+@pytest.mark.fuse
+@pytest.mark.slow
+def test_exactly_once_while_the_group_coordinator_is_cut_off_from_the_clients(tmp_path):
+    """Cuts from the clients aimed at the group coordinator (client-partition, targets =
+    "group-coordinator"): each drops what the clients' host sends to that broker's listener
+    and what it answers (nemesis/client_partition.py), on the node the roles recorded as the
+    coordinator then; the cut is seen in the coordinator's own log, which expires the members
+    it no longer hears from (6 s sessions, cuts of about 8 s) while it goes on coordinating,
+    and the output is still exactly once."""
+    _installed("4.2.1")
+    config = load_config("fast", [*RUN, "kafka.version=4.2.1", "seed=1", "time_limit=20",
+                                  "nemesis.faults=['client-partition']", "nemesis.duration=8",
+                                  "nemesis.targets=group-coordinator"])
+    run_dir, cuts = _exactly_once_run(config, tmp_path)
+    assert cuts, "a cut of the group coordinator from the clients started"
+    for f in cuts:
+        assert f["resolved"]["nodes"] == [n for n, r in f["roles"].items()
+                                          if r == "group-coordinator"], f
+    ops = read_history(run_dir / "history.jsonl")
+    starts = [op for op in ops if op["f"] == "start-client-partition"]
+    stops = [op for op in ops if op["f"] == "stop-client-partition"]
+    began = json.loads((run_dir / "test.json").read_text())["started_at"]
+    expired = []
+    for start, stop in zip(starts, stops, strict=True):
+        [(node, cut)] = start["value"]["lost"].items()  # apply()'s details, by node
+        assert start["value"]["nodes"] == [node] and cut["port"] == 9092, start
+        expired.append(_expired_members(run_dir / "nodes" / node, began + start["time"] / 1e9,
+                                        began + (stop["time"] + 2e9) / 1e9))
+    assert any(expired), "the coordinator expired no member while it was cut off"
+
+
+_EXPIRED = re.compile(r"^\[(\S+)\] INFO .*removing member (\S+) on heartbeat expiration")
+
+
+def _expired_members(node: Path, start: float, end: float) -> list[str]:
+    """The members the broker on `node` expired between the wall-clock times start and end:
+    their heartbeats stopped reaching it."""
+    out = []
+    for line in (node / "node.log").read_text(errors="replace").splitlines():
+        m = _EXPIRED.match(line)
+        if m and start <= datetime.fromisoformat(m[1]).timestamp() <= end:
+            out.append(m[2])
+    return out
