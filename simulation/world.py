@@ -412,6 +412,15 @@ class Verbs:
     async def heal_partition(self) -> None:
         self.world.heal_partition()
 
+    async def cut_from_clients(self, node: str) -> dict[str, Any]:
+        # The client-partition kind says `simulated = False` and `harness simulate` refuses it
+        # first; the simulated clients reach brokers from no host of their own to cut.
+        raise NotImplementedError("client-partition needs real hosts: the simulated clients "
+                                  "have no host of their own to cut a broker from")
+
+    async def rejoin_clients(self, node: str) -> None:
+        raise NotImplementedError("client-partition needs real hosts")
+
     async def degrade_link(self, node: str, kind: str, settings: Mapping[str, float], pick: int) -> None:
         self.world.degrade_link(node, kind, settings, pick)
 
