@@ -326,11 +326,11 @@ impl From<String> for Failure {
     }
 }
 
-/// Memory held per row kept, 2.3 times its size: the operations' vector grows by doubling
-/// (the records' is sized once on clustered tables), and the checks build maps of about the
-/// same size again. Measured on the benchmark's generator, one partition alone (`--share
-/// 0/3 --threads 1`): 1.41 GB at peak for 1.67M completed operations and 6.06M records read
-/// (10M operations in all), 14.3 GB for 16.7M and 60.6M (100M), 2.26-2.30 times the rows.
+/// Memory held per row kept, 2.3 times its size: both vectors are sized once on clustered
+/// tables, and the checks build maps of about the same size again. Measured on the
+/// benchmark's generator, one partition alone (`--share 0/3 --threads 1`) of 10M operations
+/// in all (1.67M completed operations, 6.06M records read): 0.99 GB at peak, 2.1 times the
+/// rows (before the records dropped their operation's columns: 1.41 GB, 2.3 times).
 const OP_BYTES: u64 = 23 * std::mem::size_of::<Op>() as u64 / 10;
 const READ_BYTES: u64 = 23 * std::mem::size_of::<Read>() as u64 / 10;
 
