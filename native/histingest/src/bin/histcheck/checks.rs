@@ -165,7 +165,10 @@ fn cells(cx: &Ctx, part: &Partition, acked: &[&Op]) -> Cells {
         .filter(|o| o.f == w.final_poll && o.ty == w.ok)
         .map(|o| o.index)
         .max();
-    let mut map: FxHashMap<(i64, i64), Cell> = FxHashMap::default();
+    // sized once for the acked records, most of the cells: growing by rehashing would
+    // hold the old table beside the new one and fault in fresh pages each time
+    let mut map: FxHashMap<(i64, i64), Cell> =
+        FxHashMap::with_capacity_and_hasher(acked.len(), Default::default());
     for r in &part.reads {
         let Some(v) = r.value.get() else { continue };
         let is_final = Some(r.index) == last_final;
@@ -288,7 +291,40 @@ fn known(cells: &Cells, lost: &FxHashSet<(i64, i64)>) -> Vec<i64> {
     known
 }
 
-/// inconsistent-offsets and duplicate: cells sharing an offset, or a value.
+/// The keys that occur more than once in `keys`. Offsets, and a partition's values, are
+/// mostly dense, so a bitmap over their range finds them in one pass with a bit per key;
+/// sparse keys are sorted instead.
+fn repeated(keys: impl Iterator<Item = i64> + Clone) -> FxHashSet<i64> {
+    let mut out = FxHashSet::default();
+    let (n, lo, hi) = keys
+        .clone()
+        .fold((0u64, i64::MAX, i64::MIN), |(n, lo, hi), k| {
+            (n + 1, lo.min(k), hi.max(k))
+        });
+    if n < 2 {
+        return out;
+    }
+    let span = hi.abs_diff(lo); // below 2^64: fits a u64
+    if span < 64 * n {
+        let mut seen = vec![0u64; (span / 64 + 1) as usize];
+        for k in keys {
+            let bit = k.abs_diff(lo);
+            let (word, mask) = ((bit / 64) as usize, 1u64 << (bit % 64));
+            if seen[word] & mask != 0 {
+                out.insert(k);
+            }
+            seen[word] |= mask;
+        }
+    } else {
+        let mut sorted: Vec<i64> = keys.collect();
+        sorted.sort_unstable();
+        out.extend(sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]));
+    }
+    out
+}
+
+/// inconsistent-offsets and duplicate: cells sharing an offset, or a value. Only the cells
+/// of a repeated offset or value are gathered (a healthy history has none).
 fn shared_cells(
     cx: &Ctx,
     cells: &FxHashMap<(i64, i64), Cell>,
@@ -296,13 +332,19 @@ fn shared_cells(
     duplicate: &mut Found,
 ) {
     let p = cx.p;
+    let twice_offsets = repeated(cells.keys().map(|k| k.0));
+    let twice_values = repeated(cells.keys().map(|k| k.1));
     let mut by_offset: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
     let mut by_value: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
     for (&(off, v), c) in cells {
-        by_offset.entry(off).or_default().push((v, c.first_op));
-        by_value.entry(v).or_default().push((off, c.first_op));
+        if twice_offsets.contains(&off) {
+            by_offset.entry(off).or_default().push((v, c.first_op));
+        }
+        if twice_values.contains(&v) {
+            by_value.entry(v).or_default().push((off, c.first_op));
+        }
     }
-    for (off, mut vs) in by_offset.into_iter().filter(|(_, vs)| vs.len() > 1) {
+    for (off, mut vs) in by_offset {
         vs.sort_unstable();
         let values: Vec<Value> = vs
             .iter()
@@ -313,7 +355,7 @@ fn shared_cells(
             json!({"partition": p, "offset": off, "values": values}),
         ));
     }
-    for (v, mut offs) in by_value.into_iter().filter(|(_, o)| o.len() > 1) {
+    for (v, mut offs) in by_value {
         offs.sort_unstable();
         let offsets: Vec<Value> = offs
             .iter()
@@ -337,11 +379,24 @@ fn read_steps<'a>(
 ) -> Vec<(&'a Read, i64)> {
     let p = cx.p;
     let [nm_poll, int_nm_poll, skip, int_skip] = out;
+    let read_ops: FxHashMap<i64, &Op> = part
+        .ops
+        .iter()
+        .filter(|o| (o.f == cx.w.poll || o.f == cx.w.final_poll) && o.ty == cx.w.ok)
+        .map(|o| (o.index, o))
+        .collect();
     let mut gaps = Vec::new();
+    let mut op: Option<&Op> = None; // the reads of one operation are consecutive
     for r in &part.reads {
-        let seek = r.pos.get() == Some(0) && r.from_offset.get().is_some();
+        if op.is_none_or(|o| o.index != r.index) {
+            op = read_ops.get(&r.index).copied();
+        }
+        // what every record of the read repeats from its operation (load.rs: Read)
+        let (process, from_offset) =
+            op.map_or((None, None), |o| (o.process.get(), o.invoke_offset.get()));
+        let seek = r.pos.get() == Some(0) && from_offset.is_some();
         let expected = if seek {
-            r.from_offset.get()
+            from_offset
         } else {
             // no overflow: offsets are below i64::MAX (the history contract, checkers/ingest.py)
             r.prev_offset.get().map(|o| o + 1)
@@ -353,7 +408,7 @@ fn read_steps<'a>(
         let internal = r.pos.get().is_some_and(|pos| pos > 0);
         let key = vec![r.index, r.offset];
         if r.offset < e {
-            let row = json!({"process": cx.text(r.process.get()), "partition": p, "op": r.index,
+            let row = json!({"process": cx.text(process), "partition": p, "op": r.index,
                              "prev_op": r.prev_op.get(), "expected": e, "offset": r.offset,
                              "value": r.value.get()});
             (if internal {
@@ -364,11 +419,11 @@ fn read_steps<'a>(
             .push((key, row));
             continue;
         }
-        if internal || r.from_offset.get().is_some() {
+        if internal || from_offset.is_some() {
             gaps.push((r, e));
         }
         if let Some(k) = max_known_in(known, e, r.offset - 1) {
-            let row = json!({"process": cx.text(r.process.get()), "partition": p, "op": r.index,
+            let row = json!({"process": cx.text(process), "partition": p, "op": r.index,
                              "prev_op": r.prev_op.get(), "expected": e, "offset": r.offset,
                              "skipped_offset": k});
             (if internal { &mut *int_skip } else { &mut *skip }).push((key, row));
@@ -610,9 +665,10 @@ fn stale_reads(
             .iter()
             .filter(|r| inconsistent.contains(&r.offset))
         {
-            let (Some(t), Some(q)) = (r.invoke_time.get(), polls.get(&r.index)) else {
+            let Some(q) = polls.get(&r.index) else {
                 continue;
             };
+            let t = q.invoke_time; // the read's invoke_time (load.rs: Read)
             for m in at.get(&r.offset).into_iter().flatten() {
                 if Some(m.value) != r.value.get() && t > m.ack_time {
                     offer(r.index, q, 1, m);

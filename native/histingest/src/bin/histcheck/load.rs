@@ -107,18 +107,18 @@ pub struct Op {
     pub prev_send_txn: Opt<i64>,
 }
 
-/// One record returned by a read (a row of `reads`).
+/// One record returned by a read (a row of `reads`). The columns every record of a read
+/// repeats from its operation (process, invoke_time, from_offset) are not kept: the checks
+/// take them from the operation's row (checks.rs), which the ingest copies them from. Rows
+/// are held by the ten million: each field here is bytes per record.
 pub struct Read {
     pub index: i64,
-    pub process: Opt<u32>,
     pub offset: i64,
     pub value: Opt<i64>,
-    pub final_poll: bool,
-    pub pos: Opt<i32>,
-    pub invoke_time: Opt<i64>,
-    pub from_offset: Opt<i64>,
     pub prev_offset: Opt<i64>,
     pub prev_op: Opt<i64>,
+    pub pos: Opt<i32>,
+    pub final_poll: bool,
 }
 
 #[derive(Default)]
@@ -299,16 +299,13 @@ const OPS: [&str; 18] = [
     "prev_send_op",
     "prev_send_txn",
 ];
-const READS: [&str; 11] = [
+const READS: [&str; 8] = [
     "index",
-    "process",
     "partition",
     "offset",
     "value",
     "f",
     "pos",
-    "invoke_time",
-    "from_offset",
     "prev_offset",
     "prev_op",
 ];
@@ -329,11 +326,11 @@ impl From<String> for Failure {
     }
 }
 
-/// Memory held per row kept, 2.3 times its size: the operations' vector grows by doubling
-/// (the records' is sized once on clustered tables), and the checks build maps of about the
-/// same size again. Measured on the benchmark's generator, one partition alone (`--share
-/// 0/3 --threads 1`): 1.41 GB at peak for 1.67M completed operations and 6.06M records read
-/// (10M operations in all), 14.3 GB for 16.7M and 60.6M (100M), 2.26-2.30 times the rows.
+/// Memory held per row kept, 2.3 times its size: both vectors are sized once on clustered
+/// tables, and the checks build maps of about the same size again. Measured on the
+/// benchmark's generator, one partition alone (`--share 0/3 --threads 1`) of 10M operations
+/// in all (1.67M completed operations, 6.06M records read): 0.99 GB at peak, 2.1 times the
+/// rows (before the records dropped their operation's columns: 1.41 GB, 2.3 times).
 const OP_BYTES: u64 = 23 * std::mem::size_of::<Op>() as u64 / 10;
 const READ_BYTES: u64 = 23 * std::mem::size_of::<Read>() as u64 / 10;
 
@@ -431,14 +428,15 @@ pub struct Tables<'a> {
 
 /// Loads the rows of the partitions `wanted` (from the row groups that may hold them), or
 /// stops with `Failure::TooBig` as soon as they would hold more than `limit` bytes (checked
-/// after each batch of rows). `reads_of`: each partition's records read, when known, to
-/// size its vector once.
+/// after each batch of rows). `rows_of`: each partition's rows of ops and of reads, when
+/// known, to size its vectors once (the operations' for every row, invocations too: the
+/// room never written to is never touched, so it takes address space, not memory).
 pub fn load(
     t: &Tables,
     default_acks: &str,
     wanted: &Wanted,
     limit: Option<u64>,
-    reads_of: Option<&BTreeMap<i32, usize>>,
+    rows_of: [Option<&BTreeMap<i32, usize>>; 2],
 ) -> Result<History, Failure> {
     let (ops, reads) = (t.ops, t.reads);
     let mut strings = Strings::default();
@@ -453,10 +451,15 @@ pub fn load(
         default_acks: strings.id(default_acks),
     };
     let mut partitions: BTreeMap<i32, Partition> = BTreeMap::new();
+    let [ops_of, reads_of] = rows_of;
+    for (&p, &n) in ops_of.into_iter().flatten() {
+        if wanted.partition(p) {
+            partitions.entry(p).or_default().ops.reserve_exact(n);
+        }
+    }
     for (&p, &n) in reads_of.into_iter().flatten() {
         if wanted.partition(p) {
-            let part = partitions.entry(p).or_default();
-            part.reads.reserve_exact(n);
+            partitions.entry(p).or_default().reads.reserve_exact(n);
         }
     }
     let mut ops_by_f_type = BTreeMap::new();
@@ -550,15 +553,9 @@ pub fn load(
         };
         let part = c.i32s("partition")?;
         let (index, offset, value) = (c.i64s("index")?, c.i64s("offset")?, c.i64s("value")?);
-        let process = c.texts("process", &mut strings)?;
         let f = c.texts("f", &mut strings)?;
         let pos = c.i32s("pos")?;
-        let (invoke_time, from_offset, prev_offset, prev_op) = (
-            c.i64s("invoke_time")?,
-            c.i64s("from_offset")?,
-            c.i64s("prev_offset")?,
-            c.i64s("prev_op")?,
-        );
+        let (prev_offset, prev_op) = (c.i64s("prev_offset")?, c.i64s("prev_op")?);
         for i in 0..batch.num_rows() {
             let Some(p) = part[i].get() else {
                 return Err(format!("{}: a read without a partition", reads.display()).into());
@@ -569,15 +566,12 @@ pub fn load(
             n_reads += 1;
             partitions.entry(p).or_default().reads.push(Read {
                 index: required(index[i], "an index", reads)?,
-                process: process[i],
                 offset: required(offset[i], "an offset", reads)?,
                 value: value[i],
-                final_poll: f[i].get() == Some(words.final_poll),
-                pos: pos[i],
-                invoke_time: invoke_time[i],
-                from_offset: from_offset[i],
                 prev_offset: prev_offset[i],
                 prev_op: prev_op[i],
+                pos: pos[i],
+                final_poll: f[i].get() == Some(words.final_poll),
             });
         }
     }

@@ -219,7 +219,10 @@ fn run(args: &Args) -> Result<Value, Failure> {
         ops_groups: &ops_groups,
         reads_groups: &reads_groups,
     };
-    let reads_of = reads_groups.rows_by_partition();
+    let rows_of = [
+        ops_groups.rows_by_partition(),
+        reads_groups.rows_by_partition(),
+    ];
     let mut found = Found::default();
     let (mut loading, mut checking) = (0.0, 0.0);
     for wanted in waves(args, &ops_groups, &reads_groups) {
@@ -229,7 +232,7 @@ fn run(args: &Args) -> Result<Value, Failure> {
             &args.acks,
             &wanted,
             args.memory_limit,
-            reads_of.as_ref(),
+            [rows_of[0].as_ref(), rows_of[1].as_ref()],
         )?;
         loading += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
