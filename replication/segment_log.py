@@ -192,8 +192,13 @@ class SegmentLog(Log):
             defer_sync=defer_sync,
         )
         # After a kill the page cache may still hold writes never fsynced; make them
-        # durable now so that unflushed_count() starts true at 0.
+        # durable now so that unflushed_count() starts true at 0. In every segment: a rolled
+        # one's deferred fsync may never have run (the kill came first), and the page cache
+        # still holds its tail, which a later power loss would take.
         self._data_dirty = self._dir_dirty = True
+        for seg in segments[:-1]:
+            self._retired_fds.append(fs.dup(seg.open()))
+            seg.close()
         if defer_sync:
             self._epochs_dirty = rewrite
             self._request_sync(0)

@@ -18,6 +18,7 @@ from replication.segment_format import (
     segment_name,
 )
 from replication.segment_log import CHECKPOINT, CorruptLogError, SegmentLog
+from simulation.simfs import SimFs
 
 
 class FsyncCounter:
@@ -297,6 +298,27 @@ def test_open_makes_writes_that_survived_a_kill_durable(tmp_path: Path) -> None:
     again = SegmentLog(tmp_path, fsync=fsync)
     assert fsync.synced == [str(tmp_path / segment_name(0)), str(tmp_path)]
     assert again.unflushed_count() == 0
+
+
+def test_a_rolled_segment_whose_fsync_a_kill_preempted_is_durable_after_the_reopen() -> None:
+    """Deferred syncs: a roll hands the finished segment's fsync to the storage port, and a
+    kill can come before that job runs, leaving the segment's tail in the page cache only.
+    The reopen's sync must cover it, since the reopened log counts every record as flushed:
+    before it did, a later power loss took records the log held as synced (the invariant
+    SyncedRecordsSurvive, `small-segments/safe-mix` seed 156 of campaigns/mutation.toml)."""
+    fs = SimFs()
+    d = Path("/data/t-0")
+    log = SegmentLog(d, segment_bytes=64, defer_sync=True, fs=fs)
+    fill(log, 8)  # rolls: the finished segments' fsyncs are asked for, never run
+    assert len(fs.listdir(d)) > 3
+    log.close(clean=False)
+    fs.kill()
+    again = SegmentLog(d, segment_bytes=64, fs=fs)  # inline: the reopen's sync runs now
+    assert again.unflushed_count() == 0
+    again.close(clean=False)
+    fs.kill()
+    fs.power_loss()
+    assert SegmentLog(d, segment_bytes=64, fs=fs).end_offset == 8
 
 
 def test_stray_files_are_ignored(tmp_path: Path) -> None:
