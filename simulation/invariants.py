@@ -300,7 +300,9 @@ class InvariantMonitor:
             if log.unsynced_clean:
                 self._unsynced_clean(part, b, log)
             hwm = r.hwm
-            if hwm > part.true_hwm and r.role is LEADER_ROLE:
+            # A leader's HWM commits while it runs: at its exit step (a halt after a page-cache
+            # loss) its log view has already lost what the disk never held, below that HWM.
+            if hwm > part.true_hwm and r.role is LEADER_ROLE and proc.alive:
                 self._commit(part, log, hwm)
             fp = (r.role, r.leader_epoch, r.state, r.isr, r.alter_in_flight, r.reconciled, epoch, r)
             if fp != part.fp.get(b):

@@ -81,3 +81,19 @@ def test_a_kafka_behaviour_loses_in_the_model_and_its_twin_does_not(behaviour, t
     assert any(found.get(k) for k in LOSS), f"{behaviour}: nothing lost; got {found}"
     twin = _classes(with_sets(config, doc["against"]), entries, tmp_path / "model")
     assert not any(twin.get(k) for k in LOSS), f"{behaviour} with {doc['against']} lost: {twin}"
+
+
+def test_a_leader_that_loses_its_page_cache_halts_and_the_run_goes_on(tmp_path):
+    """tests/data/page-cache-loss-leader.json (see its `original`): the leader halts at its next
+    disk I/O, the clients move to its successor, and the invariant monitor follows the halt
+    (its exit step once met a HWM above what the log view still held, and failed)."""
+    config, entries, _ = load_minimal(Path(__file__).resolve().parents[1] / "data" /
+                                      "page-cache-loss-leader.json")
+    test = Test.of(config, tmp_path, argv=["pytest"], plan=Plan.scripted(entries))
+    run_dir = simulate_test(test, backend="reference", keep_going=True)
+    results = json.loads((run_dir / "results.json").read_text())
+    ops = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    start = next(o["time"] for o in ops if o["f"] == "start-page-cache-loss")
+    acked_after = [o for o in ops if o["f"] == "send" and o["type"] == "ok"
+                   and o["time"] > start + 4e9]
+    assert results["valid"] is True and len(acked_after) > 1000
