@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from support.coordinator_targets import BROKERS, NODES, resolve, state
+from support.coordinator_targets import group_topology, resolve, state
 
 from control import NetnsProvider
 from control.cluster import PORT
 from nemesis import client_partition as C
 from nemesis import iptables
 from nemesis.kinds import lookup
-from nemesis.kinds.base import PlanParams, Topology
+from nemesis.kinds.base import PlanParams
 from nemesis.roles import as_fixed, role_entries, roles_now
 from nemesis.schedule import RealisedFault, ScheduleParams, plan
 
@@ -60,20 +60,6 @@ def test_our_chains_hook_only_into_input_and_output():
         iptables.apply(None, C.CHAIN_IN, [], hook="FORWARD; reboot")  # type: ignore[arg-type]
 
 
-def _topology(offsets: dict | None, data: dict | None = None, txn: dict | None = None) -> Topology:
-    async def partition_state(partition: int) -> dict | None:
-        return data
-
-    async def group_state() -> dict | None:
-        return offsets
-
-    async def txn_state() -> dict | None:
-        return txn
-
-    return Topology(NODES, "n1", BROKERS, partition_state, txn_state=txn_state,
-                    group_state=group_state)
-
-
 @pytest.mark.parametrize(("mode", "selector"), [
     ("group-coordinator", "group-coordinator"), ("txn-coordinator", "txn-coordinator"),
     ("leader", "leader"), ("random", "random-broker")])
@@ -83,7 +69,7 @@ def test_the_cut_is_aimed_by_the_targets_mode(mode, selector):
 
 
 def test_the_cut_aimed_at_the_group_hits_its_coordinator_not_the_data_leader():
-    topo = _topology(state(3, replicas=(3, 1, 2)), data=state(1), txn=state(2))
+    topo = group_topology(state(1), state(3, replicas=(3, 1, 2)), txn=state(2))
     assert resolve("client-partition", {"select": "group-coordinator"}, topo) == ["n4"]
 
 
@@ -92,14 +78,14 @@ def test_a_cut_planned_for_the_group_is_recorded_by_role_and_cast_on_the_next_co
                                   interval=3, duration=3, partitions=3,
                                   targets="group-coordinator"))
     assert entries and all(e["target"]["select"] == "group-coordinator" for e in entries)
-    then = _topology(state(3, replicas=(3, 1, 2)))
+    then = group_topology(None, state(3, replicas=(3, 1, 2)))
     roles = asyncio.run(roles_now(then, entries[0]["target"]))
     fault = RealisedFault(0, "client-partition", 2.0, 5.0, entries[0]["target"],
                           resolved={"nodes": ["n4"]}, started_s=2.0, ended_s=7.0,
                           outcome="ok", roles=roles)
     [entry] = role_entries([fault])
     assert entry["target"]["roles"] == {"nodes": ["group-coordinator"]}
-    now = _topology(state(1, replicas=(1, 2, 3)))  # broker 1 (n2) coordinates on the replay
+    now = group_topology(None, state(1, replicas=(1, 2, 3)))  # broker 1 (n2) coordinates on the replay
     cast = as_fixed(asyncio.run(roles_now(now, entry["target"])), entry["target"])
     assert resolve("client-partition", cast, now) == ["n2"]
 

@@ -11,14 +11,14 @@ import random
 from dataclasses import replace
 
 import pytest
-from support.coordinator_targets import BROKERS, NODES, resolve, state
+from support.coordinator_targets import BROKERS, NODES, group_topology, resolve, state
 
 from checkers.exitcodes import UserError
 from harness.config import load_config
 from harness.system import consumer_group, system_of
 from harness.test import Test
 from nemesis.kinds import lookup
-from nemesis.kinds.base import NO_GROUPS, PlanParams, Topology
+from nemesis.kinds.base import NO_GROUPS, PlanParams
 from nemesis.kinds.partition import GROUP_SHAPE
 from nemesis.roles import (
     GROUP_ROLES,
@@ -34,21 +34,6 @@ from workloads.rdkafka_ctp import CTP_GROUP
 from workloads.rdkafka_txn import GROUP, coordinator_partition
 
 KAFKA_TXN = ["system.kind=kafka", "workload.kind=txn", "nemesis.targets=group-coordinator"]
-
-
-def topology(data: dict | None, offsets: dict | None, groups: bool = True,
-             txn: dict | None = None) -> Topology:
-    async def partition_state(partition: int) -> dict | None:
-        return data
-
-    async def group_state() -> dict | None:
-        return offsets
-
-    async def txn_state() -> dict | None:
-        return txn
-
-    return Topology(NODES, "n1", BROKERS, partition_state, txn_state=txn_state,
-                    group_state=group_state if groups else None)
 
 
 def java_hash(s: str) -> int:
@@ -86,7 +71,7 @@ def test_the_partition_count_matters():
 
 
 def test_process_host_and_link_faults_hit_the_leader_of_the_offsets_partition():
-    topo = topology(state(1), state(3, replicas=(3, 1, 2)))
+    topo = group_topology(state(1), state(3, replicas=(3, 1, 2)))
     for kind in ("kill", "pause", "restart", "power-loss", "slow-link"):
         target = lookup(kind).plan_target(random.Random(1),
                                           PlanParams(3, 4, "group-coordinator"))
@@ -95,29 +80,29 @@ def test_process_host_and_link_faults_hit_the_leader_of_the_offsets_partition():
 
 
 def test_an_outage_aimed_at_the_group_powers_off_every_replica_of_its_offsets_partition():
-    topo = topology(None, state(3, replicas=(3, 1, 4)))
+    topo = group_topology(None, state(3, replicas=(3, 1, 4)))
     target = lookup("outage").plan_target(random.Random(1), PlanParams(3, 4, "group-coordinator"))
     assert target["select"] == "offsets-log-replicas"
     assert resolve("outage", target, topo) == ["n4", "n2", "n5"]
 
 
 def test_an_unknown_offsets_log_resolves_to_nobody():
-    topo = topology(state(1), None)  # before the first group member made Kafka create it
+    topo = group_topology(state(1), None)  # before the first group member made Kafka create it
     assert resolve("kill", {"select": "group-coordinator"}, topo) == []
 
 
 def test_roles_are_read_off_the_offsets_log_and_cast_on_its_next_coordinator():
-    then = coordinator_roles_in(topology(None, None), state(2, replicas=(2, 1, 3)), GROUP_ROLES)
+    then = coordinator_roles_in(group_topology(None, None), state(2, replicas=(2, 1, 3)), GROUP_ROLES)
     assert then == {"n1": "controller", "n3": "group-coordinator", "n2": "offsets-log-replica#1",
                     "n4": "offsets-log-replica#2", "n5": "broker#1"}
     target = {"roles": role_target(["n3"], then)}
-    now = asyncio.run(roles_now(topology(state(2), state(4, replicas=(4, 1))), target))
+    now = asyncio.run(roles_now(group_topology(state(2), state(4, replicas=(4, 1))), target))
     assert now["n5"] == "group-coordinator"  # the coordinator moved to broker 4
     assert as_fixed(now, target)["fixed"] == {"nodes": ["n5"]}
 
 
 def test_a_system_without_groups_refuses_the_target_in_words():
-    topo = topology(state(1), None, groups=False)
+    topo = group_topology(state(1), None, groups=False)
     with pytest.raises(ValueError, match="no consumer groups"):
         resolve("kill", {"select": "group-coordinator"}, topo)
     with pytest.raises(ValueError, match="cannot be aimed by targets = 'group-coordinator'"):
@@ -131,13 +116,13 @@ def test_a_partition_aimed_at_the_group_cuts_it_off_from_the_transaction_coordin
     assert target["shape"] == GROUP_SHAPE == "group-coordinator-from-txn-coordinator"
     # broker 3 (n4) coordinates the group, broker 1 (n2) the transactions, broker 2 (n3)
     # leads the data: only the two coordinators drop each other's packets
-    topo = topology(state(2), state(3, replicas=(3, 1, 2)), txn=state(1, replicas=(1, 2, 3)))
+    topo = group_topology(state(2), state(3, replicas=(3, 1, 2)), txn=state(1, replicas=(1, 2, 3)))
     assert resolve("partition", target, topo) == {"n4": frozenset({"n2"}),
                                                   "n2": frozenset({"n4"})}
 
 
 def test_one_broker_coordinating_both_is_cut_off_from_the_other_brokers_not_the_controller():
-    topo = topology(state(1), state(2, replicas=(2, 1, 3)), txn=state(2, replicas=(2, 3, 1)))
+    topo = group_topology(state(1), state(2, replicas=(2, 1, 3)), txn=state(2, replicas=(2, 3, 1)))
     grudge = resolve("partition", {"shape": GROUP_SHAPE}, topo)
     assert grudge == {"n3": frozenset({"n2", "n4", "n5"}), "n2": frozenset({"n3"}),
                       "n4": frozenset({"n3"}), "n5": frozenset({"n3"})}
@@ -146,7 +131,7 @@ def test_one_broker_coordinating_both_is_cut_off_from_the_other_brokers_not_the_
 @pytest.mark.parametrize(("offsets", "txn"), [
     (None, state(1)), (state(1), None), (state(None), state(1)), (state(1), state(None))])
 def test_a_cut_between_the_coordinators_waits_for_both_to_be_known(offsets, txn):
-    assert resolve("partition", {"shape": GROUP_SHAPE}, topology(None, offsets, txn=txn)) == {}
+    assert resolve("partition", {"shape": GROUP_SHAPE}, group_topology(None, offsets, txn=txn)) == {}
 
 
 def test_the_partition_planned_for_the_group_is_the_cut_between_the_coordinators():
@@ -160,7 +145,7 @@ def test_the_partition_planned_for_the_group_is_the_cut_between_the_coordinators
 def _cut(offsets: dict, txn: dict) -> RealisedFault:
     """A realised partition between the coordinators, its roles recorded as the nemesis
     records them (roles_now on the planned target)."""
-    topo = topology(None, offsets, txn=txn)
+    topo = group_topology(None, offsets, txn=txn)
     roles = asyncio.run(roles_now(topo, {"shape": GROUP_SHAPE}))
     grudge = resolve("partition", {"shape": GROUP_SHAPE}, topo)
     return RealisedFault(0, "partition", 2.0, 5.0, {"shape": GROUP_SHAPE, "pick": 4},
@@ -170,7 +155,7 @@ def _cut(offsets: dict, txn: dict) -> RealisedFault:
 
 def _replayed(entry: dict, offsets: dict, txn: dict):
     """What a role entry hits on a cluster whose logs are led as given now."""
-    topo = topology(None, offsets, txn=txn)
+    topo = group_topology(None, offsets, txn=txn)
     now = asyncio.run(roles_now(topo, entry["target"]))
     return resolve("partition", as_fixed(now, entry["target"]), topo)
 
@@ -199,7 +184,7 @@ def test_a_replay_where_one_broker_coordinates_both_stands_in_or_cuts_nothing():
     # cast names the group coordinator alone: skipped, not a grudge that drops nobody
     # recorded as applied
     both = state(2, replicas=(2, 1, 3))
-    three = replace(topology(None, both, txn=both), nodes=NODES[:4],
+    three = replace(group_topology(None, both, txn=both), nodes=NODES[:4],
                     brokers={b: n for b, n in BROKERS.items() if b < 4})
     now = asyncio.run(roles_now(three, entry["target"]))
     assert as_fixed(now, entry["target"])["fixed"] == {"grudge": {"n3": []}}
@@ -208,7 +193,7 @@ def test_a_replay_where_one_broker_coordinates_both_stands_in_or_cuts_nothing():
 
 def test_the_cut_of_one_coordinator_of_both_is_replayed_on_the_group_coordinator():
     fault = _cut(state(2, replicas=(2, 1, 3)), state(2, replicas=(2, 3, 1)))
-    assert both_coordinators_roles_in(topology(None, None), state(2, replicas=(2, 1, 3)),
+    assert both_coordinators_roles_in(group_topology(None, None), state(2, replicas=(2, 1, 3)),
                                       state(2)) == fault.roles
     [entry] = role_entries([fault])
     assert entry["target"]["roles"]["grudge"]["group-coordinator"] == [
