@@ -97,3 +97,7 @@ def test_a_leader_that_loses_its_page_cache_halts_and_the_run_goes_on(tmp_path):
     acked_after = [o for o in ops if o["f"] == "send" and o["type"] == "ok"
                    and o["time"] > start + 4e9]
     assert results["valid"] is True and len(acked_after) > 1000
+    # the fault's heal, not the run's final one, started the halted leader again
+    healed = next(o["time"] for o in ops if o["f"] == "stop-page-cache-loss")
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e for e in events if e["kind"] == "broker-start" and healed <= e["time"] < healed + 2e9]
