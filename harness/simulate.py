@@ -161,18 +161,18 @@ def _simulate_many(args: tuple[Mapping[str, Any], list[int], str | None, str]) -
 
 
 def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int,
-                interpreter: str) -> Iterator[dict]:
+                interpreter: str, scratch: str) -> Iterator[dict]:
     """Rows in seed order; at most 2 x jobs seeds in flight, so stopping early wastes little."""
     if jobs <= 1:
         for s in seeds:
-            yield simulate_seed(config, s, None, interpreter)
+            yield simulate_seed(config, s, scratch, interpreter)
         return
     pool = ProcessPoolExecutor(max_workers=jobs)
     window: deque = deque()
     pending = iter(seeds)
     try:
         for s in pending:
-            window.append(pool.submit(simulate_seed, config, s, None, interpreter))
+            window.append(pool.submit(simulate_seed, config, s, scratch, interpreter))
             if len(window) >= 2 * jobs:
                 yield window.popleft().result()
         while window:
@@ -236,8 +236,18 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
     interpreter = chosen_interpreter(interpreter, len(seeds), jobs, stop_after, spark_master)
     summary = SearchSummary()
     started = time.perf_counter()
-    rows = _rows_spark(config, seeds, spark_master, interpreter) if spark_master else \
-        _rows_local(config, seeds, jobs, interpreter)
+    scratch = tempfile.mkdtemp(prefix="harness-search-")  # a killed worker's seeds' folders too
+    try:
+        _collect(summary, _rows_spark(config, seeds, spark_master, interpreter) if spark_master
+                 else _rows_local(config, seeds, jobs, interpreter, scratch), on_row, stop_after)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    summary.wall_s = time.perf_counter() - started
+    return summary
+
+
+def _collect(summary: SearchSummary, rows: Iterator[dict],
+             on_row: Callable[[dict], None] | None, stop_after: int | None) -> None:
     for row in rows:
         summary.runs += 1
         summary.rows.append(row)
@@ -253,8 +263,6 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
             break
     if hasattr(rows, "close"):
         rows.close()
-    summary.wall_s = time.perf_counter() - started
-    return summary
 
 
 def run_search(test: Test, seeds: Sequence[int], *, jobs: int, spark_master: str | None,

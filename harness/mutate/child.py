@@ -27,6 +27,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 from contextlib import redirect_stdout
 from pathlib import Path
 from types import ModuleType
@@ -115,6 +116,8 @@ def unit_tests(args: list[str]) -> dict[str, Any]:
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
+    if job.get("scratch"):  # the parent's folder, which it removes however this child ends
+        tempfile.tempdir = job["scratch"]
     m = install(job["mutant"]) if job.get("mutant") else None
     if "pytest" in job:
         return unit_tests(job["pytest"])

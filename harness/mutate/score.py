@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -151,7 +153,16 @@ def run_child(job: Mapping[str, Any], timeout: float,
               children: Children = CHILDREN) -> dict[str, Any]:
     """One job in a fresh child process; its answer, or {"timeout": True} / {"error": ...}, or
     {"stopped": True} once an interrupt stopped the campaign (CHILDREN.stop_all) or its
-    `children` group was stopped."""
+    `children` group was stopped. The child's scratch folders go in one of this process's,
+    removed here: a child killed (a race's losing lane, a timeout) cannot remove its own."""
+    scratch = tempfile.mkdtemp(prefix="harness-mutate-")
+    try:
+        return _run_child_in({**job, "scratch": scratch}, timeout, children)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_child_in(job: Mapping[str, Any], timeout: float, children: Children) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), PARENT: str(os.getpid())}
     proc = children.start(lambda: _launch(env))
     if proc is None:

@@ -74,3 +74,31 @@ def test_a_forked_child_killed_mid_job_is_gone_and_the_zygote_ends_with_its_sock
     finally:
         zygote.close()
     assert zygote.proc.returncode == 0
+
+
+def test_a_child_killed_at_its_timeout_leaves_no_scratch_folder(monkeypatch, tmp_path) -> None:
+    """A killed child cannot remove its seeds' folders (harness.simulate's `finally` never
+    runs): they go in a folder of the parent's, which removes it. Before, every raced
+    mutant's losing lane left a `sim-s*` folder in /tmp."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.1):
+            seen.extend(_in(tmp_path))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:  # 200 seeds outlast 15 s (about 0.6 s a seed on an idle machine)
+        answer = run_child({**_job(None), "seeds": list(range(1, 201))}, 15)
+    finally:
+        done.set()
+        watcher.join()
+    assert answer == {"timeout": True}
+    assert any("sim-s" in p for p in seen)  # the child did write there
+    assert _in(tmp_path) == []
+
+
+def _in(folder) -> list[str]:
+    return [str(p.relative_to(folder)) for p in folder.rglob("*")]
