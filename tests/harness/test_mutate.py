@@ -265,6 +265,17 @@ def test_the_gap_closing_cells_are_the_safe_configuration_with_one_setting_more(
         {k: v for k, v in base.items() if k not in ("system", "name", "nemesis")}
 
 
+def test_the_no_elr_cell_is_the_flush_count_one_under_the_rules_before_kip_966() -> None:
+    def cell(which: str) -> dict:
+        args = argparse.Namespace(cell=[which], campaign=ROOT / "campaigns" / "mutation.toml")
+        return cells(args)[0].config
+
+    base, gap = cell("flush-count/power"), cell("no-elr/power")
+    assert gap["system"] == {**base["system"], "eligible.leader.replicas.enable": False}
+    assert {k: v for k, v in gap.items() if k not in ("system", "name")} == \
+        {k: v for k, v in base.items() if k not in ("system", "name")}
+
+
 def test_every_hand_classified_survivor_is_a_mutant_that_still_makes_its_recorded_change() -> None:
     hand = page.classified(ROOT / "campaigns" / "mutation-survivors.toml")
     assert hand, "the classification file is empty or gone"
