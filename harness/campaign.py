@@ -56,7 +56,7 @@ def run_cell(config: dict[str, Any], results_root: Path, plan: Plan | None = Non
     campaign sees both the violation and any loss it led to. `plan`: the seed's own faults
     unless given (`harness reproduce --system` gives a schedule by role)."""
     test = Test.of(config, results_root, argv=argv, plan=plan)
-    if test.settings.hosts.provider == SIM:
+    if test.config.hosts.provider == SIM:
         return simulate_test(test, keep_going=True)
     return run_test(test)
 

@@ -18,7 +18,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
@@ -734,8 +734,10 @@ def _later(a: str, b: str, prov: Provenance) -> str:
 
 
 # ---- typed sections ----------------------------------------------------------------------------
-# validate() returns the nested dict that test.json records; the code that runs a test reads
-# these frozen sections instead of string keys.
+# validate() checks the nested dict a config file, the command line or a stored test.json
+# gives; typed() turns it into these frozen sections, the one form a Test carries and hands
+# to each layer. record() writes a section back in the dict shape validate() accepts: what
+# test.json records (every setting, defaults included), so typed(record()) is the same test.
 
 
 @dataclass(frozen=True)
@@ -743,6 +745,9 @@ class TopicSettings:
     name: str
     partitions: int
     replication_factor: int
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -757,6 +762,9 @@ class WorkloadSettings:
     kind: str = "log"
     uncommitted_consumers: int = 0
     transformers: int = 0
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -775,11 +783,23 @@ class NemesisSettings:
         """What the nemesis hands the fault kinds: link settings and the toxics' tables."""
         return {**self.link, "toxics": self.toxics}
 
+    def record(self) -> dict[str, Any]:
+        return {"faults": list(self.faults), "interval": self.interval, "duration": self.duration,
+                "targets": self.targets, "shrink_first": self.shrink_first,
+                "weights": dict(self.weights), **self.link,
+                "toxics": {k: dict(v) for k, v in self.toxics.items()}}
+
 
 @dataclass(frozen=True)
 class CheckerSettings:
     allow: tuple[str, ...]
     spark_master: str | None
+    spark_min_ops: int | None = None  # read by the checker from test.json (RunConfig)
+    ww_deps: bool = False
+
+    def record(self) -> dict[str, Any]:
+        return _present({"allow": list(self.allow), "spark_master": self.spark_master,
+                         "spark_min_ops": self.spark_min_ops, "ww_deps": self.ww_deps})
 
 
 @dataclass(frozen=True)
@@ -788,6 +808,12 @@ class HostsSettings:
     inventory: str | None
     toxiproxy: bool  # "auto" resolved: Toxiproxy beside every node in this run
     startup_s: tuple[float, float] | None = None  # simulated hosts: a node's start-up delay
+    toxiproxy_setting: bool | str = "auto"  # as given, so a record moved elsewhere re-resolves
+
+    def record(self) -> dict[str, Any]:
+        return _present({"provider": self.provider, "inventory": self.inventory,
+                         "toxiproxy": self.toxiproxy_setting,
+                         "startup_s": None if self.startup_s is None else list(self.startup_s)})
 
     def placement(self) -> dict[str, Any]:
         """The [hosts] table that puts another config on these hosts: the provider and its
@@ -830,6 +856,15 @@ class TestConfig:
             # Followers leave the ISR after the lag time; allow for the leader's check period.
             shrink_wait=round(self.system.replica_lag_time_max_ms * 1.5 / 1000 + 1, 3))
 
+    def record(self) -> dict[str, Any]:
+        """The dict test.json records, in SCHEMA's order; validate() returns it unchanged."""
+        return {"name": self.name, "nodes": self.nodes, "time_limit": self.time_limit,
+                "seed": self.seed, "topic": self.topic.record(),
+                "system": {KIND: self.system_kind, **self.node_settings},
+                "workload": self.workload.record(), "nemesis": self.nemesis.record(),
+                "checker": self.checker.record(), "kafka": asdict(self.kafka),
+                "hosts": self.hosts.record()}
+
     @property
     def workload_params(self) -> WorkloadParams:
         """What the workload runs with (workloads/kafka.py), from [topic] and [workload]."""
@@ -838,6 +873,11 @@ class TestConfig:
                               acks=w.acks, rate=w.rate, producers=w.producers,
                               consumers=w.consumers, request_timeout_s=w.request_timeout_ms / 1000,
                               seed=self.seed)
+
+
+def _present(table: Mapping[str, Any]) -> dict[str, Any]:
+    """The table without its optional keys that were left out (None)."""
+    return {k: v for k, v in table.items() if v is not None}
 
 
 def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
@@ -891,7 +931,9 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, s.default)) for k, s in all_settings().items()},
                                 check_tables(n.get("toxics", {}))),
-        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
+        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master"),
+                                c.get("spark_min_ops"), bool(c.get("ww_deps", False))),
         hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config),
-                            tuple(h["startup_s"]) if "startup_s" in h else None),
+                            tuple(h["startup_s"]) if "startup_s" in h else None,
+                            h.get("toxiproxy", "auto")),
     )
