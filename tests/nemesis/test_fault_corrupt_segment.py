@@ -171,10 +171,11 @@ def test_a_simulated_run_repairs_damaged_followers_from_the_leader(tmp_path):
     killed. The damaged brokers cut their logs where the damage is and re-fetch; no invariant
     is violated (the damage cuts records whose fsync completed, and is not counted against
     SyncedRecordsSurvive), nothing acknowledged is lost."""
+    from support.history import read_history
+
     from checkers.check import check_path
     from harness.sim_run import as_simulated, simulate_into
     from harness.test import Plan, Test
-    from workloads.history import read_history
 
     pick = _bit_flip_pick(tmp_path, ["n2", "n3", "n4"])
     config = as_simulated(load_config("fast", [
@@ -311,10 +312,11 @@ def _scripted(pick: int) -> list[dict]:
 @pytest.mark.netns
 @needs_hosts
 def test_followers_damaged_while_stopped_repair_from_the_leader(tmp_path):
+    from support.history import read_history
+
     from checkers.check import check_path
     from harness.runner import run_test
     from harness.test import Plan, Test
-    from workloads.history import read_history
 
     pick = _bit_flip_pick(tmp_path, ["n2", "n3", "n4"])
     scripted = _scripted(pick)
