@@ -890,12 +890,12 @@ def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
     return needs_toxiproxy(config["nemesis"]["faults"])
 
 
-def require_toxiproxy(config: Mapping[str, Any]) -> None:
-    """Refuse, before anything is touched, a run of this validated config on this machine's
-    netns hosts that needs Toxiproxy when toxiproxy-server is not installed (a machine
-    without Go: make bootstrap skipped it). ToxiproxyError says how to install it (exit 3).
-    An inventory's hosts name their own server (control.provider)."""
-    if config["hosts"]["provider"] == "netns" and uses_toxiproxy(config):
+def require_toxiproxy(hosts: HostsSettings) -> None:
+    """Refuse, before anything is touched, a run on these hosts, this machine's netns hosts,
+    that needs Toxiproxy when toxiproxy-server is not installed (a machine without Go: make
+    bootstrap skipped it). ToxiproxyError says how to install it (exit 3). An inventory's
+    hosts name their own server (control.provider)."""
+    if hosts.provider == "netns" and hosts.toxiproxy:
         # imported here: control.toxiproxy brings SSH (paramiko), which a simulated run, under
         # PyPy too (docs/simulation.md), neither needs nor has
         from control.toxiproxy import local_binary
