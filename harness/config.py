@@ -1,4 +1,4 @@
-"""Test configuration: one plain dict resolved from layers, later layers winning key by key.
+"""Test configuration: resolved from layers, later layers winning key by key, then typed.
 
 1. the embedded default profile (harness/profiles/default.toml),
 2. a TOML test file or a profile name (`--config FILE.toml` / `--config fast`),
@@ -6,9 +6,10 @@
 4. the named flags `--nodes`, `--nemesis`, `--time-limit`, `--seed`.
 
 The result is validated against SCHEMA; every error is a ConfigError naming the key, where it
-was set (file and line, or the command-line item) and what was expected. The resolved dict is
-what test.json records and what a reproduction validates again, so validate() accepts its own
-output unchanged.
+was set (file and line, or the command-line item) and what was expected. typed() turns the
+resolved dict into the frozen TestConfig a run carries; test.json records TestConfig.record()
+(every setting, defaults included), which a reproduction validates again, so validate()
+accepts it unchanged (and a stored config of any age, with keys left out).
 """
 
 from __future__ import annotations
