@@ -22,6 +22,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
+from support.segments import encode_record
 
 from harness.config import load_config
 from nemesis import segment_damage
@@ -29,7 +30,7 @@ from nemesis.hosts_world import corrupt_argv
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, Topology, lookup
 from nemesis.schedule import ScheduleParams, plan
 from replication.log import OffsetOutOfRange, Record
-from replication.segment_format import HEADER_SIZE, encode_record, scan_segment, segment_name
+from replication.segment_format import HEADER_SIZE, scan_segment, segment_name
 from replication.segment_log import CorruptLogError, SegmentLog
 from simulation.simfs import SimFs
 
