@@ -54,7 +54,7 @@ def _latencies(history: Path) -> tuple[int, list[float]]:
 
 async def _bench(test: Test, system: System, cluster, rates: list[int], seconds: float,
                  scratch: Path) -> dict:
-    s = test.settings
+    s = test.config
     out: dict = {}
     started = time.monotonic()
     await system.create_topic(cluster.bootstrap(), 3, s.topic.name, 3, 3)

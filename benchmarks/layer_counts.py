@@ -14,7 +14,8 @@ Prints, for the shipped packages of TREE (default: this checkout):
   does (whole files of scaffolding);
 - `test-only`: functions and classes whose name no shipped module mentions outside its own
   definition but a test or benchmark does, and their lines (a name is matched as a word, so a
-  common name counts as used: this undercounts). Registered classes (a decorator) are used.
+  common name counts as used: this undercounts). Registered classes (a decorator) and the
+  methods of a standard-library ABC's implementation (the library calls them) are used.
 Pure source reading: nothing is imported or run.
 """
 
@@ -76,14 +77,19 @@ def _is_json_loads(f: ast.AST) -> bool:
 
 
 def definitions(tree: ast.AST) -> list[tuple[str, int, int, bool]]:
-    """(name, first line, line count, decorated) of every function and class."""
+    """(name, first line, line count, used) of every function and class; used: decorated
+    (registered), or a method of a class implementing a standard-library ABC (importlib.abc's
+    Loader.exec_module: the library calls it)."""
+    protocol = {id(m) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                and any(".abc." in f".{ast.unparse(b)}" for b in node.bases) for m in node.body}
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             if node.name.startswith("__") and node.name.endswith("__"):
                 continue
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            out.append((node.name, start, node.end_lineno - start + 1, bool(node.decorator_list)))
+            used = bool(node.decorator_list) or id(node) in protocol
+            out.append((node.name, start, node.end_lineno - start + 1, used))
     return out
 
 

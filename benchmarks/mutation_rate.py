@@ -30,8 +30,8 @@ from support import spark_cluster  # noqa: E402
 # unmutated code's runs decide (they survive every seed: the search's full cost).
 MUTANTS = ("replication/partition.py:Replica._advance_hwm:min-max:d4fa4740:0",
            "replication/partition.py:Replica._truncate:min-max:e21792d9:0",
-           "replication/metadata.py:leader_candidates_ok:and-or:f6dafdd8:0",
-           "replication/metadata.py:leader_candidates_ok:cmp-negate:0862a0c3:0")
+           "replication/client.py:Client.produce:drop-stmt:cc56d24d:0",
+           "replication/client.py:Client.produce:drop-stmt:8746e430:0")
 
 
 def campaign(master: str, env: dict[str, str], results: Path, seeds: str) -> dict:

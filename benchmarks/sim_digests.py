@@ -82,10 +82,10 @@ def main() -> None:
         for seed in range(int(lo), int(hi or lo) + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 folder = Path(tmp)
-                cfg = with_seed(config, seed)
-                simulate_into(Test.of(cfg, folder, check=False), folder, keep_going=True)
+                test = Test.of(with_seed(config, seed), folder, check=False)
+                simulate_into(test, folder, keep_going=True)
                 if args.verdicts:
-                    store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
+                    store.write_test_json(folder, test.config, ["harness", "simulate"], 0.0)
                     line = verdict(folder)
                 else:
                     line = digest(folder, args.without_effects)

@@ -58,7 +58,6 @@ from support.scenarios import tour  # noqa: E402
 from checkers.check import check_path  # noqa: E402
 from harness import store  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
-from harness.config import node_settings  # noqa: E402
 from harness.pypy import PypySimulator  # noqa: E402
 from harness.pypy import binary as pypy_binary  # noqa: E402
 from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
@@ -108,14 +107,14 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
             result = SimpleNamespace(**_PYPY.simulate(with_seed(config, seed), folder,
                                                       invariants=invariants))
         elif faults == "tour":
-            s = test.settings
+            s = test.config
             result = run_simulation(
                 folder, seed=seed, params=WorkloadParams(
                     topic=s.topic.name, partitions=s.topic.partitions, acks=s.workload.acks,
                     rate=s.workload.rate, producers=s.workload.producers,
                     consumers=s.workload.consumers,
                     request_timeout_s=s.workload.request_timeout_ms / 1000, seed=seed),
-                time_limit=s.time_limit, system=node_settings(config["system"]), n_nodes=s.nodes,
+                time_limit=s.time_limit, system=dict(s.node_settings), n_nodes=s.nodes,
                 replication_factor=s.topic.replication_factor,
                 final_read_timeout=s.workload.final_read_timeout, faults=tour(s.topic.name, folder),
                 invariants=invariants)
@@ -125,7 +124,7 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
             result.cpu_s = time.process_time() - cpu
         result.check_s = 0.0
         if check:
-            store.write_test_json(folder, with_seed(config, seed), ["harness", "simulate"], 0.0)
+            store.write_test_json(folder, test.config, ["harness", "simulate"], 0.0)
             started = time.perf_counter()
             with contextlib.redirect_stderr(io.StringIO()):  # the checker's stage lines
                 check_path(folder, backend="native")

@@ -699,17 +699,3 @@ def check(p: PartitionSnapshot, invariants: Iterable[Invariant] = INVARIANTS) ->
     for inv in invariants:
         out += inv.check(p)
     return out
-
-
-def split_acks(acked: Iterable[Any], f: Facts) -> Acks:
-    """`Acks` from plain acknowledged records (`.offset`, `.epoch`, `.value`): those equal to
-    the committed prefix's record at their offset, and the rest."""
-    committed: list[int] = []
-    other: dict[tuple[int, int | None], Any] = {}
-    for rec in acked:
-        c = _committed_record(f, rec.offset)
-        if c is not None and rec.epoch is not None and same_record(c, rec):
-            committed.append(rec.offset)
-        else:
-            other[(rec.offset, rec.epoch)] = rec
-    return Acks(sorted(committed), other)

@@ -28,6 +28,12 @@ PORT = 9092
 LAZYFS_SOCK = "lazyfs.sock"
 
 
+def python_argv(python: str, code: str | None) -> list[str]:
+    """The start of a command that runs `python` on a host importing `code` first (the
+    run's checkout; None: what the interpreter has installed)."""
+    return ["env", f"PYTHONPATH={code}", python] if code else [python]
+
+
 @dataclass
 class Cluster:
     hosts: list[Host]
@@ -80,7 +86,7 @@ class Cluster:
 
     def _python(self) -> list[str]:
         """The start of a command that runs our Python on a host."""
-        return ["env", f"PYTHONPATH={self.code}", self.python] if self.code else [self.python]
+        return python_argv(self.python, self.code)
 
     def node_argv(self, host: Host) -> list[str]:
         if self.kafka:

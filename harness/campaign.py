@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from control.files import owned_dir, write_json_atomic
 from harness.campaign_spec import Cell, load_spec
-from harness.config import require_toxiproxy, validate
+from harness.config import require_toxiproxy, typed, validate
 from harness.report.campaign_index import render_campaign, write_results_index
 from harness.report.detection import (
     EVIDENCE,
@@ -56,7 +56,7 @@ def run_cell(config: dict[str, Any], results_root: Path, plan: Plan | None = Non
     campaign sees both the violation and any loss it led to. `plan`: the seed's own faults
     unless given (`harness reproduce --system` gives a schedule by role)."""
     test = Test.of(config, results_root, argv=argv, plan=plan)
-    if test.settings.hosts.provider == SIM:
+    if test.config.hosts.provider == SIM:
         return simulate_test(test, keep_going=True)
     return run_test(test)
 
@@ -177,7 +177,7 @@ def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None =
     name, cells = load_spec(file, seeds, only, systems)
     if run_test is None:  # before any folder: a toxic cell on a machine without Toxiproxy
         for cell in cells:
-            require_toxiproxy(cell.resolved)
+            require_toxiproxy(typed(cell.resolved).hosts)
     campaign = _open_or_create(root, name, file, cells, resume)
     if [c["id"] for c in campaign.state["cells"]] != [c.id for c in cells]:
         print(f"note: {file} changed since this campaign started; resuming its own matrix",

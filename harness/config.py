@@ -1,4 +1,4 @@
-"""Test configuration: one plain dict resolved from layers, later layers winning key by key.
+"""Test configuration: resolved from layers, later layers winning key by key, then typed.
 
 1. the embedded default profile (harness/profiles/default.toml),
 2. a TOML test file or a profile name (`--config FILE.toml` / `--config fast`),
@@ -6,9 +6,10 @@
 4. the named flags `--nodes`, `--nemesis`, `--time-limit`, `--seed`.
 
 The result is validated against SCHEMA; every error is a ConfigError naming the key, where it
-was set (file and line, or the command-line item) and what was expected. The resolved dict is
-what test.json records and what a reproduction validates again, so validate() accepts its own
-output unchanged.
+was set (file and line, or the command-line item) and what was expected. typed() turns the
+resolved dict into the frozen TestConfig a run carries; test.json records TestConfig.record()
+(every setting, defaults included), which a reproduction validates again, so validate()
+accepts it unchanged (and a stored config of any age, with keys left out).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import difflib
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
@@ -734,8 +735,10 @@ def _later(a: str, b: str, prov: Provenance) -> str:
 
 
 # ---- typed sections ----------------------------------------------------------------------------
-# validate() returns the nested dict that test.json records; the code that runs a test reads
-# these frozen sections instead of string keys.
+# validate() checks the nested dict a config file, the command line or a stored test.json
+# gives; typed() turns it into these frozen sections, the one form a Test carries and hands
+# to each layer. record() writes a section back in the dict shape validate() accepts: what
+# test.json records (every setting, defaults included), so typed(record()) is the same test.
 
 
 @dataclass(frozen=True)
@@ -743,6 +746,9 @@ class TopicSettings:
     name: str
     partitions: int
     replication_factor: int
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -757,6 +763,9 @@ class WorkloadSettings:
     kind: str = "log"
     uncommitted_consumers: int = 0
     transformers: int = 0
+
+    def record(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -775,11 +784,23 @@ class NemesisSettings:
         """What the nemesis hands the fault kinds: link settings and the toxics' tables."""
         return {**self.link, "toxics": self.toxics}
 
+    def record(self) -> dict[str, Any]:
+        return {"faults": list(self.faults), "interval": self.interval, "duration": self.duration,
+                "targets": self.targets, "shrink_first": self.shrink_first,
+                "weights": dict(self.weights), **self.link,
+                "toxics": {k: dict(v) for k, v in self.toxics.items()}}
+
 
 @dataclass(frozen=True)
 class CheckerSettings:
     allow: tuple[str, ...]
     spark_master: str | None
+    spark_min_ops: int | None = None  # read by the checker from test.json (RunConfig)
+    ww_deps: bool = False
+
+    def record(self) -> dict[str, Any]:
+        return _present({"allow": list(self.allow), "spark_master": self.spark_master,
+                         "spark_min_ops": self.spark_min_ops, "ww_deps": self.ww_deps})
 
 
 @dataclass(frozen=True)
@@ -788,6 +809,12 @@ class HostsSettings:
     inventory: str | None
     toxiproxy: bool  # "auto" resolved: Toxiproxy beside every node in this run
     startup_s: tuple[float, float] | None = None  # simulated hosts: a node's start-up delay
+    toxiproxy_setting: bool | str = "auto"  # as given, so a record moved elsewhere re-resolves
+
+    def record(self) -> dict[str, Any]:
+        return _present({"provider": self.provider, "inventory": self.inventory,
+                         "toxiproxy": self.toxiproxy_setting,
+                         "startup_s": None if self.startup_s is None else list(self.startup_s)})
 
     def placement(self) -> dict[str, Any]:
         """The [hosts] table that puts another config on these hosts: the provider and its
@@ -830,6 +857,15 @@ class TestConfig:
             # Followers leave the ISR after the lag time; allow for the leader's check period.
             shrink_wait=round(self.system.replica_lag_time_max_ms * 1.5 / 1000 + 1, 3))
 
+    def record(self) -> dict[str, Any]:
+        """The dict test.json records, in SCHEMA's order; validate() returns it unchanged."""
+        return {"name": self.name, "nodes": self.nodes, "time_limit": self.time_limit,
+                "seed": self.seed, "topic": self.topic.record(),
+                "system": {KIND: self.system_kind, **self.node_settings},
+                "workload": self.workload.record(), "nemesis": self.nemesis.record(),
+                "checker": self.checker.record(), "kafka": asdict(self.kafka),
+                "hosts": self.hosts.record()}
+
     @property
     def workload_params(self) -> WorkloadParams:
         """What the workload runs with (workloads/kafka.py), from [topic] and [workload]."""
@@ -838,6 +874,11 @@ class TestConfig:
                               acks=w.acks, rate=w.rate, producers=w.producers,
                               consumers=w.consumers, request_timeout_s=w.request_timeout_ms / 1000,
                               seed=self.seed)
+
+
+def _present(table: Mapping[str, Any]) -> dict[str, Any]:
+    """The table without its optional keys that were left out (None)."""
+    return {k: v for k, v in table.items() if v is not None}
 
 
 def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
@@ -850,12 +891,12 @@ def uses_toxiproxy(config: Mapping[str, Any]) -> bool:
     return needs_toxiproxy(config["nemesis"]["faults"])
 
 
-def require_toxiproxy(config: Mapping[str, Any]) -> None:
-    """Refuse, before anything is touched, a run of this validated config on this machine's
-    netns hosts that needs Toxiproxy when toxiproxy-server is not installed (a machine
-    without Go: make bootstrap skipped it). ToxiproxyError says how to install it (exit 3).
-    An inventory's hosts name their own server (control.provider)."""
-    if config["hosts"]["provider"] == "netns" and uses_toxiproxy(config):
+def require_toxiproxy(hosts: HostsSettings) -> None:
+    """Refuse, before anything is touched, a run on these hosts, this machine's netns hosts,
+    that needs Toxiproxy when toxiproxy-server is not installed (a machine without Go: make
+    bootstrap skipped it). ToxiproxyError says how to install it (exit 3). An inventory's
+    hosts name their own server (control.provider)."""
+    if hosts.provider == "netns" and hosts.toxiproxy:
         # imported here: control.toxiproxy brings SSH (paramiko), which a simulated run, under
         # PyPy too (docs/simulation.md), neither needs nor has
         from control.toxiproxy import local_binary
@@ -891,7 +932,9 @@ def typed(config: Mapping[str, Any]) -> TestConfig:
                                 n["targets"], float(n["shrink_first"]), dict(n["weights"]),
                                 {k: float(n.get(k, s.default)) for k, s in all_settings().items()},
                                 check_tables(n.get("toxics", {}))),
-        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master")),
+        checker=CheckerSettings(tuple(c.get("allow", ())), c.get("spark_master"),
+                                c.get("spark_min_ops"), bool(c.get("ww_deps", False))),
         hosts=HostsSettings(h["provider"], h.get("inventory"), uses_toxiproxy(config),
-                            tuple(h["startup_s"]) if "startup_s" in h else None),
+                            tuple(h["startup_s"]) if "startup_s" in h else None,
+                            h.get("toxiproxy", "auto")),
     )

@@ -83,7 +83,7 @@ def run_test(test: Test) -> Path:
                                system) as cluster:
                 asyncio.run(exercise(test, cluster, history, run_dir, clock, system))
     if test.check:
-        verdict_step(run_dir, spark_master=test.settings.checker.spark_master)
+        verdict_step(run_dir, spark_master=test.config.checker.spark_master)
     return run_dir
 
 
@@ -92,10 +92,10 @@ def hosts_phase(test: Test, run_dir: Path) -> Iterator[tuple[list[Host], Provide
     """The hosts, their provider, and their toxiproxy-server when the run uses Toxiproxy."""
     # A fresh private cluster directory (mkdtemp, named after the run): unique even for runs
     # started in the same second with the same seed, removed when the provider goes down.
-    s = test.settings
+    s = test.config
     provider = make_provider(s.hosts.provider, s.nodes, s.hosts.inventory, name=run_dir.name)
     # before any host is touched: a missing toxiproxy-server is one clear error
-    toxiproxy = provider.toxiproxy_server() if test.settings.hosts.toxiproxy else None
+    toxiproxy = provider.toxiproxy_server() if test.config.hosts.toxiproxy else None
     try:
         yield provider.up(), provider, toxiproxy
     finally:
@@ -108,7 +108,7 @@ def cluster_phase(test: Test, hosts: list[Host], provider: Provider, run_dir: Pa
                   system: System | None = None) -> Iterator[Cluster]:
     """Nodes up on healed hosts (each behind its Toxiproxy with `toxiproxy`); whatever happens
     next, their logs, events and data are collected and they are stopped."""
-    settings = test.settings
+    settings = test.config
     system = system or system_of(test)
     cluster = Cluster(hosts, settings.node_settings, python=provider.python, code=provider.code,
                       lazyfs=needs_lazyfs(settings.nemesis.faults), toxiproxy=toxiproxy,
@@ -163,7 +163,7 @@ class HostsEnvironment:
 async def exercise(test: Test, cluster: Cluster, history: HistoryWriter, run_dir: Path,
                    clock: RunClock, system: System | None = None) -> None:
     """workloads.sequence on the hosts, with the nemesis playing the test's schedule."""
-    s = test.settings
+    s = test.config
     system = system or system_of(test)
     schedule = ScheduleRecord(run_dir / "schedule.json", test.schedule_params,
                               test.plan.entries_for(test.schedule_params))

@@ -203,8 +203,8 @@ class Evaluator:
         folder = Path(tempfile.mkdtemp(prefix="shrink-", dir=self.scratch))
         started = time.perf_counter()
         try:
-            store.write_test_json(folder, cand.config, ["harness", "shrink"], 0.0)
             test = Test.of(cand.config, folder, plan=Plan.scripted(cand.entries), check=False)
+            store.write_test_json(folder, test.config, ["harness", "shrink"], 0.0)
             result = simulate_into(test, folder, keep_going=True)
             results = check_path(folder, backend="native")
             classes = {k: int(v.get("count", 0) or 0)

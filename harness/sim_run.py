@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.exitcodes import UserError
-from harness.config import typed
+from harness.config import TestConfig, typed
 from harness.test import Test
 from nemesis.faults import Nemesis, metadata_topology
 from nemesis.kinds import lookup
@@ -25,21 +25,24 @@ from simulation.world import Verbs, World
 SIM = "sim"
 
 
-def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
+def simulated(config: TestConfig) -> TestConfig:
     """The config with hosts.provider = "sim" (keeping hosts.startup_s, the simulated hosts'
     start-up delay); refuses fault kinds the simulator cannot apply."""
-    t = typed(config)
-    if t.system_kind != "embedded":
+    if config.system_kind != "embedded":
         raise UserError("the simulator runs the embedded system, not system.kind = "
-                        f"{t.system_kind!r}: run Kafka on hosts with `harness run`")
-    out = copy.deepcopy(dict(config))
-    startup = out.get("hosts", {}).get("startup_s")
-    out["hosts"] = {"provider": SIM} if startup is None else {"provider": SIM, "startup_s": startup}
-    unsupported = [f for f in t.nemesis.faults if not lookup(f).simulated]
+                        f"{config.system_kind!r}: run Kafka on hosts with `harness run`")
+    unsupported = [f for f in config.nemesis.faults if not lookup(f).simulated]
     if unsupported:
         raise UserError(f"the simulated world cannot apply {', '.join(unsupported)} "
                         "(real hosts only); remove it from nemesis.faults or use `harness run`")
-    return out
+    startup = config.hosts.startup_s
+    hosts = {"provider": SIM} | ({} if startup is None else {"startup_s": list(startup)})
+    return typed({**config.record(), "hosts": hosts})
+
+
+def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
+    """simulated() of a validated config dict (a campaign's, a search job's), as a dict."""
+    return simulated(typed(config)).record()
 
 
 def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
@@ -86,7 +89,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
     (`harness shrink` needs the checker's anomaly, which only the final read shows).
     `invariants=False` skips the protocol invariants (benchmarks/sim_speed.py measures their
     cost)."""
-    s = test.settings
+    s = test.config
     params = s.workload_params
     schedule_params = test.schedule_params
     schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,

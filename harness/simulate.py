@@ -26,7 +26,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +37,9 @@ from checkers.exitcodes import UserError
 from checkers.spark import get_session
 from control.files import owned_dir, write_json_atomic
 from harness import pypy, store
+from harness.config import typed
 from harness.pypy import PypyError, PypySimulator
-from harness.sim_run import as_simulated, simulate_into, with_seed
+from harness.sim_run import as_simulated, simulate_into, simulated, with_seed
 from harness.test import Test
 from harness.verdict import verdict_step
 
@@ -54,15 +55,14 @@ def simulate_test(test: Test, *, backend: str = "spark", keep_going: bool = Fals
     """One simulated run into a new run folder under the test's results root, checked (with
     `backend`; `spark_min_ops` as checkers.check.check_path takes it) and reported like a
     real run. Returns the folder."""
-    config = as_simulated(test.config)
-    test = Test.of(config, test.results_root, argv=test.argv, plan=test.plan, check=test.check)
-    run_dir = store.new_run(test.results_root, config, list(test.argv))
+    test = replace(test, config=simulated(test.config))
+    run_dir = store.new_run(test.results_root, test.config, list(test.argv))
     say(f"run folder {run_dir}")
     result = simulate_into(test, run_dir, keep_going=keep_going)
     say(f"simulated {result.virtual_s:.1f} s in {result.wall_s:.1f} s wall "
         f"({result.speed:.1f}x); workload {result.stats}")
     if test.check:
-        verdict_step(run_dir, spark_master=test.settings.checker.spark_master, backend=backend,
+        verdict_step(run_dir, spark_master=test.config.checker.spark_master, backend=backend,
                      spark_min_ops=spark_min_ops)
     return run_dir
 
@@ -140,7 +140,7 @@ def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = No
     folder = Path(tempfile.mkdtemp(prefix=f"sim-s{seed}-", dir=scratch))
     try:
         cfg = with_seed(config, seed)
-        store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
+        store.write_test_json(folder, typed(cfg), ["harness", "simulate"], 0.0)
         started = time.perf_counter()
         virtual_s, acked = _simulate_seed_into(cfg, folder, interpreter)
         results = check_path(folder, backend="native")
@@ -283,7 +283,7 @@ def run_search(test: Test, seeds: Sequence[int], *, jobs: int, spark_master: str
         if row["valid"] is not True:
             say(f"seed {row['seed']}: valid={row['valid']} {row['anomalies'] or row['error']}")
 
-    summary = search(test.config, seeds, jobs=jobs, spark_master=spark_master,
+    summary = search(test.config.record(), seeds, jobs=jobs, spark_master=spark_master,
                      stop_after=stop_after, on_row=progress, interpreter=interpreter)
     bar.close()
     print_summary(summary)
@@ -291,7 +291,7 @@ def run_search(test: Test, seeds: Sequence[int], *, jobs: int, spark_master: str
         row = next(r for r in summary.rows if r["seed"] == seed)
         # keep_going as the search's rows had it, so both checkers judge the same history;
         # on Spark whatever its size: the point is a second, independent implementation
-        run_dir = simulate_test(Test.of(with_seed(test.config, seed), test.results_root,
+        run_dir = simulate_test(Test.of(replace(test.config, seed=seed), test.results_root,
                                         argv=test.argv), keep_going=True, spark_min_ops=0)
         agreed = _agrees(row, run_dir)
         print(f"seed {seed}: {run_dir / 'report.html'}  Spark checker "
@@ -323,10 +323,10 @@ def print_summary(summary: SearchSummary) -> None:
 
 def write_search(test: Test, seeds: Sequence[int], summary: SearchSummary) -> Path:
     """results/<name>/search-<stamp>-s<first>-<last>.json: every row, for later analysis."""
-    folder = owned_dir(test.results_root / test.settings.name)  # as a run's (store)
+    folder = owned_dir(test.results_root / test.config.name)  # as a run's (store)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     path = folder / f"search-{stamp}-s{seeds[0]}-{seeds[-1]}.json"
-    write_json_atomic(path, {"config": as_simulated(test.config), "seeds": [seeds[0], seeds[-1]],
+    write_json_atomic(path, {"config": simulated(test.config).record(), "seeds": [seeds[0], seeds[-1]],
                                    "runs": summary.runs, "wall_s": summary.wall_s,
                                    "failing": summary.failing, "errors": summary.errors,
                                    "by_anomaly": dict(summary.by_anomaly), "rows": summary.rows})

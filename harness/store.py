@@ -16,14 +16,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from checkers.check import exit_code
 from checkers.exitcodes import Exit
 from control.files import owned_dir, write_json_atomic
-from harness.config import RESERVED_NAMES, typed
+from harness.config import RESERVED_NAMES, TestConfig
 
 RESULTS_ENV = "HARNESS_RESULTS"
 LATEST = "latest"
@@ -115,13 +115,15 @@ def git_state(root: Path = _PROJECT_ROOT) -> dict[str, Any] | None:
     return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
 
 
-def run_record(config: Mapping[str, Any], argv: Sequence[str], started_at: float) -> dict[str, Any]:
-    t = typed(config)
-    return {"name": t.name, "seed": t.seed, "argv": list(argv), "hosts": t.hosts.provider,
-            "versions": versions(), "started_at": started_at, "config": dict(config)}
+def run_record(config: TestConfig, argv: Sequence[str], started_at: float) -> dict[str, Any]:
+    """test.json: the run's identity and its config written from the typed form (every
+    setting, defaults included: the dict shape harness.config.validate reads back)."""
+    return {"name": config.name, "seed": config.seed, "argv": list(argv),
+            "hosts": config.hosts.provider, "versions": versions(), "started_at": started_at,
+            "config": config.record()}
 
 
-def write_test_json(run_dir: Path, config: Mapping[str, Any], argv: Sequence[str],
+def write_test_json(run_dir: Path, config: TestConfig, argv: Sequence[str],
                     started_at: float) -> dict[str, Any]:
     """Write run_dir/test.json and return what was written."""
     record = run_record(config, argv, started_at)
@@ -142,15 +144,14 @@ def read_test_json(run_dir: Path) -> dict[str, Any]:
     return record
 
 
-def new_run(results: Path, config: Mapping[str, Any], argv: Sequence[str],
+def new_run(results: Path, config: TestConfig, argv: Sequence[str],
             started_at: float | None = None, *, latest: bool = True) -> Path:
     """Create the run folder, write test.json, and (with `latest`) point results/latest at it;
     the runner passes latest=False and updates the link once the run has really started.
     A folder whose test.json could not be written (a full disk) is removed again."""
     started = time.time() if started_at is None else started_at
     check_latest(results)
-    t = typed(config)
-    run_dir = create_run_dir(results, t.name, t.seed, started)
+    run_dir = create_run_dir(results, config.name, config.seed, started)
     try:
         write_test_json(run_dir, config, argv, started)
     except BaseException:

@@ -100,9 +100,9 @@ class ApacheKafka:
 
     def __init__(self, test: Test) -> None:
         self.test = test
-        self.settings = test.settings.kafka
+        self.settings = test.config.kafka
         self.libs = str(kafka_install.require(self.settings.version))  # before any host is made
-        if test.settings.hosts.provider == "netns":
+        if test.config.hosts.provider == "netns":
             kafka_install.java()  # the hosts are this machine: a missing JVM is said now
         self.watch: PartitionWatch | None = None
 
@@ -110,8 +110,8 @@ class ApacheKafka:
         """On netns hosts the local classpath and JVM; on an inventory's hosts their own JVM
         and a copy of the classpath (control/kafka_hosts.py)."""
         java, libs = provider.kafka(hosts, self.settings.version, Path(self.libs))
-        return KafkaNodes(hosts, self.test.settings.node_settings, self.settings,
-                          libs, java, run_name, proxied=self.test.settings.hosts.toxiproxy)
+        return KafkaNodes(hosts, self.test.config.node_settings, self.settings,
+                          libs, java, run_name, proxied=self.test.config.hosts.toxiproxy)
 
     async def create_topic(self, bootstrap: list[str], brokers: int, topic: str,
                            partitions: int, replication_factor: int) -> None:
@@ -124,7 +124,7 @@ class ApacheKafka:
 
     def workload(self, params: WorkloadParams, bootstrap: list[str],
                  history: HistoryWriter) -> Workload:
-        w = self.test.settings.workload
+        w = self.test.config.workload
         if w.kind == "txn" and w.transformers:
             return TransformingTxnWorkload(params, bootstrap, history,
                                            uncommitted=w.uncommitted_consumers,
@@ -133,7 +133,7 @@ class ApacheKafka:
             return RdKafkaTxnWorkload(params, bootstrap, history,
                                       uncommitted=w.uncommitted_consumers)
         return RdKafkaWorkload(params, bootstrap, history,
-                               idempotence=self.test.settings.workload.idempotence)
+                               idempotence=self.test.config.workload.idempotence)
 
     def topology(self, nodes: list[str], bootstrap: list[str], topic: str) -> Topology:
         async def partition_state(partition: int) -> dict[str, Any] | None:
@@ -154,9 +154,9 @@ class ApacheKafka:
             return next((p for p in states if p["partition"] == wanted), None)
 
         async def txn_state() -> dict[str, Any] | None:
-            return await coordinating(TXN_LOG, transactional_id(self.test.settings.seed, 0))
+            return await coordinating(TXN_LOG, transactional_id(self.test.config.seed, 0))
 
-        group = consumer_group(self.test.settings.workload)
+        group = consumer_group(self.test.config.workload)
 
         async def group_state() -> dict[str, Any] | None:
             return None if group is None else await coordinating(OFFSETS_LOG, group)
@@ -197,24 +197,24 @@ def consumer_group(w: WorkloadSettings) -> str | None:
 def system_of(test: Test) -> System:
     """The system a test runs (a missing Kafka install is a one-line error here, before any
     host is made)."""
-    if test.settings.nemesis.targets == "txn-coordinator" and test.settings.workload.kind != "txn":
+    if test.config.nemesis.targets == "txn-coordinator" and test.config.workload.kind != "txn":
         raise UserError("targets = 'txn-coordinator' aims at the transactions of "
-                        "workload.kind = 'txn'" if test.settings.system_kind == "kafka"
+                        "workload.kind = 'txn'" if test.config.system_kind == "kafka"
                         else NO_TRANSACTIONS)
-    if test.settings.nemesis.targets == "group-coordinator":
-        if test.settings.system_kind != "kafka":
+    if test.config.nemesis.targets == "group-coordinator":
+        if test.config.system_kind != "kafka":
             raise UserError(NO_GROUPS)
-        if consumer_group(test.settings.workload) is None:
+        if consumer_group(test.config.workload) is None:
             raise UserError("targets = 'group-coordinator' aims at a consumer group: "
                             "workload.kind = 'txn' with workload.transformers >= 1 or "
                             "workload.consumers >= 2")
     for key in ("uncommitted_consumers", "transformers"):
-        if getattr(test.settings.workload, key) and test.settings.workload.kind != "txn":
+        if getattr(test.config.workload, key) and test.config.workload.kind != "txn":
             raise UserError(f"workload.{key} needs transactions: workload.kind = 'txn' "
                             f"(on Apache Kafka)")
-    if test.settings.system_kind == "kafka":
+    if test.config.system_kind == "kafka":
         return ApacheKafka(test)
-    if test.settings.workload.kind != "log":
-        raise UserError(f"workload.kind = {test.settings.workload.kind!r} needs transactions: "
+    if test.config.workload.kind != "log":
+        raise UserError(f"workload.kind = {test.config.workload.kind!r} needs transactions: "
                         f"run it on Apache Kafka (--set system.kind=kafka)")
     return Embedded()

@@ -1,4 +1,4 @@
-"""A test, built once from a validated config: its typed settings, where its hosts come from,
+"""A test, built once from a validated config: its typed settings (the one form it carries), where its hosts come from,
 where its fault plan comes from, and the one clock everything in the run is timed by."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -71,26 +70,24 @@ class RunClock:
 
 @dataclass(frozen=True)
 class Test:
-    """What to run: the validated config, where results go, where faults come from."""
+    """What to run: the typed config, where results go, where faults come from."""
 
     __test__ = False  # not a pytest test class
 
-    config: Mapping[str, Any]  # the validated config, as recorded in test.json
+    config: TestConfig  # the one form of the config; test.json records config.record()
     results_root: Path
     argv: tuple[str, ...] = ()
     plan: Plan = field(default_factory=Plan.seeded)
     check: bool = True  # check and report when the run is over
 
-    @cached_property
-    def settings(self) -> TestConfig:
-        """The typed view of `config`, built once (a Test is frozen, its config validated)."""
-        return typed(self.config)
-
     @property
     def schedule_params(self) -> ScheduleParams:
-        return self.settings.schedule_params
+        return self.config.schedule_params
 
     @classmethod
-    def of(cls, config: Mapping[str, Any], results_root: Path, *, argv: Sequence[str] = (),
-           plan: Plan | None = None, check: bool = True) -> Test:
-        return cls(config, Path(results_root), tuple(argv), plan or Plan.seeded(), check)
+    def of(cls, config: TestConfig | Mapping[str, Any], results_root: Path, *,
+           argv: Sequence[str] = (), plan: Plan | None = None, check: bool = True) -> Test:
+        """`config` typed, or a validated config dict (a file's, a campaign cell's, a stored
+        test.json's), typed here once."""
+        settings = config if isinstance(config, TestConfig) else typed(config)
+        return cls(settings, Path(results_root), tuple(argv), plan or Plan.seeded(), check)

@@ -85,8 +85,3 @@ def restore(host: Host) -> None:
 def heal(hosts: Sequence[Host]) -> None:
     """Undo every cut from the clients on every host, in parallel."""
     on_hosts(hosts, restore)
-
-
-def current_rules(host: Host) -> list[str]:
-    """The host's current rules of both chains (iptables -S form); [] when healed."""
-    return iptables.rules(host, CHAIN_IN) + iptables.rules(host, CHAIN_OUT)

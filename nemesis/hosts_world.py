@@ -3,15 +3,17 @@
 Processes are signalled through the host's `Remote`, page-cache loss goes through the lossy
 filesystem's control socket, partitions, cuts from the clients and link faults are netfilter
 rules (nemesis.partition, nemesis.client_partition, nemesis.link), toxics go to the host's
-Toxiproxy (control.toxiproxy), a VM's clock is stepped with its NTP daemon stopped. The SSH
-and HTTP work blocks, so each verb runs it on a worker thread."""
+Toxiproxy (control.toxiproxy). What a kind does on a host of its own (clock-skew's step of a
+VM's clock) is its `HostAction`, run here through `act_on_host` on a `RealHost`. The SSH and
+HTTP work blocks, so each verb runs it on a worker thread."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +23,10 @@ from control.host import Host
 from control.parallel import on_hosts
 from nemesis import client_partition, link, segment_damage
 from nemesis import partition as grudges
+from nemesis.kinds import all_kinds
+from nemesis.kinds.base import HostAction, HostActions
 from nemesis.partition import Grudge
 
-# Step the wall clock by argv[1] seconds (run with the cluster's python, as root).
-STEP_CLOCK = ("import sys, time; c = time.CLOCK_REALTIME; "
-              "time.clock_settime(c, time.clock_gettime(c) + float(sys.argv[1]))")
-# The guest's NTP daemon would slew a stepped clock back: stopped while the clock is skewed.
-# Debian names it chrony, others chronyd; a guest without it has nothing to stop.
-CHRONY = "systemctl {0} chrony 2>/dev/null || systemctl {0} chronyd 2>/dev/null || true"
 STOP_WAIT_S = 10.0  # how long a SIGKILLed node may take to be gone before corrupt-segment
 
 # argv: <data dir> <seed>. Prints one JSON object: what was done, or {"note": why nothing was}.
@@ -42,10 +40,34 @@ def corrupt_argv(python: str, data_dir: str, seed: str) -> list[str]:
     return [python, "-c", CORRUPT_PROGRAM, str(data_dir), str(seed)]
 
 
+@dataclass(frozen=True)
+class RealHost:
+    """A host as a kind's HostAction sees it (nemesis.kinds.base.HostPort)."""
+
+    host: Host
+    python: str
+    code: str | None
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    @property
+    def vm(self) -> bool:
+        return bool(self.host.vm)
+
+    def run(self, argv: Sequence[str], *, sudo: bool = False) -> str:
+        return self.host.remote.run(list(argv), sudo=sudo).stdout
+
+
+def real_host(cluster: Cluster, host: Host) -> RealHost:
+    return RealHost(host, cluster.python, cluster.code)
+
+
 class HostsWorld:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._skew_ms: dict[str, float] = {}  # node -> how far its clock was stepped
+        self._acted = HostActions()  # what kinds' host actions did, until undone
 
     @property
     def nodes(self) -> list[str]:
@@ -121,8 +143,9 @@ class HostsWorld:
 
     async def degrade_link(self, node: str, kind: str, settings: Mapping[str, float],
                            pick: int) -> None:
-        await self._blocking(link.degrade, self.cluster.host(node), kind, settings,
-                             self.cluster.python, pick)
+        await self._blocking(lambda: link.degrade(self.cluster.host(node), kind, settings,
+                                                  self.cluster.python, pick,
+                                                  code=self.cluster.code))
 
     async def restore_link(self, node: str) -> None:
         await self._blocking(link.restore, self.cluster.host(node))
@@ -139,24 +162,27 @@ class HostsWorld:
         if self.cluster.toxiproxy:
             await self._blocking(toxiproxy.remove_toxics, self.cluster.host(node), kind)
 
-    async def clock_jump(self, node: str, delta_ms: float) -> None:
-        await self._blocking(step_clock, self.cluster.host(node), self.cluster.python, delta_ms,
-                             True)
-        self._skew_ms[node] = self._skew_ms.get(node, 0.0) + delta_ms
+    async def act_on_host(self, node: str, key: str, action: HostAction) -> dict[str, Any]:
+        """A kind's action on the node's host; remembered (once it succeeded) for its undo."""
+        out = await self._blocking(action.on_host, self._port(node))
+        self._acted.add(node, key, action)
+        return out
 
-    async def clock_reset(self, node: str) -> None:
-        skew = self._skew_ms.pop(node, None)
-        if skew is not None:
-            await self._blocking(step_clock, self.cluster.host(node), self.cluster.python,
-                                 -skew, False)
+    async def undo_on_host(self, node: str, key: str) -> None:
+        action = self._acted.pop(node, key)
+        if action is not None:
+            await self._blocking(action.undo_on_host, self._port(node))
+
+    def _port(self, node: str) -> RealHost:
+        return real_host(self.cluster, self.cluster.host(node))
 
     async def heal_network(self) -> None:
         """No partition, cut from the clients or link fault anywhere (before a run too: a
-        killed run on long-lived VMs leaves its rules behind), and no skewed clock: a skew
-        this world made is stepped back, and every VM's chrony runs (it steps back what a
-        killed run left)."""
-        for node in list(self._skew_ms):
-            await self.clock_reset(node)
+        killed run on long-lived VMs leaves its rules behind), and no host action left: what
+        this world did is undone, and every kind cleans what a killed run left (clock-skew:
+        every VM's chrony runs, which steps its clock back)."""
+        for node, key in self._acted.pending():
+            await self.undo_on_host(node, key)
         await self._blocking(heal_network, self.cluster)
 
 
@@ -164,22 +190,12 @@ def heal_network(cluster: Cluster) -> None:
     grudges.heal(cluster.hosts)
     client_partition.heal(cluster.hosts)
     link.heal(cluster.hosts)
-    vms = [h for h in cluster.hosts if h.vm]
-    if vms:
-        on_hosts(vms, lambda h: h.remote.run(["sh", "-c", CHRONY.format("start")], sudo=True))
+    on_hosts(cluster.hosts, lambda h: clean_host(real_host(cluster, h)))
     if cluster.toxiproxy:
         on_hosts(cluster.hosts, toxiproxy.remove_toxics)
 
 
-def step_clock(host: Host, python: str, delta_ms: float, skewing: bool) -> None:
-    """Step a VM's wall clock by delta_ms: chrony stopped first when `skewing`, started again
-    after a step back. Namespace hosts share this machine's kernel clock (and an inventory
-    machine that is not a VM is not ours to step): refused."""
-    if not host.vm:
-        raise RuntimeError(f"{host.name} is not a VM: clock-skew steps a guest's own clock, and "
-                           "namespace hosts share this machine's one kernel clock (docs/vms.md)")
-    if skewing:
-        host.remote.run(["sh", "-c", CHRONY.format("stop")], sudo=True)
-    host.remote.run([python, "-c", STEP_CLOCK, repr(delta_ms / 1000)], sudo=True)
-    if not skewing:
-        host.remote.run(["sh", "-c", CHRONY.format("start")], sudo=True)
+def clean_host(host: RealHost) -> None:
+    """Every kind's cleaning of what a killed run of it may have left on the host."""
+    for kind in all_kinds():
+        kind.clean_host(host)

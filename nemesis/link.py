@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from control.cluster import python_argv
 from control.parallel import on_hosts
 from control.toxiproxy import API_PORT
 from nemesis import iptables
@@ -54,13 +55,15 @@ def _link_kind(kind: str) -> LinkFault:
     return fault
 
 
-def degrade(host: Host, kind: str, s: Mapping[str, float], python: str, seed: int = 0) -> None:
-    """Apply a link fault of `kind` on host (`python` runs nemesis.linkdelay there)."""
+def degrade(host: Host, kind: str, s: Mapping[str, float], python: str, seed: int = 0, *,
+            code: str | None = None) -> None:
+    """Apply a link fault of `kind` on host (`python` runs nemesis.linkdelay there, importing
+    `code` first, the run's checkout, as the nodes do: control.cluster.Cluster.code)."""
     line = rule(kind, s, host.remote.endpoint.port)
     if _link_kind(kind).delays and not host.remote.is_running(DAEMON):
         # started before the rule: until it is bound, --queue-bypass lets packets through
         host.remote.start_daemon(DAEMON, [
-            python, "-m", "nemesis.linkdelay", "--queue", str(QUEUE),
+            *python_argv(python, code), "-m", "nemesis.linkdelay", "--queue", str(QUEUE),
             "--delay-ms", f"{s['link_delay_ms']:g}", "--jitter-ms", f"{s['link_jitter_ms']:g}",
             "--seed", str(seed)], host.log_dir / "linkdelay.log")  # fmt: skip
     iptables.apply(host, CHAIN, [line])

@@ -343,16 +343,6 @@ class Log(ABC):
             self._job = None
             self._inflight_from = None
 
-    def abandon_syncs(self) -> None:
-        """The runtime that held the job out died with it (a killed broker in a simulator
-        that keeps the log object): the work is wanted again, by whoever runs next."""
-        if self._job is not None:
-            self._job = None
-            if self._inflight_from is not None:
-                if self._wanted_from is None or self._inflight_from < self._wanted_from:
-                    self._wanted_from = self._inflight_from
-                self._inflight_from = None
-
     def _request_sync(self, from_offset: int) -> None:
         """Deferred mode: records from `from_offset` on wait for a sync of everything stored;
         for the flush policy the flush has happened."""

@@ -216,13 +216,3 @@ def alter_isr(state: PartitionState, new_isr: Sequence[int], rules: Rules) -> Ch
         elr = _ordered(state, set(elr) | removed)
     elr, lkelr = _apply_case_g(rules, isr, elr, lkelr)
     return Change(_bump(state, leader_changed=False, isr=isr, elr=elr, last_known_elr=lkelr), "alter-partition")
-
-
-def leader_candidates_ok(state: PartitionState) -> bool:
-    """Structural invariants every state must satisfy (the property tests check it)."""
-    return (
-        not (set(state.isr) & set(state.elr))
-        and set(state.isr) <= set(state.replicas)
-        and set(state.elr) <= set(state.replicas)
-        and (state.leader is None or state.leader in state.isr)
-    )

@@ -41,10 +41,6 @@ def encoded_size(record: Record) -> int:
     return HEADER_SIZE + MIN_BODY + len(record.value)
 
 
-def encode_record(record: Record) -> bytes:
-    return encode_records([record])[0]
-
-
 def encode_records(records: Sequence[Record], start: int = 0) -> tuple[bytes, list[int]]:
     """One buffer for a whole append, and each record's position: where it will be in the
     file when the buffer is written at `start`. One loop, no call per record: every append

@@ -295,11 +295,6 @@ class SimLoop(asyncio.AbstractEventLoop):
             t.cancel()
         self.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
-    def next_timer(self) -> float | None:
-        """The virtual time of the next live timer, or None."""
-        live = [e[0] for e in self._heap if not _cancelled_timer(e[2])]
-        return min(live) if live else None
-
     def stop(self) -> None:
         self._stopping = True
 

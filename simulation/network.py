@@ -564,11 +564,6 @@ class Network:
     def listen(self, proc: Process) -> None:
         self.hosts[proc.host].listener = proc
 
-    def unlisten(self, proc: Process) -> None:
-        host = self.hosts[proc.host]
-        if host.listener is proc:
-            host.listener = None
-
     # ---- connecting ----------------------------------------------------------------------------
 
     def connect(self, conn: Connection, timeout: float) -> _Attempt:

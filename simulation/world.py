@@ -27,7 +27,8 @@ name and take effect at the current virtual time:
 
 plus heal_network(), heal_all() (Nemesis.heal_all: network healed, clocks reset, everything
 resumed and started), start_all(), is_paused(node), run_for(seconds). `Verbs(world)` is the
-same set as coroutines, the shape of nemesis.kinds.base.World. `NetConfig` (network.py) and
+same set as coroutines, the shape of nemesis.kinds.base.World (a kind's HostAction acts on
+a `SimHost`: the host's clock). `NetConfig` (network.py) and
 `DiskConfig` (disk.py) hold the latency and fsync distributions.
 
 A clock fault moves the host's monotonic clock, which the node's timers and `now` follow: a
@@ -48,6 +49,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from nemesis.kinds.base import HostAction, HostActions
 from replication.broker_store import LogConfig
 from replication.config import NodeConfig
 from simulation.disk import DiskConfig, NodeDisk
@@ -377,6 +379,7 @@ class Verbs:
 
     def __init__(self, world: World) -> None:
         self.world = world
+        self.acted = HostActions()  # what kinds' host actions did, until undone
 
     @property
     def nodes(self) -> list[str]:
@@ -440,11 +443,31 @@ class Verbs:
     async def remove_toxic(self, node: str, kind: str) -> None:
         raise NotImplementedError(f"{kind}: Toxiproxy toxics need real hosts")
 
-    async def clock_jump(self, node: str, delta_ms: float) -> None:
-        self.world.clock_jump(node, delta_ms)
+    async def act_on_host(self, node: str, key: str, action: HostAction) -> dict[str, Any]:
+        """A kind's action on the node's simulated host (its clock port); remembered for its
+        undo, as on real hosts."""
+        out = action.in_simulation(SimHost(self.world, node))
+        self.acted.add(node, key, action)
+        return out
 
-    async def clock_drift(self, node: str, rate: float) -> None:
-        self.world.clock_drift(node, rate)
+    async def undo_on_host(self, node: str, key: str) -> None:
+        action = self.acted.pop(node, key)
+        if action is not None:
+            action.undo_in_simulation(SimHost(self.world, node))
 
-    async def clock_reset(self, node: str) -> None:
-        self.world.clock_reset(node)
+
+class SimHost:
+    """A simulated host as a fault kind's HostAction sees it (nemesis.kinds.base.SimHostPort):
+    its clock, which the node's timers and `now` follow."""
+
+    def __init__(self, world: World, node: str) -> None:
+        self.world, self.node = world, node
+
+    def clock_jump(self, delta_ms: float) -> None:
+        self.world.clock_jump(self.node, delta_ms)
+
+    def clock_drift(self, rate: float) -> None:
+        self.world.clock_drift(self.node, rate)
+
+    def clock_reset(self) -> None:
+        self.world.clock_reset(self.node)

@@ -1,4 +1,4 @@
-"""Writing history.jsonl (the history contract, docs/architecture.md) and reading it back.
+"""Writing history.jsonl (the history contract, docs/architecture.md); runformat reads it back.
 
 HistoryWriter assigns `index` (file order) and `time` (integer ns since the run started, from
 time.monotonic_ns) while holding a lock, so both increase along the file whatever thread
@@ -31,9 +31,7 @@ from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
-import runformat
 from control.files import fsync_dir
-from runformat import Tally
 
 NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
@@ -410,15 +408,3 @@ class ProcessPool:
     def active(self) -> frozenset[int]:
         with self._lock:
             return frozenset(self._active)
-
-
-def read_history(path: str | Path, allow_torn_tail: bool = True) -> list[dict[str, Any]]:
-    """Parse history.jsonl (runformat's reader). A last line cut short by a crash (no
-    newline, not valid JSON) is dropped when `allow_torn_tail`; any other bad line is an
-    error naming file and line."""
-    path = Path(path)
-    tally = Tally(str(path))
-    ops: list[dict[str, Any]] = list(runformat.history(path, tally))
-    if tally.malformed or (tally.torn and not allow_torn_tail):
-        raise ValueError(tally.named[0])
-    return ops

@@ -313,8 +313,3 @@ def build_story(run_dir: Path, lines: RunLines | None = None) -> Story | None:
     link = None if is_self else os.path.relpath(folder / "report.html", Path(run_dir))
     return Story(folder, steps, replay, doc.get("anomaly"), dict(doc.get("shrink") or {}),
                  is_self, link)
-
-
-def story_text(story: Story) -> str:
-    lines = [f"{i}. {s}" for i, s in enumerate(story.steps, start=1)]
-    return "\n".join(lines + [f"replay: {story.replay}"])

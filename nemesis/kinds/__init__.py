@@ -1,8 +1,9 @@
 """Every fault kind, one `FaultKind` object each (nemesis.kinds.base says what one is).
 
 A kind lives in one module of this package and registers itself with `@register`; every
-module here is imported below, so adding a kind is adding a module (plus its test and its
-line in docs/nemesis.md, and the World verbs it needs, if new): the config (its settings),
+module here is imported below, so adding a kind is adding a module (plus its test, its line
+in docs/nemesis.md and its weight in the default profile; what it does to a host that no
+World verb does, it carries as a HostAction): the config (its settings),
 the planner, the nemesis (its effects, into the history), the runner's lossy-filesystem
 decision, the simulator and the stories all read this registry; the checkers and reports
 read the effects the history records (runformat.effects)."""

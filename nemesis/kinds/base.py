@@ -7,8 +7,10 @@ resolve that target against live metadata when the fault starts, to apply it and
 Kinds act on a `World`: the cluster as a set of named nodes with verbs (kill, pause,
 power_loss, partition, ...). Real hosts implement the verbs over SSH (nemesis.hosts_world);
 a simulated cluster implements the same verbs in simulated time. A kind written against the
-verbs runs in both worlds; a kind that needs something only real hosts have (their
-VMs, Toxiproxy's byte streams) says so with `simulated = False`.
+verbs runs in both worlds; a kind that needs something new of its hosts carries it as a
+`HostAction` (its commands on a real host, its effect on a simulated host's parts), which
+every World runs through the same two verbs; a kind that needs something only real hosts
+have (their VMs, Toxiproxy's byte streams) says so with `simulated = False`.
 """
 
 from __future__ import annotations
@@ -65,8 +67,70 @@ class World(Protocol):
     async def heal_network(self) -> None: ...
     async def add_toxic(self, node: str, kind: str, toxic: Mapping[str, Any]) -> None: ...
     async def remove_toxic(self, node: str, kind: str) -> None: ...
-    async def clock_jump(self, node: str, delta_ms: float) -> None: ...
-    async def clock_reset(self, node: str) -> None: ...
+    async def act_on_host(self, node: str, key: str, action: HostAction) -> dict[str, Any]: ...
+    async def undo_on_host(self, node: str, key: str) -> None: ...
+
+
+class HostPort(Protocol):
+    """A real host as a kind's `HostAction` sees it (nemesis.hosts_world): blocking calls,
+    run on a worker thread."""
+
+    name: str
+    vm: bool  # a libvirt guest of the run's own: its clock and its power are ours to touch
+    python: str  # the interpreter the nodes run with
+    code: str | None  # the checkout the nodes import (netns hosts), first on PYTHONPATH
+
+    def run(self, argv: Sequence[str], *, sudo: bool = False) -> str:
+        """Run an argv on the host (each argument quoted: no shell line built from data);
+        its stdout. A non-zero exit raises."""
+        ...
+
+
+class SimHostPort(Protocol):
+    """A simulated host as a kind's `HostAction` sees it (simulation.world): its clock."""
+
+    def clock_jump(self, delta_ms: float) -> None: ...
+    def clock_drift(self, rate: float) -> None: ...
+    def clock_reset(self) -> None: ...
+
+
+class HostAction(Protocol):
+    """What a fault kind does to a host and how it is undone, carried by the kind itself:
+    on a real host through commands (`HostPort.run`), in the simulator through the host's
+    simulated parts (`SimHostPort`). Every World runs it through one generic pair of verbs
+    (`act_on_host`, `undo_on_host`), so a kind that needs something new of its hosts adds
+    no verb to any World (clock-skew: nemesis/kinds/clock.py)."""
+
+    def on_host(self, host: HostPort) -> dict[str, Any]: ...
+    def undo_on_host(self, host: HostPort) -> None: ...
+    def in_simulation(self, host: SimHostPort) -> dict[str, Any]: ...
+    def undo_in_simulation(self, host: SimHostPort) -> None: ...
+
+
+class HostActions:
+    """The host actions a World has applied and not yet undone, by (node, key): the key is
+    the kind's name, so its heal finds them again (each heal undoes one, the latest: two
+    faults of a kind on one node are undone one by one). Both worlds keep one."""
+
+    def __init__(self) -> None:
+        self._done: dict[tuple[str, str], list[HostAction]] = {}
+
+    def add(self, node: str, key: str, action: HostAction) -> None:
+        self._done.setdefault((node, key), []).append(action)
+
+    def pop(self, node: str, key: str) -> HostAction | None:
+        """The latest action under `key` on `node` not yet undone, forgotten; None if none."""
+        stack = self._done.get((node, key))
+        if not stack:
+            return None
+        action = stack.pop()
+        if not stack:
+            del self._done[(node, key)]
+        return action
+
+    def pending(self) -> list[tuple[str, str]]:
+        """(node, key) once for every action not yet undone."""
+        return [k for k, stack in self._done.items() for _ in stack]
 
 
 @dataclass(frozen=True)
@@ -154,6 +218,11 @@ class FaultKind:
     heal_phrase: ClassVar[str | None] = None
     # Where the history and schedule.json record what describe() returns.
     record_key: ClassVar[str] = "link"
+
+    def clean_host(self, host: HostPort) -> None:
+        """Undo on a real host what a killed run of this kind may have left behind: run on
+        every host before and after every run (nemesis.hosts_world.heal_network). Most
+        kinds' leftovers are the World's own (rules, toxics): nothing here."""
 
     def plan_target(self, rng: random.Random, params: PlanParams) -> dict[str, Any]:
         """A symbolic target, resolved against live metadata when the fault starts."""

@@ -7,10 +7,11 @@ import json
 import pandas as pd
 import pytest
 from histories import History
+from support.segments import encode_record
 
 from checkers.check import check_path, exit_code
 from replication.log import Record
-from replication.segment_format import encode_record, segment_name
+from replication.segment_format import segment_name
 
 S = 1_000_000_000
 

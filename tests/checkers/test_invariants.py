@@ -5,7 +5,9 @@ event sequences; the merge into results.json. Pure and fast: no simulation, no S
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -23,11 +25,26 @@ from checkers.invariants import (
     epoch_at,
     holds,
     metadata_key,
-    split_acks,
+    same_record,
 )
+from checkers.invariants import _committed_record as committed_record
 from checkers.trace import check_trace, findings
 from checkers.verdict import add_invariants
 from runformat.run_config import RunConfig
+
+
+def split_acks(acked: Iterable[Any], f: Facts) -> Acks:
+    """`Acks` from plain acknowledged records (`.offset`, `.epoch`, `.value`): those equal to
+    the committed prefix's record at their offset, and the rest."""
+    committed: list[int] = []
+    other: dict[tuple[int, int | None], Any] = {}
+    for rec in acked:
+        c = committed_record(f, rec.offset)
+        if c is not None and rec.epoch is not None and same_record(c, rec):
+            committed.append(rec.offset)
+        else:
+            other[(rec.offset, rec.epoch)] = rec
+    return Acks(sorted(committed), other)
 
 
 def log(*epochs: int, value=lambda o: f"v{o}") -> list[Rec]:

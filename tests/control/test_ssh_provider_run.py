@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.history import read_history
 
 from control import NetnsProvider
 from control import toxiproxy as tp
@@ -26,7 +27,6 @@ from harness.runner import run_test
 from harness.test import Plan, Test
 from nemesis import link
 from nemesis import partition as P
-from workloads.history import read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 

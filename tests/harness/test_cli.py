@@ -79,8 +79,8 @@ def test_run_resolves_the_config_before_the_runner(monkeypatch, tmp_path, capsys
     monkeypatch.setattr(run_cmd, "run_test", run_test)
     assert cli.main(["run", "--config", "fast", "--seed", "9", "--set", "topic.partitions=1"]) == 1
     test = seen[0]
-    assert test.config["seed"] == 9 and test.config["name"] == "fast"
-    assert test.settings.topic.partitions == 1 and test.plan.source == "seeded"
+    assert test.config.seed == 9 and test.config.name == "fast"
+    assert test.config.topic.partitions == 1 and test.plan.source == "seeded"
     assert capsys.readouterr().out.strip() == str(tmp_path / "run" / "report.html")
 
 

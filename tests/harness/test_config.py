@@ -254,6 +254,42 @@ def test_typed_config_sections_and_node_settings():
     assert t.brokers == t.nodes - 1 and t.topic.replication_factor == 3
 
 
+def _written_back(config: dict) -> dict:
+    """test.json's config as a run writes it: from the typed form."""
+    from harness.config import typed
+    record = typed(config).record()
+    assert validate(record) == record and typed(record) == typed(config)
+    return record
+
+
+def test_the_typed_form_writes_back_every_setting_a_config_gave():
+    from harness.campaign_spec import load_spec
+    root = Path(__file__).resolve().parents[2]
+    stored = json.loads((root / "tests/data/acks1-sim/test.json").read_text())["config"]
+    every_optional = load_config(sets=[
+        "checker.spark_min_ops=5", "checker.ww_deps=true", "hosts.toxiproxy=true",
+        "hosts.startup_s=[1, 2]", "nemesis.toxics.latency={direction='outbound'}",
+        "system.kind=kafka", "kafka.heap_mb=1024", "workload.kind=txn", "workload.transformers=2"])
+    configs = ([load_config(p) for p in sorted(cfg.PROFILE_DIR.glob("*.toml"))]
+               + [c.resolved for c in load_spec(root / "campaigns/validation.toml")[1]]
+               + [validate(stored), every_optional])
+    for config in configs:
+        record = _written_back(config)
+        for table, value in config.items():
+            given = value.items() if isinstance(value, dict) else [(None, value)]
+            for key, v in given:
+                assert (record[table] if key is None else record[table][key]) == v, (table, key)
+
+
+def test_a_stored_config_of_an_older_run_is_written_back_with_its_defaults():
+    # tests/data/acks1-sim predates [kafka], hosts.toxiproxy and workload.idempotence
+    root = Path(__file__).resolve().parents[2]
+    stored = json.loads((root / "tests/data/acks1-sim/test.json").read_text())["config"]
+    record = _written_back(validate(stored))
+    assert record["hosts"] == {"provider": "sim", "toxiproxy": "auto"}
+    assert record["workload"]["idempotence"] is True and record["kafka"]["heap_mb"] == 512
+
+
 def test_node_rules_apply_at_validation():
     # flush.ms >= 1 and the like are the nodes' rules (replication.config), checked once
     with pytest.raises(ConfigError):

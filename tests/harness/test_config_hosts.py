@@ -139,7 +139,7 @@ def test_the_simulated_start_up_delay_is_a_range_and_survives_the_move_to_the_si
     config = load_config(sets=["hosts.startup_s=[2, 10]"])
     assert config["hosts"]["startup_s"] == [2.0, 10.0]
     simulated = as_simulated(config)
-    assert simulated["hosts"] == {"provider": "sim", "startup_s": [2.0, 10.0]}
+    assert simulated["hosts"] == {"provider": "sim", "toxiproxy": "auto", "startup_s": [2.0, 10.0]}
     assert typed(simulated).hosts.startup_s == (2.0, 10.0)
     assert typed(as_simulated(load_config())).hosts.startup_s is None  # the world's default
 

@@ -31,7 +31,7 @@ from control.files import UnsafePathError
 from control.inventory import InventoryError, load_inventory
 from control.netns_provider import MARKER, NetnsProvider
 from harness import store
-from harness.config import load_config
+from harness.config import load_config, typed
 from nemesis.lazyfs import mount as lazymount
 
 NOBODY = 65534  # another user's uid, for files "planted" by someone else (we chown as root)
@@ -714,13 +714,13 @@ def test_ordinary_inventory_values_still_load(tmp_path):
 
 def test_a_run_that_cannot_write_test_json_leaves_no_folder_and_no_latest(tmp_path, monkeypatch):
     config = load_config(sets=["seed=3"])
-    first = store.new_run(tmp_path, config, ["harness"], started_at=1.0e9)
+    first = store.new_run(tmp_path, typed(config), ["harness"], started_at=1.0e9)
 
     def full_disk(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
     monkeypatch.setattr(store, "write_test_json", full_disk)
     with pytest.raises(OSError, match="No space"):
-        store.new_run(tmp_path, config, ["harness"], started_at=1.0e9)
+        store.new_run(tmp_path, typed(config), ["harness"], started_at=1.0e9)
     assert [p.name for p in first.parent.iterdir()] == [first.name]
     assert (tmp_path / "latest").resolve() == first.resolve()
 
@@ -728,14 +728,14 @@ def test_a_run_that_cannot_write_test_json_leaves_no_folder_and_no_latest(tmp_pa
 def test_a_real_latest_directory_is_refused_before_a_run_folder_is_made(tmp_path):
     (tmp_path / "latest").mkdir()
     with pytest.raises(FileExistsError, match="not a symlink"):
-        store.new_run(tmp_path, load_config(sets=["seed=3"]), ["harness"])
+        store.new_run(tmp_path, typed(load_config(sets=["seed=3"])), ["harness"])
     assert sorted(os.listdir(tmp_path)) == ["latest"]
 
 
 def test_new_run_without_latest_leaves_the_link_alone(tmp_path):
     config = load_config(sets=["seed=3"])
-    first = store.new_run(tmp_path, config, ["harness"], started_at=1.0e9)
-    second = store.new_run(tmp_path, config, ["harness"], started_at=1.0e9, latest=False)
+    first = store.new_run(tmp_path, typed(config), ["harness"], started_at=1.0e9)
+    second = store.new_run(tmp_path, typed(config), ["harness"], started_at=1.0e9, latest=False)
     assert second != first and (tmp_path / "latest").resolve() == first.resolve()
 
 
@@ -744,7 +744,7 @@ def test_a_run_that_never_got_its_hosts_does_not_become_latest(tmp_path, monkeyp
     from harness.test import Test
 
     config = load_config(sets=["seed=3"])
-    earlier = store.new_run(tmp_path, config, ["harness"], started_at=1.0e9)
+    earlier = store.new_run(tmp_path, typed(config), ["harness"], started_at=1.0e9)
 
     def no_slot(*a, **kw):
         raise RuntimeError("all 256 network slots are held by live clusters")

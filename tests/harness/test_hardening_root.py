@@ -33,7 +33,7 @@ from control.files import UnsafePathError
 from control.netns_provider import NetnsProvider
 from harness import cli, store
 from harness.commands import check as check_cmd
-from harness.config import load_config
+from harness.config import load_config, typed
 from nemesis.lazyfs import mount as lazymount
 
 pytestmark = [
@@ -284,13 +284,13 @@ def test_a_results_root_or_test_folder_of_another_user_is_refused(attacker, shar
     results.chmod(0o1777)
     as_attacker("ln", "-s", str(canary.parent), str(results / "t"))
     with pytest.raises(UnsafePathError, match="is a symlink"):
-        store.new_run(results, config, [])
+        store.new_run(results, typed(config), [])
     assert sorted(os.listdir(canary.parent)) == ["canary"]
     # a results root the attacker owns: refused, whatever is below it
     theirs = shared_tmp / "theirs"
     as_attacker("mkdir", "-m", "755", str(theirs))
     with pytest.raises(UnsafePathError, match=f"owned by uid {attacker.pw_uid}"):
-        store.new_run(theirs, config, [])
+        store.new_run(theirs, typed(config), [])
     assert os.listdir(theirs) == []
 
 

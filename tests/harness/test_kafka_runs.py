@@ -9,12 +9,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.history import read_history
 
 from control import kafka_install
 from harness.config import load_config
 from harness.runner import run_test
 from harness.test import Test
-from workloads.history import read_history
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse]
 

@@ -76,7 +76,7 @@ def test_the_simulator_refuses_kafka():
 
     with pytest.raises(UserError, match="embedded system"):
         as_simulated(load_config(None, ["system.kind=kafka"]))
-    assert as_simulated(load_config(None, []))["hosts"] == {"provider": "sim"}
+    assert as_simulated(load_config(None, []))["hosts"] == {"provider": "sim", "toxiproxy": "auto"}
 
 
 def test_kafka_config_resolves_and_defaults():

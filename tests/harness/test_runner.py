@@ -13,12 +13,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.history import read_history
 
 from harness.config import load_config, typed
 from harness.runner import run_test
 from harness.test import Test
 from nemesis.schedule import plan
-from workloads.history import read_history
 
 pytestmark = [pytest.mark.netns, pytest.mark.fuse]
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness.commands.simulate import campaign_config
 from harness.config import ConfigError, load_config
-from harness.report.story import build_story, story_text
+from harness.report.story import Story, build_story
 from harness.shrink import (
     MINIMAL,
     SHRUNK,
@@ -31,6 +31,12 @@ from harness.test import Plan, Test
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+
+def _story_text(story: Story) -> str:
+    """The story's steps, numbered, and its replay command: one string to search."""
+    lines = [f"{i}. {s}" for i, s in enumerate(story.steps, start=1)]
+    return "\n".join(lines + [f"replay: {story.replay}"])
 
 def _one_minimal(result, fails) -> bool:
     return all(not fails(result[:i] + result[i + 1:]) for i in range(len(result)))
@@ -177,7 +183,7 @@ def test_shrink_a_simulated_run_end_to_end(tmp_path):
     pointer = json.loads((original / SHRUNK).read_text())
     assert (original / pointer["minimal_json"]).resolve() == (minimal / MINIMAL).resolve()
     story = build_story(minimal)
-    text = story_text(story)
+    text = _story_text(story)
     assert story.steps[0].startswith("broker 1 leads epoch")
     assert "loses power" in text and "truncates offsets" in text
     assert "acknowledged record" in story.steps[-1]
@@ -210,7 +216,7 @@ def test_a_real_runs_schedule_maps_into_the_simulator(tmp_path):
     from harness.shrink import start_candidate
     cand, real_hosts, notes = start_candidate(run)
     assert real_hosts == {"provider": "netns"} and not notes  # where minimal.json reruns it
-    assert cand.config["hosts"] == {"provider": "sim"}
+    assert cand.config["hosts"] == {"provider": "sim", "toxiproxy": "auto"}
     assert [e["target"] for e in cand.entries] == [{"fixed": {"nodes": ["n3", "n4"]}},
                                                    {"fixed": {"nodes": ["n2"]}}]
     assert [e["start_s"] for e in cand.entries] == [1.61, 3.52]

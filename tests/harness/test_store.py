@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import store
-from harness.config import load_config
+from harness.config import load_config, typed, validate
 
 STAMP = calendar.timegm((2026, 11, 22, 6, 30, 15, 0, 0, 0))
 
@@ -73,13 +73,16 @@ def test_latest_refuses_to_replace_a_real_directory(tmp_path):
 
 
 def test_new_run_writes_test_json(tmp_path):
-    config = load_config(sets=["seed=42", "name=nightly"])
+    config = typed(load_config(sets=["seed=42", "name=nightly"]))
     run = store.new_run(tmp_path, config, ["harness", "run", "--seed", "42"], started_at=STAMP)
     assert run.name == "20261122T063015-s42" and run.parent.name == "nightly"
     record = json.loads((run / "test.json").read_text())
     assert record["name"] == "nightly" and record["seed"] == 42
     assert record["argv"] == ["harness", "run", "--seed", "42"]
-    assert record["started_at"] == STAMP and record["config"] == config
+    assert record["started_at"] == STAMP and record["config"] == config.record()
+    # written from the typed form: every setting, in the shape validate() reads back unchanged
+    assert validate(record["config"]) == record["config"] and typed(record["config"]) == config
+    assert record["config"]["workload"]["idempotence"] is True  # a default, written out
     versions = record["versions"]
     assert versions["python"] == sys.version.split()[0]
     assert versions["packages"]["paramiko"]

@@ -92,13 +92,13 @@ def test_only_a_run_that_needs_toxiproxy_is_refused(tmp_path, monkeypatch):
     """The same check in process, on validated configs: without toxics (or on an inventory's
     hosts, which name their own server) nothing is asked of this machine."""
     from control.toxiproxy import ToxiproxyError
-    from harness.config import load_config, require_toxiproxy
+    from harness.config import load_config, require_toxiproxy, typed
 
     monkeypatch.setenv(TOOLS_ENV, str(tmp_path))
     monkeypatch.setenv("PATH", bare_env(tmp_path)["PATH"])
-    require_toxiproxy(load_config(overrides={"nemesis.faults": ["kill", "partition"]}))
+    require_toxiproxy(typed(load_config(overrides={"nemesis.faults": ["kill", "partition"]})).hosts)
     with pytest.raises(ToxiproxyError, match="Toxiproxy is not installed"):
-        require_toxiproxy(load_config(overrides={"nemesis.faults": ["kill", "latency"]}))
+        require_toxiproxy(typed(load_config(overrides={"nemesis.faults": ["kill", "latency"]})).hosts)
 
 
 def test_a_part_is_skipped_in_bootstraps_words_only_when_bootstrap_skipped_it(monkeypatch, tmp_path):

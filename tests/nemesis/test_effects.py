@@ -13,8 +13,9 @@ from harness.report.story import _fault_text
 from harness.sim_run import as_simulated, simulate_into
 from harness.simulate import check_determinism
 from harness.test import Test
-from nemesis.hosts_world import step_clock
+from nemesis.hosts_world import RealHost
 from nemesis.kinds import all_kinds, all_settings, lookup, with_effect
+from nemesis.kinds.clock import ClockStep
 from runformat import effects as fx
 from runformat.effects import RECORDED_BEFORE, effects_of
 
@@ -64,7 +65,7 @@ def _host(vm: str):
 def test_a_namespace_host_refuses_a_clock_step_before_any_command():
     # remote=None: a command would fail otherwise than with this message
     with pytest.raises(RuntimeError, match="share this machine's one kernel clock"):
-        step_clock(_host(""), "python3", 5000.0, True)
+        ClockStep(5000.0).on_host(RealHost(_host(""), "python3", None))
 
 
 def _simulate(tmp_path, seed: int) -> list[dict]:

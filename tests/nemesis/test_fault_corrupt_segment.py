@@ -22,6 +22,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 import pytest
+from support.segments import encode_record
 
 from harness.config import load_config
 from nemesis import segment_damage
@@ -29,7 +30,7 @@ from nemesis.hosts_world import corrupt_argv
 from nemesis.kinds import KNOWN_FAULTS, TARGET_MODES, Topology, lookup
 from nemesis.schedule import ScheduleParams, plan
 from replication.log import OffsetOutOfRange, Record
-from replication.segment_format import HEADER_SIZE, encode_record, scan_segment, segment_name
+from replication.segment_format import HEADER_SIZE, scan_segment, segment_name
 from replication.segment_log import CorruptLogError, SegmentLog
 from simulation.simfs import SimFs
 
@@ -171,10 +172,11 @@ def test_a_simulated_run_repairs_damaged_followers_from_the_leader(tmp_path):
     killed. The damaged brokers cut their logs where the damage is and re-fetch; no invariant
     is violated (the damage cuts records whose fsync completed, and is not counted against
     SyncedRecordsSurvive), nothing acknowledged is lost."""
+    from support.history import read_history
+
     from checkers.check import check_path
     from harness.sim_run import as_simulated, simulate_into
     from harness.test import Plan, Test
-    from workloads.history import read_history
 
     pick = _bit_flip_pick(tmp_path, ["n2", "n3", "n4"])
     config = as_simulated(load_config("fast", [
@@ -311,10 +313,11 @@ def _scripted(pick: int) -> list[dict]:
 @pytest.mark.netns
 @needs_hosts
 def test_followers_damaged_while_stopped_repair_from_the_leader(tmp_path):
+    from support.history import read_history
+
     from checkers.check import check_path
     from harness.runner import run_test
     from harness.test import Plan, Test
-    from workloads.history import read_history
 
     pick = _bit_flip_pick(tmp_path, ["n2", "n3", "n4"])
     scripted = _scripted(pick)

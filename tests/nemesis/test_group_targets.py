@@ -209,7 +209,7 @@ def test_the_cut_of_one_coordinator_of_both_is_replayed_on_the_group_coordinator
 def test_the_group_aimed_at_is_the_transformers_else_the_group_members(tmp_path, sets, group):
     base = ["system.kind=kafka", "workload.kind=txn", "workload.consumers=0"]
     test = Test.of(load_config(None, [*base, *sets]), tmp_path)
-    assert consumer_group(test.settings.workload) == group
+    assert consumer_group(test.config.workload) == group
 
 
 def test_the_embedded_system_refuses_group_coordinator_targets(tmp_path):

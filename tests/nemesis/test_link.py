@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from control import NetnsProvider
+from control.provider import CHECKOUT
 from harness.config import load_config
 from nemesis import link, linkdelay
 from nemesis.kinds import all_kinds, lookup
@@ -134,9 +135,13 @@ def test_slow_link_holds_what_the_host_receives_and_restore_removes_it(hosts):
     n1, n2 = hosts[0], hosts[1]
     _wait_listening(n1, n2)
     link.degrade(n2, "slow-link", link.settings({"link_delay_ms": 400, "link_jitter_ms": 0}),
-                 sys.executable)  # fmt: skip
+                 sys.executable, code=str(CHECKOUT))  # fmt: skip
     try:
         assert n2.remote.is_running(link.DAEMON) and len(link.rules(n2)) == 1
+        # the daemon imports the run's checkout first, as the nodes do (netns hosts share
+        # this machine's files and its process table)
+        environ = Path(f"/proc/{n2.remote.pid(link.DAEMON)}/environ").read_bytes().split(b"\0")
+        assert f"PYTHONPATH={CHECKOUT}".encode() in environ
         # n1's SYN waits 400 ms in n2's queue: no connection can complete sooner
         deadline = time.monotonic() + 10
         while (slow := _connect(n1, n2))["seconds"] < 0.38:  # until the daemon has bound

@@ -15,7 +15,7 @@ from support.scenarios import weakness_plan
 
 from harness.config import load_config
 from harness.runner import run_test
-from harness.sim_run import as_simulated, simulate_into
+from harness.sim_run import simulate_into, simulated
 from harness.test import Plan, Test
 from nemesis.kinds.base import Topology, resolve_selector
 from nemesis.schedule import load_schedule, plan_entries
@@ -117,7 +117,7 @@ def _stale_follower_test(tmp_path: Path) -> Test:
 
 def test_the_stale_follower_plan_waits_for_the_isr_to_shrink_in_the_simulator(tmp_path: Path):
     test = _stale_follower_test(tmp_path)
-    simulate_into(replace(test, config=as_simulated(test.config)), tmp_path, keep_going=True)
+    simulate_into(replace(test, config=simulated(test.config)), tmp_path, keep_going=True)
     _waited_for_the_shrinks(tmp_path)
 
 

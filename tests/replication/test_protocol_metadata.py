@@ -6,6 +6,8 @@ repository (§5.2.1 cases A-G, §5.2.2), the walk-through (steps 1-8) of his pos
 
 from __future__ import annotations
 
+from support.partition_states import leader_candidates_ok
+
 from replication import metadata as md
 from replication.metadata import PartitionState, Rules
 
@@ -112,7 +114,7 @@ def test_seed_000_clean_elr_recovery_example() -> None:
     # 4. Replica 1 catches up and is re-added: ISR reaches MinISR, LastKnownELR is cleaned.
     s = md.alter_isr(s, [1, 3], RULES).state
     assert _view(s) == (3, (1, 3), (), ())
-    assert md.leader_candidates_ok(s)
+    assert leader_candidates_ok(s)
 
 
 # ---- Vanlightly's KIP-966 post: the walk-through -------------------------------------------------

@@ -40,6 +40,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from support.memory_log import MemoryLog
+from support.partition_states import leader_candidates_ok
 from support.protocol_sim import Sim
 
 from replication import errors as E
@@ -249,7 +250,7 @@ class MetadataMachine(RuleBasedStateMachine):
     @invariant()
     def structure(self) -> None:
         s = self.state
-        assert md.leader_candidates_ok(s), s
+        assert leader_candidates_ok(s), s
         assert not set(s.isr) & set(s.elr)
         assert not set(s.isr) & set(s.last_known_elr)
         if self.elr_enabled and len(s.isr) >= self.min_isr:
@@ -587,7 +588,7 @@ class SimMachine(RuleBasedStateMachine):
     @invariant()
     def metadata_structure(self) -> None:
         s = self.sim.state()
-        assert md.leader_candidates_ok(s), s
+        assert leader_candidates_ok(s), s
         if len(s.isr) >= self.min_isr:
             assert s.elr == () and s.last_known_elr == (), s
 

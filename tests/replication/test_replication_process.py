@@ -9,10 +9,11 @@ import signal
 import time
 
 import pytest
+from support.history import read_history
 from support.local_cluster import LocalCluster
 
 from replication.client import Client, ProduceError
-from workloads.history import HistoryWriter, read_history
+from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 
 TOPIC = "t"

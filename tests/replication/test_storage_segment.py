@@ -8,11 +8,11 @@ import zlib
 from pathlib import Path
 
 import pytest
+from support.segments import encode_record
 
 from replication.log import Record
 from replication.segment_format import (
     HEADER_SIZE,
-    encode_record,
     iter_records,
     scan_segment,
     segment_name,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from support.history import read_history
+
 from replication.outputs import Event
 from replication.runtime import EventLog
 from runformat import Tally, events, history, last_time, node_events, read_events
 from runformat.jsonl import event_line, history_line
-from workloads.history import read_history
 
 
 def _write(path: Path, text: str) -> Path:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.history import read_history
 from support.scenarios import acknowledged_loss, partition_state, shrink_then, tour
 
 import replication
@@ -22,7 +23,7 @@ from replication.config import NodeConfig
 from replication.messages import ClusterMetadata
 from simulation.run import run_simulation
 from simulation.world import World
-from workloads.history import HistoryWriter, read_history
+from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 
 ROOT = Path(replication.__file__).resolve().parent.parent

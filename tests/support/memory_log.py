@@ -87,3 +87,13 @@ class MemoryLog(Log):
         self._closed = False
         self._wanted_from = self._inflight_from = self._job = None
         self._epochs_dirty = False
+
+    def abandon_syncs(self) -> None:
+        """The runtime that held the job out died with it (a killed broker in a simulator
+        that keeps the log object): the work is wanted again, by whoever runs next."""
+        if self._job is not None:
+            self._job = None
+            if self._inflight_from is not None:
+                if self._wanted_from is None or self._inflight_from < self._wanted_from:
+                    self._wanted_from = self._inflight_from
+                self._inflight_from = None

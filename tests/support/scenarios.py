@@ -18,7 +18,7 @@ from nemesis.faults import metadata_topology
 from nemesis.schedule import ScheduleParams, ScheduleRecord
 from simulation.loop import SimLoop
 from simulation.world import World
-from workloads.history import read_history
+from support.history import read_history
 
 Faults = Callable[[World, SimLoop], Awaitable[Any] | None]
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.history import read_history
 
 from checkers.check import check_path
 from checkers.invariants import INVARIANTS
@@ -26,7 +27,6 @@ from control.remote import Endpoint, Remote, RemoteError
 from harness.config import load_config
 from harness.runner import run_test
 from harness.test import Plan, Test
-from workloads.history import read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "vagrant" / "inventory.toml"

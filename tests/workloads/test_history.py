@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.history import read_history
 
 from workloads import history
 from workloads.history import (
@@ -23,7 +24,6 @@ from workloads.history import (
     HistoryError,
     HistoryWriter,
     ProcessPool,
-    read_history,
 )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
+from support.history import read_history
 
 from checkers.exitcodes import UserError
 from control import kafka_install
@@ -25,7 +26,6 @@ from harness.runner import run_test
 from harness.system import system_of
 from harness.test import Test
 from runformat.jsonl import read_events
-from workloads.history import read_history
 from workloads.rdkafka_ctp import Batch, TransformingTxnWorkload
 
 RUN = ["system.kind=kafka", "nodes=4", "time_limit=15", "nemesis.interval=4",

@@ -10,6 +10,7 @@ import json
 from collections import defaultdict
 
 import pytest
+from support.history import read_history
 
 from checkers.exitcodes import UserError
 from control import kafka_install
@@ -17,7 +18,6 @@ from harness.config import load_config
 from harness.runner import run_test
 from harness.system import system_of
 from harness.test import Test
-from workloads.history import read_history
 
 RUN = ["system.kind=kafka", "nodes=4", "time_limit=20", "nemesis.interval=5",
        "nemesis.duration=3", "workload.final_read_timeout=60", "workload.rate=100",
