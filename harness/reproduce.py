@@ -19,6 +19,7 @@ from harness.report.outcome import LOSS_ANOMALIES
 from harness.runner import run_test
 from harness.shrink import load_minimal
 from harness.sim_run import as_simulated, simulate_into
+from harness.simulate import simulate_test
 from harness.system_spec import SystemSpec, on_system
 from harness.test import Plan, Test
 from nemesis.roles import longest_wait, role_entries
@@ -40,8 +41,10 @@ def reproduce(run_dir: Path) -> int:
               file=sys.stderr)
         return Exit.ERROR
     config = validate(store.read_test_json(run_dir)["config"], source=str(run_dir / "test.json"))
-    new_dir = run_test(Test.of(config, store.default_results_dir(), argv=sys.argv,
-                               plan=Plan.replayed(run_dir)))
+    test = Test.of(config, store.default_results_dir(), argv=sys.argv, plan=Plan.replayed(run_dir))
+    # a simulated run is simulated again (the same seed and faults: the same run); the
+    # real hosts it never had are not asked for
+    new_dir = simulate_test(test) if test.config.hosts.provider == "sim" else run_test(test)
     before, after = _anomalies(run_dir), _anomalies(new_dir)
     print(f"original:   {run_dir}  anomalies {before or 'none'}")
     print(f"reproduced: {new_dir}  anomalies {after or 'none'}")
