@@ -36,7 +36,7 @@ from control.files import fsync_dir
 NEMESIS = "nemesis"
 COMPLETIONS = ("ok", "fail", "info")
 RUN_ENDED = "run-ended"
-_RESERVED = ("index", "time", "process", "type", "f")
+_RESERVED = frozenset(("index", "time", "process", "type", "f"))
 _TYPES = ("invoke", *COMPLETIONS)
 # One encoder for every line: json.dumps builds a new one per call when given separators.
 # No circular-reference bookkeeping (a dict per nested list, and a poll's records are
@@ -88,6 +88,8 @@ def _encode_op(op: dict[str, Any]) -> str:
             return "".join(out)
         except _Unusual:
             pass  # the json module's encoder says what it makes of it
+    if EncodedList not in map(type, op.values()):  # the usual line: no Python loop over it
+        return _ENCODE(op)
     for key, value in op.items():
         if value.__class__ is EncodedList:
             text = _ENCODE({**op, key: _SPLICE})
@@ -170,16 +172,17 @@ class HistoryError(ValueError):
 
 
 class Pending:
-    """An invoked operation awaiting its single completion."""
+    """An invoked operation awaiting its single completion. `op` is the invoke as written;
+    `fields` its fields past process, type and f, which the completion repeats."""
 
-    def __init__(self, writer: HistoryWriter, op: Mapping[str, Any]) -> None:
+    __slots__ = ("_writer", "op", "fields", "process", "done")
+
+    def __init__(self, writer: HistoryWriter, op: dict[str, Any], fields: dict[str, Any]) -> None:
         self._writer = writer
-        self.op = dict(op)
+        self.op = op
+        self.fields = fields
+        self.process: int | str = op["process"]
         self.done = False
-
-    @property
-    def process(self) -> int | str:
-        return self.op["process"]
 
     def ok(self, **fields: Any) -> dict[str, Any]:
         return self._writer._complete(self, "ok", fields)
@@ -266,8 +269,11 @@ class HistoryWriter:
                 raise HistoryError(f"process {process} already has an operation in flight")
             if process in self._retired:
                 raise HistoryError(f"process {process} got an info completion and is retired")
+            if not _RESERVED.isdisjoint(fields):
+                raise HistoryError(f"{sorted(_RESERVED.intersection(fields))} are not an "
+                                   "operation's fields")
             op = self._write_locked({"process": process, "type": "invoke", "f": f, **fields})
-            pending = Pending(self, op)
+            pending = Pending(self, op, fields)
             self._pending[process] = pending
             return pending
 
@@ -312,13 +318,8 @@ class HistoryWriter:
         if pending.done:
             raise HistoryError(f"operation {pending.op['index']} was already completed")
         # A completion repeats its invoke's fields (partition, value...) unless it overrides them.
-        invoked = pending.op
-        op = {"process": invoked["process"], "type": kind, "f": invoked["f"]}
-        for k, v in invoked.items():
-            if k not in _RESERVED:
-                op[k] = v
-        op.update(fields)
-        op = self._write_locked(op)
+        op = self._write_locked({"process": pending.process, "type": kind, "f": pending.op["f"],
+                                 **pending.fields, **fields})
         pending.done = True
         del self._pending[pending.process]
         if kind == "info":

@@ -4,6 +4,7 @@ virtual time. Determinism first, then what each fault does to acknowledged data.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -83,6 +84,15 @@ def test_same_seed_same_bytes_in_another_process_with_another_hash_seed(tmp_path
                        timeout=120)
         assert (there / "history.jsonl").read_bytes() == here.history.read_bytes()
         assert (there / "events.jsonl").read_bytes() == here.events.read_bytes()
+
+
+@pytest.mark.skipif(not hasattr(gc, "freeze"), reason="CPython's gc.freeze")
+def test_a_run_freezes_the_objects_older_than_it_and_thaws_them_after(tmp_path):
+    """Its full collections walk the run's own objects only (simulation/run.py)."""
+    frozen_while_running = []
+    run(tmp_path, 1, time_limit=1.0,
+        world_hook=lambda world: frozen_while_running.append(gc.get_freeze_count()))
+    assert frozen_while_running[0] > 10_000 and gc.get_freeze_count() == 0
 
 
 def test_different_seeds_give_different_runs(tmp_path):

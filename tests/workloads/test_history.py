@@ -137,6 +137,8 @@ def test_exactly_one_completion_and_no_reuse_after_info(tmp_path):
             h.invoke(1, "send", partition=0, value=3)
         with pytest.raises(HistoryError, match="assigned by the writer"):
             h.write({"process": 2, "type": "invoke", "f": "send", "index": 9})
+        with pytest.raises(HistoryError, match="not an operation's fields"):
+            h.invoke(2, "send", type="ok", value=4)  # the invoke's fields are its own
         with pytest.raises(TypeError):
             h.invoke(2, "send", value=object())
         h.invoke(2, "send", value=5).ok()  # the failed write consumed no index
