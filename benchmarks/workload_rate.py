@@ -13,9 +13,9 @@ counted from the history the run wrote: acknowledged sends per second of the tim
 the median and p99 time from a send's invoke to its acknowledgement, and `unpaired`, the
 sends left without a completion when the run ended (the history writer completes them as
 `info`/`run-ended` at close; 0: every send's outcome is in the history). `cpu %` is the CPU
-of this process and the run's nodes (the processes running `-m replication` with this
-checkout first on their PYTHONPATH) over 7 s of the workload, from 1 s after its history's
-first line, in % of one core; `us/ack` is that CPU per acknowledged send (at the run's
+of this process and the run's nodes (the processes whose command line names the run's
+cluster folder, `kch-<run>-`: the embedded nodes or Kafka's JVMs) over 7 s of the workload,
+from 1 s after its history's first line, in % of one core; `us/ack` is that CPU per acknowledged send (at the run's
 average rate): on a shared machine the rates follow its load, the CPU per send much less.
 
 The hosts import this checkout's code (the netns provider puts it first on their
@@ -80,18 +80,16 @@ CODE = Path(harness.__file__).resolve().parents[1]
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_ticks() -> dict[int, int]:
-    """user + system ticks of this process and of every node running this checkout's code."""
-    marks = (b"-m\0replication\0", f"PYTHONPATH={CODE}\0".encode())
+def _cpu_ticks(run: str) -> dict[int, int]:
+    """user + system ticks of this process and of every node of the run named `run`: its
+    command line names the run's cluster folder (control/provider.py), whichever system."""
+    mark = f"kch-{run}-".encode()
     pids = [os.getpid()]
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    if marks[0] not in f.read():
-                        continue
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    if marks[1] in f.read():
+                    if mark in f.read():
                         pids.append(int(entry.name))
             except OSError:  # gone, or not ours to read
                 continue
@@ -116,13 +114,14 @@ class _CpuWindow(threading.Thread):
         self.cpu_s = self.elapsed = float("nan")
 
     def run(self) -> None:
-        while not any(h.stat().st_mtime >= self.since and h.stat().st_size > 0
-                      for h in self.root.glob("workload-rate/*/history.jsonl")):
+        while not (started := [h for h in self.root.glob("workload-rate/*/history.jsonl")
+                               if h.stat().st_mtime >= self.since and h.stat().st_size > 0]):
             time.sleep(0.1)
+        run = started[0].parent.name
         time.sleep(1)
-        before, t0 = _cpu_ticks(), time.monotonic()
+        before, t0 = _cpu_ticks(run), time.monotonic()
         time.sleep(self.window)
-        after, t1 = _cpu_ticks(), time.monotonic()
+        after, t1 = _cpu_ticks(run), time.monotonic()
         self.cpu_s = sum(t - before[p] for p, t in after.items() if p in before) / _TICK
         self.elapsed = t1 - t0
 
