@@ -15,8 +15,10 @@ sends left without a completion when the run ended (the history writer completes
 `info`/`run-ended` at close; 0: every send's outcome is in the history). `cpu %` is the CPU
 of this process and the run's nodes (the processes whose command line names the run's
 cluster folder, `kch-<run>-`: the embedded nodes or Kafka's JVMs) over 7 s of the workload,
-from 1 s after its history's first line, in % of one core; `us/ack` is that CPU per acknowledged send (at the run's
+from 1 s after its history's first line, in % of one core (`wl %`: this process's part, the
+workload and its history writer); `us/ack` is that CPU per acknowledged send (at the run's
 average rate): on a shared machine the rates follow its load, the CPU per send much less.
+`--set system.kind=kafka` measures Apache Kafka with the same workload (docs/kafka.md).
 
 The hosts import this checkout's code (the netns provider puts it first on their
 PYTHONPATH), so run it with this checkout first on PYTHONPATH too: from the checkout,
@@ -106,12 +108,13 @@ def _cpu_ticks(run: str) -> dict[int, int]:
 
 class _CpuWindow(threading.Thread):
     """The CPU seconds over `window` s of a run's workload, from 1 s after the first line of
-    a history.jsonl under `root` written after `since`."""
+    a history.jsonl under `root` written after `since`: in all (`cpu_s`) and of this process,
+    the workload's (`workload_s`)."""
 
     def __init__(self, root: Path, since: float, window: float) -> None:
         super().__init__(daemon=True)
         self.root, self.since, self.window = root, since, window
-        self.cpu_s = self.elapsed = float("nan")
+        self.cpu_s = self.workload_s = self.elapsed = float("nan")
 
     def run(self) -> None:
         while not (started := [h for h in self.root.glob("workload-rate/*/history.jsonl")
@@ -123,6 +126,7 @@ class _CpuWindow(threading.Thread):
         time.sleep(self.window)
         after, t1 = _cpu_ticks(run), time.monotonic()
         self.cpu_s = sum(t - before[p] for p, t in after.items() if p in before) / _TICK
+        self.workload_s = (after[os.getpid()] - before[os.getpid()]) / _TICK
         self.elapsed = t1 - t0
 
 
@@ -138,7 +142,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"code: {CODE}")
     print(f"{'target/s':>9} {'producers':>9} {'acked/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'unpaired':>8} {'ops':>9} {'bytes/op':>9} {'cpu %':>6} {'us/ack':>6}  load")
+          f"{'unpaired':>8} {'ops':>9} {'bytes/op':>9} {'cpu %':>6} {'wl %':>5} {'us/ack':>6}  load")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.results or Path(tmp)
         for rate in (int(r) for r in args.rates.split(",")):
@@ -156,6 +160,7 @@ def main() -> None:
             share = cpu.cpu_s / cpu.elapsed
             print(f"{rate:>9} {producers:>9} {m['acked']:>9.0f} {m['p50']:>7.1f} {m['p99']:>7.1f} "
                   f"{m['unpaired']:>8} {m['ops']:>9} {m['per_op']:>9.1f} {100 * share:>6.0f} "
+                  f"{100 * cpu.workload_s / cpu.elapsed:>5.0f} "
                   f"{1e6 * share / m['acked']:>6.0f}  {load:.1f}", flush=True)
 
 
