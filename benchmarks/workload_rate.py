@@ -37,7 +37,7 @@ from pathlib import Path
 import msgspec
 
 import harness
-from harness.config import load_config
+from harness.config import ConfigError, load_config
 from harness.runner import run_test
 from harness.test import Test
 
@@ -130,6 +130,28 @@ class _CpuWindow(threading.Thread):
         self.elapsed = t1 - t0
 
 
+def _configs(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[tuple[int, int, dict]]:
+    """(rate, producers, config) of each run, every one checked before the first starts: a
+    rate and budget that need more producers than the config allows, or a bad --set, end the
+    script with the config's one-line error (exit 2), not a traceback after earlier runs."""
+    try:
+        rates = [int(r) for r in args.rates.split(",")]
+    except ValueError:
+        ap.error(f"--rates: expected integers separated by commas, got {args.rates!r}")
+    runs = []
+    for rate in rates:
+        producers = max(4, round(rate * args.budget_ms / 1000))
+        try:
+            config = load_config(None, [f"workload.rate={rate}", f"workload.producers={producers}",
+                                        "workload.consumers=2", "nemesis.faults=[]",
+                                        f"time_limit={args.seconds}", "name=workload-rate",
+                                        *args.set])
+        except ConfigError as e:
+            ap.error(f"{rate}/s with --budget-ms {args.budget_ms:g}: {e}")
+        runs.append((rate, producers, config))
+    return runs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="1000,2000,4000,8000")
@@ -140,17 +162,13 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run")
     args = ap.parse_args()
+    runs = _configs(ap, args)
     print(f"code: {CODE}")
     print(f"{'target/s':>9} {'producers':>9} {'acked/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
           f"{'unpaired':>8} {'ops':>9} {'bytes/op':>9} {'cpu %':>6} {'wl %':>5} {'us/ack':>6}  load")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.results or Path(tmp)
-        for rate in (int(r) for r in args.rates.split(",")):
-            producers = max(4, round(rate * args.budget_ms / 1000))
-            config = load_config(None, [f"workload.rate={rate}", f"workload.producers={producers}",
-                                        "workload.consumers=2", "nemesis.faults=[]",
-                                        f"time_limit={args.seconds}", "name=workload-rate",
-                                        *args.set])
+        for rate, producers, config in runs:
             cpu = _CpuWindow(root, time.time(), min(7.0, max(1.0, args.seconds - 2)))
             cpu.start()
             run_dir = run_test(Test.of(config, root, check=False))
