@@ -8,9 +8,9 @@ operation.
 Each target rate is one real `harness run` (no nemesis, checker skipped), with 2 consumers
 and `rate * budget / 1000` producers (at least 4). Each producer has one send in flight, so
 sends slower than `--budget-ms` (default 10) hold the producers below the rate asked: the
-rate reached is then bounded by latency, not by what the cluster takes (on a shared
-machine a send takes tens of ms: 20,000/s took `--budget-ms 50` and more, docs/replication.md). Everything is
-counted from the history the run wrote: acknowledged sends per second of the time limit,
+rate reached is then bounded by latency, not by what the cluster takes (on a shared machine
+a send takes tens of ms: 20,000/s took `--budget-ms 50` and more, docs/replication.md).
+Everything is counted from the history the run wrote: acknowledged sends per second of the time limit,
 the median and p99 time from a send's invoke to its acknowledgement, and `unpaired`, the
 sends left without a completion when the run ended (the history writer completes them as
 `info`/`run-ended` at close; 0: every send's outcome is in the history). `cpu %` is the CPU
