@@ -240,7 +240,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "workload": {
         "acks": _acks(),
         "rate": _number(0, 1_000_000),
-        "producers": _int(1, 1000),
+        "producers": _int(1, 10_000),
         "consumers": _int(0, 1000),
         "request_timeout_ms": _int(1, _INT32),
         "final_read_timeout": _number(0, 86400),

@@ -115,6 +115,28 @@ def test_replies_have_the_protocols_json_and_decode_back(request_, reply, wire) 
     assert type(decoded) is type(reply) and decoded == reply
 
 
+@pytest.mark.parametrize(("rows", "records"), [
+    ([[0, "a"], [1, "b\xff"]], ((0, "a"), (1, "b\xff"))),  # as nodes write them: msgspec converts
+    ([[2**70, ""]], ((2**70, ""),)),
+    # what msgspec refuses still gets int() and str(), as before it was used
+    ([["3", "a"], [True, 5], [4.0, None]], ((3, "a"), (1, "5"), (4, "None"))),
+    ([], ()),
+])
+def test_a_consumer_fetchs_records_decode_as_int_and_str_pairs(rows, records) -> None:
+    wire = {"records": rows, "hwm": 9, "log_end_offset": 9, "leader_epoch": 0, "node": 1}
+    reply = ConsumerFetchRequest("t", 0, 0).reply_from_wire(wire)
+    assert reply.records == records
+    assert all(type(o) is int and type(v) is str for o, v in reply.records)
+    assert type(reply.records) is tuple and all(type(r) is tuple for r in reply.records)
+
+
+@pytest.mark.parametrize("rows", [[[0]], [[0, "a", "b"]], [["x", "a"]], [[None, "a"]], [5]])
+def test_a_consumer_fetchs_bad_records_are_malformed(rows) -> None:
+    wire = {"records": rows, "hwm": 9, "log_end_offset": 9, "leader_epoch": 0, "node": 1}
+    with pytest.raises(MalformedMessage, match="fetch reply: bad records"):
+        ConsumerFetchReply.from_wire(wire)
+
+
 def test_messages_are_values_of_their_class_not_dicts() -> None:
     reply = ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True)
     assert reply == ErrorReply(E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, appended=True)

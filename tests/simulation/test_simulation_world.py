@@ -247,6 +247,47 @@ def test_a_poll_answers_through_its_callback_and_is_retried_on_a_new_leader():
     world.loop.run(main())
 
 
+def test_sends_within_the_linger_share_one_produce_request_and_keep_their_own_offsets():
+    """Kafka's batching (linger.ms, batch.size): the sends to a partition within the
+    client's linger go out as one ProduceRequest, at most `max_batch` values (a full batch
+    goes at once, the rest waits for the linger); each send's callback gets its own
+    acknowledgement, with its own offset, in the order sent, and the log holds them so."""
+    world = World(seed=4, n_nodes=4, node_config=NodeConfig().with_overrides(FAST))
+    world.start_all()
+
+    async def main():
+        client = await _client_with_topic(world, "t")
+        await client.produce("t", 0, "first")  # the leader's connection is open from here
+        conn = client.pool.get(client._leader_of(await client.partition_state("t", 0))[1])
+        requests: list = []
+        call = conn.call
+        conn.call = lambda msg, timeout, on_done: (requests.append(msg), call(msg, timeout, on_done))
+        client.max_batch = 4
+        acks: list = []
+        done = asyncio.get_running_loop().create_future()
+
+        def sent(i: int):
+            def record(outcome) -> None:
+                acks.append((i, outcome))
+                if len(acks) == 6:
+                    done.set_result(None)
+            return record
+        for i in range(6):
+            client.send("t", 0, f"v{i}", "all", sent(i))
+        assert [m.values for m in requests] == [("v0", "v1", "v2", "v3")]  # full: at once
+        await done
+        assert [m.values for m in requests] == [("v0", "v1", "v2", "v3"), ("v4", "v5")]
+        assert sorted(i for i, _ in acks) == list(range(6))
+        by_send = dict(acks)
+        assert [by_send[i].offset for i in range(6)] == [1, 2, 3, 4, 5, 6]
+        assert len({(a.node, a.leader_epoch) for a in by_send.values()}) == 1
+        reply = await client.fetch("t", 0, 0)
+        assert [v for _, v in reply.records] == ["first", "v0", "v1", "v2", "v3", "v4", "v5"]
+        await client.close()
+
+    world.loop.run(main())
+
+
 @pytest.mark.native
 def test_a_seed_checked_by_histcheck_gets_the_reference_checkers_results(tmp_path, capfd):
     """A search checks each seed with check_path(backend="native"): histcheck, faster than the
