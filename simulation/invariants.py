@@ -51,7 +51,7 @@ import heapq
 import json
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +87,11 @@ TRUNCATION_AT_DIVERGENCE = "TruncationAtDivergence"
 # clean-shutdown marker) is durable to its end: the marker tells the next start, and the
 # controller, that nothing was lost, so a power loss while the broker is down must lose nothing.
 CLEAN_CLOSE_DURABLE = "CleanCloseDurable"
+# Extension (simulation only, which knows how each process ended): a broker starts claiming a
+# clean shutdown (its clean-shutdown marker found: recovery skipped, a clean registration the
+# controller trusts, KIP-966) only when its previous process ended in a controlled shutdown
+# that wrote that marker, never after a kill, a power loss or a halt.
+CLEAN_START_AFTER_CLEAN_STOP = "CleanStartAfterCleanStop"
 _COMMIT_ACKS = frozenset({"commit", "acks"})
 _ACKS1 = (BY_NAME["AcknowledgedCompleteness"],)
 
@@ -178,6 +183,8 @@ class InvariantMonitor:
         self._fenced: frozenset[int] = frozenset()
         self._metadata_seen = 0
         self._affected: dict[frozenset[str], tuple[Invariant, ...]] = {}
+        self._stopped_clean: set[str] = set()  # nodes whose running broker stopped clean
+        self._ended_clean: dict[str, bool] = {}  # node -> whether its last process did
 
     # ---- hooks (simulation/node.py, world.py) -------------------------------------------------
 
@@ -191,6 +198,9 @@ class InvariantMonitor:
         """After a node process did something with its state machine."""
         self.steps += 1
         self.recent.append((self.world.loop.now, proc.name, what, detail))
+        if what == "exit":
+            self._ended_clean[proc.name] = proc.name in self._stopped_clean
+            self._stopped_clean.discard(proc.name)
         if self.stopped:
             return
         machine = proc.machine
@@ -203,6 +213,14 @@ class InvariantMonitor:
         if self._acks:
             self._take_acks()
         self._evaluate()
+
+    def recorded(self, proc: Any, kind: str, fields: Mapping[str, Any]) -> None:
+        """A node's event: a broker's controlled stop, and what its next start claims."""
+        if kind == "broker-stop" and fields.get("clean"):
+            self._stopped_clean.add(proc.name)
+        elif kind == "broker-start" and fields.get("clean_shutdown") and not self.stopped \
+                and not self._ended_clean.get(proc.name, False):
+            self._clean_claimed(proc)
 
     def fault(self, verb: str, node: str | None = None, detail: Any = None) -> None:
         """After a world verb (kill, power loss, ...): records its place in the recent steps;
@@ -529,6 +547,21 @@ class InvariantMonitor:
                 PREFIX + CLEAN_CLOSE_DURABLE, part.topic, part.partition,
                 f"broker {b} closed its log clean at end offset {end} with only the first "
                 f"{synced} record(s) fsynced", (b, end)))
+            if self.stopped:
+                return
+
+    def _clean_claimed(self, proc: Any) -> None:
+        """CleanStartAfterCleanStop: the broker on `proc` found a clean-shutdown marker its
+        previous process never wrote; reported on each partition its disk holds (with none,
+        nothing rides on the claim)."""
+        b = self.world.broker_id(proc.name)
+        for key in sorted(self.world.disks[proc.name].views):
+            part = self._part(key)
+            self._record(Violation(
+                PREFIX + CLEAN_START_AFTER_CLEAN_STOP, part.topic, part.partition,
+                f"broker {b} started claiming a clean shutdown, but its previous process "
+                "ended without one (killed, powered off or halted): its logs' recovery is "
+                "skipped and the controller trusts it", (b, self.world.loop.now)))
             if self.stopped:
                 return
 

@@ -285,6 +285,9 @@ class NodeProcess(Process):
 
     def record(self, event: Event) -> None:
         self.world.record_event(self, event.kind, event.fields)
+        monitor = self.world.monitor
+        if monitor is not None:
+            monitor.recorded(self, event.kind, event.fields)
 
     def fsync_blocks(self, resume: Callable[..., None], *args: Any) -> bool:
         if self.fsync_latency is None or not self.alive:

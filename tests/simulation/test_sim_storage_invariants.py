@@ -8,6 +8,7 @@ the three mutants of docs/mutation.md's "The three survivors" do)."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,16 @@ import pytest
 from checkers.invariants import SYNCED_RECORDS_SURVIVE
 from harness.commands.mutate import cells
 from harness.simulate import simulate_seed
+from replication.broker_store import CLEAN_MARKER, BrokerStore
 from replication.log import Log
 from replication.partition import Replica
 from replication.segment_log import segment_name
 from simulation.disk import DATA_DIR
-from simulation.invariants import CLEAN_CLOSE_DURABLE, TRUNCATION_AT_DIVERGENCE
+from simulation.invariants import (
+    CLEAN_CLOSE_DURABLE,
+    CLEAN_START_AFTER_CLEAN_STOP,
+    TRUNCATION_AT_DIVERGENCE,
+)
 from tests.simulation.test_sim_disk import _follower, _produce, _world
 
 CAMPAIGN = Path(__file__).resolve().parents[2] / "campaigns" / "mutation.toml"
@@ -93,3 +99,31 @@ def test_the_end_of_a_run_recovers_every_disk_against_what_its_syncs_covered(dam
         assert "after a kill at the end of the run, offset 0 holds nothing" in \
             monitor.violations[0]["detail"]
     assert sorted(disk.fs.listdir(DATA_DIR / "t-0")) == files  # the check changed no file
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["marker-deleted", "marker-kept"])
+def test_a_broker_claims_a_clean_shutdown_only_after_one(monkeypatch, broken):
+    """A clean restart, then a kill: the start after the kill must find no clean-shutdown
+    marker. The must-fail twin keeps the marker at start (`BrokerStore.
+    read_and_delete_clean_marker` without its unlink: a surviving mutant of docs/mutation.md's
+    sample of 64), so the start after the kill claims the clean restart's shutdown."""
+    if broken:
+        monkeypatch.setattr(BrokerStore, "read_and_delete_clean_marker", _read_marker_only)
+    world, monitor = _world(11)
+    _produce(world, 20)
+    node = _follower(world)
+    world.loop.run(world.stop_clean(node))
+    world.start(node)
+    world.run_for(2)
+    assert _names(monitor) == []  # the clean restart's own claim is true
+    world.kill(node)
+    world.start(node)
+    world.run_for(2)
+    assert _names(monitor) == ["invariant:" + CLEAN_START_AFTER_CLEAN_STOP] * broken
+
+
+def _read_marker_only(self: BrokerStore) -> int | None:
+    try:
+        return json.loads(self._fs.read_bytes(self.data_dir / CLEAN_MARKER))["broker_epoch"]
+    except FileNotFoundError:
+        return None
