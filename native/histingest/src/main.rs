@@ -11,7 +11,8 @@
 //! Pipeline, every stage bounded (memory is a few blocks plus the longest line, however
 //! large the history):
 //!   reader   file -> blocks of whole lines (each with its first line number)
-//!   parsers  blocks -> typed lines, in parallel (serde_json, records scanned by hand)
+//!   parsers  blocks -> typed lines, in parallel (fields.rs scans the lines the harness
+//!            writes; serde_json reads any other)
 //!   main     typed lines in file order -> the history contract and the order columns
 //!            (each completion's invoke, each read's and send's predecessor) -> row batches
 //!   writers  batches -> Parquet (snappy), one thread per table
@@ -27,6 +28,7 @@
 //! then it touched nothing.
 
 mod convert;
+mod fields;
 mod orphan;
 mod parse;
 mod tables;
