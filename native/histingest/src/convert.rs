@@ -150,7 +150,7 @@ impl Converter {
         Ok(inv)
     }
 
-    pub fn add(&mut self, op: Box<Op>, tables: &mut Tables) -> Result<(), Failure> {
+    pub fn add(&mut self, op: Op, tables: &mut Tables) -> Result<(), Failure> {
         let id = self.id(&op.process);
         let inv = self.contract(&op, id)?;
         let mut row = OpRow {

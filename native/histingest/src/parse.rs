@@ -53,7 +53,7 @@ pub struct Op {
 }
 
 pub enum Parsed {
-    Op(Box<Op>),
+    Op(Op),
     /// The file's last line, without a newline, is not JSON: perhaps a crashed run's torn tail.
     Torn(u64),
 }
@@ -169,7 +169,7 @@ pub fn parse_block(
         rest = next;
         if !blank(raw) {
             match parse_line(raw, line, max_partition) {
-                Ok(op) => out.push(Parsed::Op(Box::new(op))),
+                Ok(op) => out.push(Parsed::Op(op)),
                 Err(Bad::Json(_)) if !newline => out.push(Parsed::Torn(line)),
                 Err(Bad::Json(why)) | Err(Bad::Line(why)) => {
                     return Err(Failure::Unsure(format!("line {line}: {why}")))
