@@ -182,8 +182,16 @@ mod tests {
     #[test]
     fn the_shapes_the_harness_writes() {
         assert_eq!(
-            raw(r#"{"index": 3, "process": "c0", "value": -12, "records": [[0, 1], [1,2]], "complete" : true}"#),
-            Some(vec![Some("3"), Some("\"c0\""), Some("-12"), Some("[[0, 1], [1,2]]"), Some("true")])
+            raw(
+                r#"{"index": 3, "process": "c0", "value": -12, "records": [[0, 1], [1,2]], "complete" : true}"#
+            ),
+            Some(vec![
+                Some("3"),
+                Some("\"c0\""),
+                Some("-12"),
+                Some("[[0, 1], [1,2]]"),
+                Some("true")
+            ])
         );
         assert_eq!(
             raw(" {\"index\":null,\"other\":[\"x\",[]]}\r"),
