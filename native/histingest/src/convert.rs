@@ -9,9 +9,16 @@ use crate::Failure;
 
 const NEMESIS: &str = "nemesis"; // workloads.history.NEMESIS: `info` without an invoke
 
-/// The fields a completion repeats from its invoke: partition, value (an integer's decimal
-/// text, or the value's JSON text: one never reads as the other), offset, txn.
-type Echo = (Option<i32>, Option<String>, Option<i64>, Option<i64>);
+/// The fields a completion repeats from its invoke: partition, value, offset, txn.
+type Echo = (Option<i32>, Option<Value>, Option<i64>, Option<i64>);
+
+/// A value as `checkers/ingest.py` compares it: an integer (its decimal text there), or its
+/// JSON text, which is never an integer's (those are read as integers).
+#[derive(PartialEq)]
+enum Value {
+    Int(i64),
+    Json(String),
+}
 
 /// A process's state along the file.
 #[derive(Default)]
@@ -26,7 +33,10 @@ struct Process {
 }
 
 fn echo(op: &Op) -> Echo {
-    let value = op.value.map(|v| v.to_string()).or_else(|| op.value_json.clone());
+    let value = op
+        .value
+        .map(Value::Int)
+        .or_else(|| op.value_json.clone().map(Value::Json));
     (op.partition, value, op.offset, op.txn)
 }
 
@@ -140,7 +150,7 @@ impl Converter {
         Ok(inv)
     }
 
-    pub fn add(&mut self, op: Box<Op>, tables: &mut Tables) -> Result<(), Failure> {
+    pub fn add(&mut self, op: Op, tables: &mut Tables) -> Result<(), Failure> {
         let id = self.id(&op.process);
         let inv = self.contract(&op, id)?;
         let mut row = OpRow {

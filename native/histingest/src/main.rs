@@ -11,7 +11,8 @@
 //! Pipeline, every stage bounded (memory is a few blocks plus the longest line, however
 //! large the history):
 //!   reader   file -> blocks of whole lines (each with its first line number)
-//!   parsers  blocks -> typed lines, in parallel (serde_json, records scanned by hand)
+//!   parsers  blocks -> typed lines, in parallel (fields.rs scans the lines the harness
+//!            writes; serde_json reads any other)
 //!   main     typed lines in file order -> the history contract and the order columns
 //!            (each completion's invoke, each read's and send's predecessor) -> row batches
 //!   writers  batches -> Parquet (snappy), one thread per table
@@ -27,6 +28,7 @@
 //! then it touched nothing.
 
 mod convert;
+mod fields;
 mod orphan;
 mod parse;
 mod tables;
@@ -210,12 +212,24 @@ struct Block {
 
 /// Read `file` into blocks of whole lines; a line longer than `max_line` is UNSURE (the exact
 /// path names it).
-fn read_blocks(mut file: File, max_line: usize, out: SyncSender<Result<Block, Failure>>) {
+fn read_blocks(
+    mut file: File,
+    max_line: usize,
+    out: SyncSender<Result<Block, Failure>>,
+    spare: Receiver<Vec<u8>>,
+) {
     let mut carry: Vec<u8> = Vec::new();
     let mut seq = 0u64;
     let mut line = 1u64;
     loop {
         let mut buf = std::mem::take(&mut carry);
+        if let Ok(mut old) = spare.try_recv() {
+            // a parsed block's buffer: its pages are mapped already (fresh ones the kernel
+            // must zero, a few percent of the ingest)
+            old.clear();
+            old.extend_from_slice(&buf);
+            buf = old;
+        }
         let start = buf.len();
         buf.resize(start + BLOCK, 0);
         let n = match read_full(&mut file, &mut buf[start..]) {
@@ -299,6 +313,7 @@ fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
     let mut tables = Tables::create(&a.ops, &a.reads, a.layout)?;
     let parsers = a.threads;
     let (block_tx, block_rx) = sync_channel::<Result<Block, Failure>>(IN_FLIGHT);
+    let (spare_tx, spare_rx) = sync_channel::<Vec<u8>>(IN_FLIGHT);
     let (parsed_tx, parsed_rx) = sync_channel::<ParsedBlock>(IN_FLIGHT + parsers);
     let block_rx = Arc::new(Mutex::new(block_rx));
     let max_line = a.max_line;
@@ -307,13 +322,14 @@ fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
     let outcome = thread::scope(|s| -> Result<Option<u64>, Failure> {
         thread::Builder::new()
             .name("read".into())
-            .spawn_scoped(s, move || read_blocks(file, max_line, block_tx))?;
+            .spawn_scoped(s, move || read_blocks(file, max_line, block_tx, spare_rx))?;
         for _ in 0..parsers {
             let rx = Arc::clone(&block_rx);
             let tx = parsed_tx.clone();
+            let spare = spare_tx.clone();
             thread::Builder::new()
                 .name("parse".into())
-                .spawn_scoped(s, move || parse_worker(rx, tx, max_partition))?;
+                .spawn_scoped(s, move || parse_worker(rx, tx, spare, max_partition))?;
         }
         // Only the parsers may hold the block receiver: when an early return drops the parsed
         // receiver, the parsers stop, the block receiver goes with the last of them, and the
@@ -321,6 +337,7 @@ fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
         // blocked on a full channel, and this scope waiting for it, for ever.
         drop(block_rx);
         drop(parsed_tx);
+        drop(spare_tx);
         consume(parsed_rx, &mut conv, &mut tables)
     })?;
     let (ops, reads) = tables.finish()?;
@@ -330,6 +347,7 @@ fn run(a: &Args) -> Result<(u64, u64, Option<u64>), Failure> {
 fn parse_worker(
     rx: Arc<Mutex<Receiver<Result<Block, Failure>>>>,
     tx: SyncSender<ParsedBlock>,
+    spare: SyncSender<Vec<u8>>,
     max_partition: i64,
 ) {
     loop {
@@ -339,7 +357,12 @@ fn parse_worker(
             _ => return,
         };
         let (seq, parsed) = match block {
-            Ok(b) => (b.seq, parse_block(&b.bytes, b.first_line, max_partition)),
+            Ok(b) => {
+                let parsed = parse_block(&b.bytes, b.first_line, max_partition);
+                // back to the reader, if it has room for it (else it is freed)
+                let _ = spare.try_send(b.bytes);
+                (b.seq, parsed)
+            }
             Err(f) => (u64::MAX, Err(f)),
         };
         if tx.send((seq, parsed)).is_err() {

@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::fields;
 use crate::Failure;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -52,14 +53,37 @@ pub struct Op {
 }
 
 pub enum Parsed {
-    Op(Box<Op>),
+    Op(Op),
     /// The file's last line, without a newline, is not JSON: perhaps a crashed run's torn tail.
     Torn(u64),
 }
 
-/// The fields the checkers read, each as written (a present `null` is kept, as "null").
+/// The fields the checkers read, each as its raw JSON text (a present `null` is kept, as
+/// "null"): from the line scanner (`fields.rs`) when the line is of the shape it knows, else
+/// from serde_json.
+#[derive(Default)]
+pub struct Fields<'a> {
+    pub index: Option<&'a str>,
+    pub time: Option<&'a str>,
+    pub process: Option<&'a str>,
+    pub r#type: Option<&'a str>,
+    pub f: Option<&'a str>,
+    pub partition: Option<&'a str>,
+    pub value: Option<&'a str>,
+    pub offset: Option<&'a str>,
+    pub node: Option<&'a str>,
+    pub epoch: Option<&'a str>,
+    pub error: Option<&'a str>,
+    pub hwm: Option<&'a str>,
+    pub acks: Option<&'a str>,
+    pub records: Option<&'a str>,
+    pub txn: Option<&'a str>,
+    pub complete: Option<&'a str>,
+}
+
+/// The same fields as serde_json reads them (any line the scanner leaves to it).
 #[derive(Deserialize)]
-struct Fields<'a> {
+struct Raw<'a> {
     #[serde(default, borrow, deserialize_with = "present")]
     index: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
@@ -94,6 +118,30 @@ struct Fields<'a> {
     complete: Option<&'a RawValue>,
 }
 
+impl<'a> Raw<'a> {
+    fn fields(self) -> Fields<'a> {
+        let g = |r: Option<&'a RawValue>| r.map(RawValue::get);
+        Fields {
+            index: g(self.index),
+            time: g(self.time),
+            process: g(self.process),
+            r#type: g(self.r#type),
+            f: g(self.f),
+            partition: g(self.partition),
+            value: g(self.value),
+            offset: g(self.offset),
+            node: g(self.node),
+            epoch: g(self.epoch),
+            error: g(self.error),
+            hwm: g(self.hwm),
+            acks: g(self.acks),
+            records: g(self.records),
+            txn: g(self.txn),
+            complete: g(self.complete),
+        }
+    }
+}
+
 fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
     <&'de RawValue>::deserialize(d).map(Some)
 }
@@ -121,7 +169,7 @@ pub fn parse_block(
         rest = next;
         if !blank(raw) {
             match parse_line(raw, line, max_partition) {
-                Ok(op) => out.push(Parsed::Op(Box::new(op))),
+                Ok(op) => out.push(Parsed::Op(op)),
                 Err(Bad::Json(_)) if !newline => out.push(Parsed::Torn(line)),
                 Err(Bad::Json(why)) | Err(Bad::Line(why)) => {
                     return Err(Failure::Unsure(format!("line {line}: {why}")))
@@ -176,7 +224,12 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
         return Err(Bad::Json("not a JSON object".into()));
     }
     let text = std::str::from_utf8(raw).map_err(|e| Bad::Json(e.to_string()))?;
-    let fl: Fields = serde_json::from_str(text).map_err(|e| Bad::Json(e.to_string()))?;
+    let fl = match fields::scan(text) {
+        Some(fl) => fl,
+        None => serde_json::from_str::<Raw>(text)
+            .map_err(|e| Bad::Json(e.to_string()))?
+            .fields(),
+    };
     let index = int(fl.index, "index")?.ok_or(Bad::Line("missing 'index'".into()))?;
     let time = int(fl.time, "time")?.ok_or(Bad::Line("missing 'time'".into()))?;
     if index < 0 || time < 0 {
@@ -223,7 +276,7 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     let epoch = int(fl.epoch, "epoch")?;
     let node = text_or_int(fl.node, "node")?;
     let error = text_or_int(fl.error, "error")?;
-    let acks = match fl.acks.map(|r| r.get().trim()) {
+    let acks = match fl.acks.map(str::trim) {
         None | Some("null") => None,
         Some("\"all\"" | "\"-1\"" | "-1") => Some("all"),
         Some("\"1\"" | "1") => Some("1"),
@@ -263,8 +316,8 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     })
 }
 
-fn is_null(raw: Option<&RawValue>) -> Option<&str> {
-    raw.map(|r| r.get().trim()).filter(|t| *t != "null")
+fn is_null(raw: Option<&str>) -> Option<&str> {
+    raw.map(str::trim).filter(|t| *t != "null")
 }
 
 /// A plain JSON integer that fits 64 bits, as Python's int.
@@ -276,7 +329,7 @@ fn plain_int(t: &str) -> Option<i64> {
     t.parse::<i64>().ok()
 }
 
-fn int(raw: Option<&RawValue>, key: &str) -> Result<Option<i64>, Bad> {
+fn int(raw: Option<&str>, key: &str) -> Result<Option<i64>, Bad> {
     match is_null(raw) {
         None => Ok(None),
         Some(t) => plain_int(t)
@@ -293,7 +346,7 @@ fn decode(t: &str) -> Option<String> {
     serde_json::from_str::<String>(t).ok()
 }
 
-fn string(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
+fn string(raw: Option<&str>, key: &str) -> Result<Option<String>, Bad> {
     match is_null(raw) {
         None => Ok(None),
         Some(t) if t.starts_with('"') => decode(t)
@@ -304,7 +357,7 @@ fn string(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
 }
 
 /// A string, or an integer as its decimal text (Python's str(v)).
-fn text_or_int(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad> {
+fn text_or_int(raw: Option<&str>, key: &str) -> Result<Option<String>, Bad> {
     match is_null(raw) {
         Some(t) if !t.starts_with('"') => match plain_int(t) {
             Some(i) => Ok(Some(i.to_string())),
@@ -315,7 +368,7 @@ fn text_or_int(raw: Option<&RawValue>, key: &str) -> Result<Option<String>, Bad>
 }
 
 /// (the integer value, or the value as compact JSON text as Python's json.dumps writes it).
-fn value(raw: Option<&RawValue>) -> Result<(Option<i64>, Option<String>), Bad> {
+fn value(raw: Option<&str>) -> Result<(Option<i64>, Option<String>), Bad> {
     let Some(t) = is_null(raw) else {
         return Ok((None, None));
     };

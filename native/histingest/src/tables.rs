@@ -272,10 +272,23 @@ impl<B: Rows> Clustered<B> {
         self.parts.entry(key).or_insert_with(B::new)
     }
 
+    /// Rows `key`'s builder can take before the rule writes anything (at least 1: what is
+    /// due is written as soon as it is).
+    fn room(&mut self, key: Option<i32>) -> usize {
+        let rows = self.builder(key).rows();
+        (self.layout.row_group - rows).min(self.layout.buffered - self.buffered)
+    }
+
     /// After a row was added to `key`'s builder: write what the rule says is due.
     fn added(&mut self, key: Option<i32>) -> Result<(), Failure> {
-        self.buffered += 1;
-        self.written += 1;
+        self.added_n(key, 1)
+    }
+
+    /// After `n` rows were added to `key`'s builder, at most its room: the same as `n` calls
+    /// of `added`, since only the last can make anything due.
+    fn added_n(&mut self, key: Option<i32>, n: usize) -> Result<(), Failure> {
+        self.buffered += n;
+        self.written += n as u64;
         let b = self.parts.get_mut(&key).expect("the builder just added to");
         if b.rows() >= self.layout.row_group {
             let batch = b.finish(&self.schema)?;
@@ -488,23 +501,30 @@ impl Tables {
         from_offset: Option<i64>,
     ) -> Result<(), Failure> {
         let mut prev = prev.map_or((None, None), |(o, off)| (Some(o), Some(off)));
-        for (pos, &(offset, value)) in records.iter().enumerate() {
+        let (mut rest, mut pos) = (records, 0i32);
+        // in runs as long as the builder's room: one builder lookup and one rule check a run
+        while !rest.is_empty() {
+            let (run, later) = rest.split_at(self.reads.room(op.partition).min(rest.len()));
             let b = self.reads.builder(op.partition);
-            b.index.append_value(op.index);
-            b.process.append_value(&op.process);
-            b.partition.append_option(op.partition);
-            b.offset.append_value(offset);
-            b.value.append_value(value);
-            b.time.append_value(op.time);
-            b.f.append_value(&op.f);
-            b.pos.append_value(pos as i32);
-            b.invoke_time.append_option(invoke_time);
-            b.from_offset.append_option(from_offset);
-            b.prev_op.append_option(prev.0);
-            b.prev_offset.append_option(prev.1);
-            prev = (Some(op.index), Some(offset));
-            b.rows += 1;
-            self.reads.added(op.partition)?;
+            for &(offset, value) in run {
+                b.index.append_value(op.index);
+                b.process.append_value(&op.process);
+                b.partition.append_option(op.partition);
+                b.offset.append_value(offset);
+                b.value.append_value(value);
+                b.time.append_value(op.time);
+                b.f.append_value(&op.f);
+                b.pos.append_value(pos);
+                b.invoke_time.append_option(invoke_time);
+                b.from_offset.append_option(from_offset);
+                b.prev_op.append_option(prev.0);
+                b.prev_offset.append_option(prev.1);
+                prev = (Some(op.index), Some(offset));
+                pos += 1;
+            }
+            b.rows += run.len();
+            self.reads.added_n(op.partition, run.len())?;
+            rest = later;
         }
         Ok(())
     }
