@@ -231,10 +231,12 @@ def _rescore(args: argparse.Namespace) -> int:
     mutants: dict[str, Mutant] = {}
     for folder in args.rescore:
         saved = _saved(folder)
-        now = {i: _mutant(i, diff) for i, diff in saved.pop("diffs").items()}
+        now, gone = _still_made(folder, saved.pop("diffs"))
         mutants.update({m.id: m for m in now.values()})
         ran = saved.get("cells")  # a campaign cut short, or an older one, does not say
         for r in saved.pop("results"):
+            if r["id"] in gone:
+                continue
             result = _older(Result(**r))
             result.id = now[r["id"]].id if r["id"] in now else r["id"]
             results[result.id] = _merged(results.get(result.id), result, ran)
@@ -245,6 +247,20 @@ def _rescore(args: argparse.Namespace) -> int:
                         / time.strftime("%Y%m%dT%H%M%S-merged", time.gmtime()))
         meta = {"merged": " ".join(map(str, args.rescore)), "mutants": len(mutants)}
     return _report(args, out, list(mutants.values()), results, meta)
+
+
+def _still_made(folder: Path, diffs: dict[str, str]) -> tuple[dict[str, Mutant], set[str]]:
+    """The recorded mutants the code as it is now still makes, by recorded id; and the ids of
+    those whose code is gone (a function deleted or moved out of the module since), whose
+    results are left out of the score, with a warning."""
+    now, gone = {}, set()
+    for i, diff in diffs.items():
+        try:
+            now[i] = resolve(ROOT, i, diff)
+        except ValueError as e:
+            print(f"{folder}: {e}; its result is left out", file=sys.stderr)
+            gone.add(i)
+    return now, gone
 
 
 def _saved(folder: Path) -> dict[str, Any]:

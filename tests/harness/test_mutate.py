@@ -343,3 +343,15 @@ def test_a_campaign_cut_short_is_rescored_from_its_progress(tmp_path: Path) -> N
     saved = _saved(tmp_path)
     assert [r["outcome"] for r in saved["results"]] == ["killed"]  # the last line of each
     assert list(saved["diffs"]) == [HWM_MAX]
+
+
+def test_a_rescore_leaves_out_a_mutant_whose_code_is_gone(tmp_path: Path, capsys) -> None:
+    """A campaign rescored after the function it mutated was deleted: that result is left
+    out of the score, with a warning, instead of the whole rescore failing."""
+    from harness.commands.mutate import _still_made
+
+    gone = "replication/log.py:Log.no_such_function:drop-stmt:00000000:0"
+    diffs = {HWM_MAX: mutant(ROOT, HWM_MAX).diff(), gone: "-x = 1\n+pass\n"}
+    now, left_out = _still_made(tmp_path, diffs)
+    assert list(now) == [HWM_MAX] and left_out == {gone}
+    assert "its result is left out" in capsys.readouterr().err
