@@ -183,8 +183,8 @@ class InvariantMonitor:
         self._fenced: frozenset[int] = frozenset()
         self._metadata_seen = 0
         self._affected: dict[frozenset[str], tuple[Invariant, ...]] = {}
-        self._stopped_clean: set[str] = set()  # nodes whose running broker stopped clean
-        self._ended_clean: dict[str, bool] = {}  # node -> whether its last process did
+        # node -> whether its latest broker process stopped clean (wrote the marker)
+        self._stopped_clean: dict[str, bool] = {}
 
     # ---- hooks (simulation/node.py, world.py) -------------------------------------------------
 
@@ -198,9 +198,6 @@ class InvariantMonitor:
         """After a node process did something with its state machine."""
         self.steps += 1
         self.recent.append((self.world.loop.now, proc.name, what, detail))
-        if what == "exit":
-            self._ended_clean[proc.name] = proc.name in self._stopped_clean
-            self._stopped_clean.discard(proc.name)
         if self.stopped:
             return
         machine = proc.machine
@@ -217,10 +214,12 @@ class InvariantMonitor:
     def recorded(self, proc: Any, kind: str, fields: Mapping[str, Any]) -> None:
         """A node's event: a broker's controlled stop, and what its next start claims."""
         if kind == "broker-stop" and fields.get("clean"):
-            self._stopped_clean.add(proc.name)
-        elif kind == "broker-start" and fields.get("clean_shutdown") and not self.stopped \
-                and not self._ended_clean.get(proc.name, False):
-            self._clean_claimed(proc)
+            self._stopped_clean[proc.name] = True
+        elif kind == "broker-start":
+            if fields.get("clean_shutdown") and not self.stopped \
+                    and not self._stopped_clean.get(proc.name, False):
+                self._clean_claimed(proc)
+            self._stopped_clean[proc.name] = False  # this process has not stopped yet
 
     def fault(self, verb: str, node: str | None = None, detail: Any = None) -> None:
         """After a world verb (kill, power loss, ...): records its place in the recent steps;
