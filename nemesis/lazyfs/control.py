@@ -69,27 +69,29 @@ class Controller:
 
     def _pushed(self, op: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         if self.kernel is not None:
-            self.kernel.push()
+            self.kernel.push(self.store.open_files())
         return op()
 
     def _power_loss(self, loss: Callable[[], dict[str, Any]], *, tear: bool) -> dict[str, Any]:
         if self.kernel is None:
             return loss()
-        if tear:
-            self.kernel.push()  # the kernel's pages must be in the store to be torn with its own
+        open_files = self.store.open_files()
+        if tear:  # the kernel's pages must be in the store to be torn with its own
+            self.kernel.push(open_files)
         old_files, old_dirs = self.store.namespace()
         result = loss()
-        self._drain(result, tear)
+        self._drain(result, tear, open_files)
         files, dirs = self.store.namespace()
         self.kernel.resync([*old_files, *old_dirs], files, dirs)
         return result
 
-    def _drain(self, result: dict[str, Any], tear: bool) -> None:
+    def _drain(self, result: dict[str, Any], tear: bool, open_files: list[str]) -> None:
         """What the kernel still holds is not worth taking in only to drop it (so a plain
         loss does not pull it in first): written back after the loss, each page is dropped
-        (written before it) and counted with the rest."""
+        (written before it) and counted with the rest. The files open before the loss are
+        the ones whose pages may still be on their way."""
         assert self.kernel is not None
-        self.kernel.push()
+        self.kernel.push(open_files)
         for path, lost in self.store.take_late_losses().items():
             result["lost_bytes"] += lost
             if tear:  # torn replies say per file what was unsynced, kept and lost
@@ -103,8 +105,8 @@ class Controller:
     def _eio_write(self, on: bool) -> dict[str, Any]:
         if self.kernel is None:
             return self._switch("eio_write", on)
-        if on:
-            self.kernel.push()  # what was written before the fault is cached as before
+        if on:  # what was written before the fault is cached as before
+            self.kernel.push(self.store.open_files())
         result = self._switch("eio_write", on)
         self.kernel.expire_attributes(on, self.store.namespace()[0])
         return result

@@ -47,8 +47,9 @@ class KernelCache:
         self._fuse = _libfuse.fuse_get_context().contents.fuse
         self._config = config
 
-    def push(self) -> None:
-        """Write every page the kernel holds back to the daemon (as unsynced data)."""
+    def push(self, open_files: Iterable[str] = ()) -> None:
+        """Write every page the kernel holds back to the daemon (as unsynced data). Given the
+        files processes hold open, wait until their pages have arrived, not only been sent."""
         if not is_mounted(self.mountpoint):
             return  # detached (lazy unmount): the path is the directory under it now
         fd = os.open(self.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
@@ -58,6 +59,18 @@ class KernelCache:
             _libc.syncfs(fd)
         finally:
             os.close(fd)
+        for path in open_files:
+            self._settle(path)
+
+    def _settle(self, path: str) -> None:
+        """syncfs does not wait for FUSE's write-back requests to be answered (the kernel
+        will not let a FUSE daemon hold up sync), so a reply could miss pages still in
+        flight. A close waits for the file's (FUSE's flush writes its inode back, waiting),
+        and sends the daemon a flush, which makes nothing durable."""
+        try:
+            os.close(os.open(os.path.join(self.mountpoint, path.lstrip("/")), os.O_RDONLY | os.O_NONBLOCK))
+        except OSError:
+            return  # gone or replaced since: its pages were written back or dropped with it
 
     def forget(self, path: str) -> bool:
         """Drop the kernel's pages and attributes of `path`; False if it caches no such inode."""

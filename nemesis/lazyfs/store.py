@@ -350,17 +350,23 @@ class Store:
     def namespace(self) -> tuple[dict[str, int], list[str]]:
         """Every file's path and size, and every directory's path, as processes see them."""
         with self._first():
-            files: dict[str, int] = {}
-            dirs: list[str] = []
-            stack = [("/", self.root)]
-            while stack:
-                path, node = stack.pop()
-                if not node.is_dir:
-                    files[path] = node.size
-                    continue
-                dirs.append(path)
+            nodes = list(self._walk())
+            return {path: node.size for path, node in nodes if not node.is_dir}, \
+                [path for path, node in nodes if node.is_dir]
+
+    def open_files(self) -> list[str]:
+        """Paths of the files some process holds open (or mapped): only theirs can have
+        pages the kernel has not written back."""
+        with self._first():
+            return [path for path, node in self._walk() if not node.is_dir and node.open_count > 0]
+
+    def _walk(self) -> Iterator[tuple[str, Node]]:
+        stack = [("/", self.root)]
+        while stack:
+            path, node = stack.pop()
+            yield path, node
+            if node.is_dir:
                 stack.extend((os.path.join(path, name), child) for name, child in node.children.items())
-            return files, dirs
 
     # ---- durability ----------------------------------------------------
 
