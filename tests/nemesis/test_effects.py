@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from harness.config import ConfigError, load_config
+from harness.config import ConfigError, load_config, typed
 from harness.report.story import _fault_text
 from harness.sim_run import as_simulated, simulate_into
 from harness.simulate import check_determinism
@@ -90,4 +90,4 @@ def test_clock_skew_runs_in_the_simulator_and_its_op_records_its_effects(tmp_pat
 def test_clock_skew_is_deterministic():
     config = load_config("fast", ["nodes=4", "topic.partitions=1", "time_limit=6", "seed=4",
                                   "nemesis.faults=['clock-skew','kill']"])
-    assert check_determinism(config, 4) is None
+    assert check_determinism(typed(config), 4) is None
