@@ -133,7 +133,7 @@ def _rows(mode: str):
             found = {v["name"] for v in result.invariants or ()}
             n_lost = sum(len(acknowledged_loss(result.history, p).lost)
                          for p in range(config.topic.partitions))
-            yield seed, (found, n_lost, config, folder)
+            yield seed, (found, n_lost, config.record(), folder)  # RunConfig.of reads the record
         yield f"{cell.config} ({cell.expect})", runner
 
 
