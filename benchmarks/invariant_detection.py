@@ -115,6 +115,7 @@ def _rows(mode: str):
             yield name, runner
         return
     from harness.campaign_spec import load_spec
+    from harness.config import typed
     from harness.sim_run import simulate_into, with_seed
     from harness.test import Test
 
@@ -127,12 +128,12 @@ def _rows(mode: str):
 
         def runner(seed, cell=cell):
             folder = Path(tempfile.mkdtemp(prefix=f"inv-{cell.config}-s{seed}-"))
-            config = with_seed(cell.resolved, seed)
+            config = with_seed(typed(cell.resolved), seed)
             result = simulate_into(Test.of(config, folder, check=False), folder, keep_going=True)
             found = {v["name"] for v in result.invariants or ()}
             n_lost = sum(len(acknowledged_loss(result.history, p).lost)
-                         for p in range(int(config["topic"]["partitions"])))
-            yield seed, (found, n_lost, config, folder)
+                         for p in range(config.topic.partitions))
+            yield seed, (found, n_lost, config.record(), folder)  # RunConfig.of reads the record
         yield f"{cell.config} ({cell.expect})", runner
 
 

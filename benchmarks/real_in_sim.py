@@ -27,7 +27,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.config import typed  # noqa: E402
 from harness.shrink import (  # noqa: E402
     Budget,
     Candidate,
@@ -54,7 +53,7 @@ def run_dirs(paths: list[Path]) -> list[tuple[str, Path]]:
 
 def try_seed(start: Candidate, target: str, k: int) -> dict[str, Any]:
     """The mapped schedule simulated with seed + k, checked as `harness shrink` checks it."""
-    cand = Candidate(with_seed(start.config, typed(start.config).seed + k), start.entries)
+    cand = Candidate(with_seed(start.config, start.config.seed + k), start.entries)
     out = Evaluator(target, Budget(None)).outcome(cand)
     return {"hit": target in out.classes, "classes": sorted(out.classes), "s": out.wall_s}
 

@@ -25,15 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.campaign_spec import load_spec  # noqa: E402
+from harness.config import TestConfig, typed  # noqa: E402
 from harness.simulate import search  # noqa: E402
 
 
-def configs(path: Path) -> dict[str, tuple[str, dict]]:
+def configs(path: Path) -> dict[str, tuple[str, TestConfig]]:
     """config name -> (expect, resolved config of its first cell)."""
     _, cells = load_spec(path)
-    out: dict[str, tuple[str, dict]] = {}
+    out: dict[str, tuple[str, TestConfig]] = {}
     for cell in cells:
-        out.setdefault(cell.config, (cell.expect, cell.resolved))
+        out.setdefault(cell.config, (cell.expect, typed(cell.resolved)))
     return out
 
 

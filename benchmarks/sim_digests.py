@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 from checkers.check import check_path  # noqa: E402
 from harness import store  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
-from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
+from harness.config import typed  # noqa: E402
+from harness.sim_run import simulate_into, simulated, with_seed  # noqa: E402
 from harness.test import Test  # noqa: E402
 
 
@@ -78,7 +79,7 @@ def main() -> None:
         if (cell.config, cell.nemesis) in seen:
             continue  # the campaign lists each cell once per campaign seed; --seeds sets them
         seen.add((cell.config, cell.nemesis))
-        config = as_simulated(cell.resolved)
+        config = simulated(typed(cell.resolved))
         for seed in range(int(lo), int(hi or lo) + 1):
             with tempfile.TemporaryDirectory() as tmp:
                 folder = Path(tmp)

@@ -58,6 +58,7 @@ from support.scenarios import tour  # noqa: E402
 from checkers.check import check_path  # noqa: E402
 from harness import store  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
+from harness.config import typed  # noqa: E402
 from harness.pypy import PypySimulator  # noqa: E402
 from harness.pypy import binary as pypy_binary  # noqa: E402
 from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
@@ -98,13 +99,14 @@ def one_run(config: dict[str, Any], seed: int, faults: str, invariants: bool = T
     """One whole simulated test of `config` at `seed` into a temporary folder (the nemesis of
     the config, or `tour`), optionally checked as a search checks each seed; the SimResult (or,
     under PyPy, what the child reports) with `cpu_s` and `check_s` added."""
-    test = Test.of(with_seed(config, seed), Path("/nonexistent"), check=False)
+    seeded = with_seed(typed(config), seed)
+    test = Test.of(seeded, Path("/nonexistent"), check=False)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         cpu = time.process_time()
         if _PYPY is not None:
             # cpu_s is the child's own CPU time
-            result = SimpleNamespace(**_PYPY.simulate(with_seed(config, seed), folder,
+            result = SimpleNamespace(**_PYPY.simulate(seeded, folder,
                                                       invariants=invariants))
         elif faults == "tour":
             s = test.config

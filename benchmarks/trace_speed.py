@@ -29,7 +29,7 @@ from checkers.spark import get_session  # noqa: E402
 from checkers.trace import check_run  # noqa: E402
 from checkers.trace_spark import check_run_spark  # noqa: E402
 from harness.campaign_spec import load_spec  # noqa: E402
-from harness.sim_run import as_simulated, simulate_into, with_seed  # noqa: E402
+from harness.sim_run import as_simulated, simulate_into  # noqa: E402
 from harness.test import Test  # noqa: E402
 from runformat.run_config import RunConfig  # noqa: E402
 
@@ -39,7 +39,8 @@ def simulate(folder: Path, cell: str, partitions: int, time_limit: float, seed: 
     config = copy.deepcopy(next(c.resolved for c in cells if c.config == cell))
     config["topic"]["partitions"] = partitions
     config["time_limit"] = time_limit
-    config = as_simulated(with_seed(config, seed))
+    config["seed"] = seed
+    config = as_simulated(config)
     started = time.perf_counter()
     simulate_into(Test.of(config, folder, check=False), folder, keep_going=True)
     (folder / "invariants.jsonl").unlink()

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from control.files import owned_dir, write_json_atomic
 from harness.campaign_spec import Cell, load_spec
-from harness.config import require_toxiproxy, typed, validate
+from harness.config import TestConfig, require_toxiproxy, typed
 from harness.report.campaign_index import render_campaign, write_results_index
 from harness.report.detection import (
     EVIDENCE,
@@ -41,14 +41,14 @@ from harness.test import Plan, Test
 
 FORMAT = 1
 STAMP = "%Y%m%dT%H%M%S"
-RunTest = Callable[[dict[str, Any], Path], Path]
+RunTest = Callable[[TestConfig, Path], Path]
 
 
 class CampaignBusy(ValueError):
     """Another process is running this campaign folder (a user error, like a bad file)."""
 
 
-def run_cell(config: dict[str, Any], results_root: Path, plan: Plan | None = None,
+def run_cell(config: TestConfig, results_root: Path, plan: Plan | None = None,
              argv: Sequence[str] = ()) -> Path:
     """A cell on real hosts, or in the simulator when its config says hosts.provider = "sim"
     (one campaign may mix both: many simulated seeds, a few real ones). A simulated cell runs
@@ -249,9 +249,10 @@ def _run_cell(campaign: Campaign, cell: dict[str, Any], run_test: RunTest) -> No
     cell.update(status="running", started_at=time.time(), error=None)
     campaign.save()
     try:
-        # Re-validate: a night resumed after an upgrade may hold configs from an older format.
-        run_dir = Path(run_test(validate(cell["resolved"], source=str(campaign.folder / "campaign.json")),
-                                campaign.results_root))
+        # Loaded (validated again, then typed): a night resumed after an upgrade may hold
+        # configs from an older format. The runner gets the typed config, never the dict.
+        config = TestConfig.load(cell["resolved"], source=str(campaign.folder / "campaign.json"))
+        run_dir = Path(run_test(config, campaign.results_root))
     except KeyboardInterrupt:
         cell.update(status="pending", started_at=None)
         campaign.save()

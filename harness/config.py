@@ -827,6 +827,8 @@ class HostsSettings:
 
 @dataclass(frozen=True)
 class TestConfig:
+    __test__ = False  # not a pytest test class (tests import it by name)
+
     name: str
     nodes: int
     time_limit: float
@@ -856,6 +858,13 @@ class TestConfig:
             targets=n.targets, weights=dict(n.weights), shrink_first=n.shrink_first,
             # Followers leave the ISR after the lag time; allow for the leader's check period.
             shrink_wait=round(self.system.replica_lag_time_max_ms * 1.5 / 1000 + 1, 3))
+
+    @classmethod
+    def load(cls, record: Mapping[str, Any], source: str = "a config record") -> TestConfig:
+        """record()'s inverse, validated: how a config crosses a process boundary (a search's
+        worker, a Spark task, the PyPy child, a mutation child) or comes back from a file, so
+        both sides hold the typed form and only this pair touches the dict."""
+        return typed(validate(record, source=source))
 
     def record(self) -> dict[str, Any]:
         """The dict test.json records, in SCHEMA's order; validate() returns it unchanged."""

@@ -34,9 +34,11 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.config import TestConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
@@ -225,11 +227,12 @@ class PypySimulator:
         except OSError as e:
             raise PypyError(f"cannot start {python}: {e}") from None
 
-    def simulate(self, config: Mapping[str, Any], folder: Path, *,
+    def simulate(self, config: TestConfig, folder: Path, *,
                  invariants: bool = True) -> dict[str, Any]:
         """Simulate `config` (its seed included) into `folder` as harness.sim_run.simulate_into
-        does with keep_going; what the child reports: virtual_s, wall_s, cpu_s, stats, net."""
-        job = {"config": config, "folder": str(folder), "invariants": invariants}
+        does with keep_going; what the child reports: virtual_s, wall_s, cpu_s, stats, net.
+        The config crosses the pipe as its record(); the child loads it back typed."""
+        job = {"config": config.record(), "folder": str(folder), "invariants": invariants}
         try:
             assert self.proc.stdin is not None and self.proc.stdout is not None
             self.proc.stdin.write(json.dumps(job) + "\n")

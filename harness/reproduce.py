@@ -81,7 +81,7 @@ def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = N
     classes = LOSS_ANOMALIES if wanted in LOSS_ANOMALIES else (wanted,)
     hits, runs = 0, []
     for i in range(max(1, times)):
-        new_dir = run_cell(config, store.default_results_dir(), Plan.scripted(entries), sys.argv)
+        new_dir = run_cell(typed(config), store.default_results_dir(), Plan.scripted(entries), sys.argv)
         found = _anomalies(new_dir)
         count = sum(found.get(c, 0) for c in classes)
         hits += bool(count)

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from control.files import check_regular_file, write_json_atomic
 from harness import store
 from harness.config import TestConfig, typed, validate, with_sets, with_values
 from harness.report import report_path
-from harness.sim_run import SIM, as_simulated, simulate_into, with_seed
+from harness.sim_run import SIM, simulate_into, simulated, with_seed
 from harness.simulate import say, simulate_test
 from harness.test import Plan, Test
 from nemesis.kinds import lookup
@@ -105,11 +105,12 @@ def _split(items: list[Any], n: int) -> list[list[Any]]:
 
 @dataclass(frozen=True)
 class Candidate:
-    config: Mapping[str, Any]
+    config: TestConfig  # simulated
     entries: tuple[Mapping[str, Any], ...]
 
     def key(self) -> str:
-        return json.dumps({"c": self.config, "e": self.entries}, sort_keys=True, default=str)
+        return json.dumps({"c": self.config.record(), "e": self.entries}, sort_keys=True,
+                          default=str)
 
     @property
     def faults(self) -> int:
@@ -230,7 +231,8 @@ class Evaluator:
         return not self.against or self._shows(self.twin(cand)) is False
 
     def twin(self, cand: Candidate) -> Candidate:
-        return Candidate(with_sets(cand.config, self.against, "--against"), cand.entries)
+        return Candidate(typed(with_sets(cand.config.record(), self.against, "--against")),
+                         cand.entries)
 
     def _shows(self, cand: Candidate) -> bool | None:
         """Whether the target class occurs; None once the budget ran out before simulating."""
@@ -277,7 +279,7 @@ class Shrinker:
         return False
 
     def with_entries(self, entries: Sequence[Mapping[str, Any]],
-                     config: Mapping[str, Any] | None = None) -> Candidate:
+                     config: TestConfig | None = None) -> Candidate:
         return Candidate(config if config is not None else self.best.config,
                          clean_entries(entries))
 
@@ -332,13 +334,8 @@ class Shrinker:
                     break
 
     def _config_try(self, changes: Mapping[str, Any], what: str) -> bool:
-        config = copy.deepcopy(dict(self.best.config))
-        for path, value in changes.items():
-            node = config
-            *parents, last = path.split(".", 1) if path.count(".") == 1 else [path]
-            for p in parents:
-                node = node[p]
-            node[last] = value
+        """The best candidate with dotted settings changed ({"workload.rate": 50}), validated."""
+        config = typed(with_values(self.best.config.record(), changes, f"shrink: {what}"))
         return self._try(Candidate(config, self.best.entries), what)
 
     def workload(self) -> None:
@@ -363,8 +360,8 @@ class Shrinker:
             self._config_try({"workload.consumers": 1}, "1 consumer")
 
     def _best(self) -> TestConfig:
-        """The typed view of the best candidate's config so far."""
-        return typed(self.best.config)
+        """The best candidate's config so far."""
+        return self.best.config
 
     def run(self) -> Candidate:
         self.drop_faults()
@@ -399,9 +396,9 @@ def start_candidate(run_dir: Path) -> tuple[Candidate, dict[str, Any] | None, li
     kept = [e for e in entries if lookup(e["kind"]).simulated]
     if len(kept) < len(entries):
         notes.append(f"left out {len(entries) - len(kept)} fault(s) the simulator cannot apply")
-    simulated = [f for f in typed(config).nemesis.faults if lookup(f).simulated]
-    config = with_values(config, {"nemesis.faults": simulated}, "the simulated faults")
-    return Candidate(as_simulated(config), clean_entries(kept)), real_hosts, notes
+    kinds = [f for f in typed(config).nemesis.faults if lookup(f).simulated]
+    config = with_values(config, {"nemesis.faults": kinds}, "the simulated faults")
+    return Candidate(simulated(typed(config)), clean_entries(kept)), real_hosts, notes
 
 
 def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None,
@@ -416,7 +413,7 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     real = real_hosts is not None
     for note in notes:
         log(note)
-    seed = typed(start.config).seed
+    seed = start.config.seed
     tries = tries or (5 if real else 1)
     bar = tqdm(unit="candidate", file=sys.stderr, disable=not sys.stderr.isatty(), leave=False)
     ev = Evaluator(target, Budget(budget), bar=bar, against=against)
@@ -448,7 +445,7 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     shrinker = Shrinker(ev, chosen, log)
     best = shrinker.run()
     bar.close()
-    result = ShrinkResult(run_dir, target, typed(best.config).seed, chosen, best,
+    result = ShrinkResult(run_dir, target, best.config.seed, chosen, best,
                           before_outcome, ev.cache[best.key()], 0.0, ev.simulated,
                           ev.cache_hits, attempts, budget_exhausted=ev.budget.exhausted(),
                           against=tuple(against), real_hosts=real_hosts)
@@ -458,11 +455,10 @@ def shrink(run_dir: Path, *, budget: str | None = None, tries: int | None = None
     return result
 
 
-def minimal_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(dict(config))
-    if not out["name"].endswith("-minimal"):
-        out["name"] = f"{out['name']}-minimal"
-    return out
+def minimal_config(config: TestConfig) -> TestConfig:
+    if config.name.endswith("-minimal"):
+        return config
+    return replace(config, name=f"{config.name}-minimal")
 
 
 def write_minimal(result: ShrinkResult, results_root: Path, argv: Sequence[str]) -> Path:
@@ -477,12 +473,12 @@ def write_minimal(result: ShrinkResult, results_root: Path, argv: Sequence[str])
     return run_dir
 
 
-def minimal_document(result: ShrinkResult, config: Mapping[str, Any]) -> dict[str, Any]:
+def minimal_document(result: ShrinkResult, config: TestConfig) -> dict[str, Any]:
     return {
         "format": FORMAT,
-        "seed": typed(config).seed,
+        "seed": config.seed,
         "anomaly": result.target,
-        "config": dict(config),
+        "config": config.record(),
         "schedule": [dict(e) for e in result.after.entries],
         "original": str(result.original.resolve()),
         "real_hosts": result.real_hosts,  # where `harness reproduce --schedule` runs it (default netns)

@@ -7,7 +7,6 @@ of the checkers' or the report's libraries (harness/pypy.py)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -41,14 +40,14 @@ def simulated(config: TestConfig) -> TestConfig:
 
 
 def as_simulated(config: Mapping[str, Any]) -> dict[str, Any]:
-    """simulated() of a validated config dict (a campaign's, a search job's), as a dict."""
+    """simulated() of a validated config dict, as a dict: for the editors of a config that is
+    still a file's or a command line's (harness.system_spec, harness reproduce), before it is
+    typed. A run, a search and their workers take simulated(TestConfig)."""
     return simulated(typed(config)).record()
 
 
-def with_seed(config: Mapping[str, Any], seed: int) -> dict[str, Any]:
-    out = copy.deepcopy(dict(config))
-    out["seed"] = seed
-    return out
+def with_seed(config: TestConfig, seed: int) -> TestConfig:
+    return replace(config, seed=seed)
 
 
 def controller_view(world: World, topic: str) -> Callable[[int], Awaitable[dict | None]]:

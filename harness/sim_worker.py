@@ -1,5 +1,6 @@
 """The simulating side of harness.pypy.PypySimulator: a loop, normally under PyPy, that reads
-one job per line on stdin ({"config", "folder", "invariants", "keep_going"}), simulates it into
+one job per line on stdin ({"config", "folder", "invariants", "keep_going"}; the config is a
+TestConfig's record(), loaded back with TestConfig.load), simulates it into
 its folder with harness.sim_run.simulate_into (keep_going unless the job says otherwise, as a
 search runs a seed; `harness simulate --check-determinism` runs its second copy here with
 keep_going false, as the first), and answers one JSON line per job on stdout: virtual_s,
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from harness.config import TestConfig
 from harness.sim_run import simulate_into
 from harness.test import Test
 
@@ -23,7 +25,8 @@ from harness.test import Test
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     folder = Path(job["folder"])
     cpu = time.process_time()
-    result = simulate_into(Test.of(job["config"], folder, check=False), folder,
+    config = TestConfig.load(job["config"], source="the job's config")
+    result = simulate_into(Test.of(config, folder, check=False), folder,
                            keep_going=job.get("keep_going", True),
                            invariants=job.get("invariants", True))
     return {"virtual_s": result.virtual_s, "wall_s": result.wall_s,

@@ -37,9 +37,9 @@ from checkers.exitcodes import UserError
 from checkers.spark import get_session
 from control.files import owned_dir, write_json_atomic
 from harness import pypy, store
-from harness.config import typed
+from harness.config import TestConfig
 from harness.pypy import PypyError, PypySimulator
-from harness.sim_run import as_simulated, simulate_into, simulated, with_seed
+from harness.sim_run import simulate_into, simulated, with_seed
 from harness.test import Test
 from harness.verdict import verdict_step
 
@@ -111,7 +111,7 @@ def _pypy_child(interpreter: str) -> PypySimulator | None:
     return _pypy
 
 
-def _simulate_seed_into(cfg: dict[str, Any], folder: Path, interpreter: str) -> tuple[float, int]:
+def _simulate_seed_into(cfg: TestConfig, folder: Path, interpreter: str) -> tuple[float, int]:
     """Simulate one seed into `folder` (with keep_going: the row has the loss too), under PyPy
     or in this process; (simulated seconds, acknowledged sends). Under "auto", a child that
     cannot start or dies sends this seed and the rest of this process's to CPython."""
@@ -132,7 +132,7 @@ def _simulate_seed_into(cfg: dict[str, Any], folder: Path, interpreter: str) -> 
     return result.virtual_s, int(result.stats.get("send-ok", 0))
 
 
-def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = None,
+def simulate_seed(config: TestConfig, seed: int, scratch: str | None = None,
                   interpreter: str = "cpython") -> dict:
     """Simulate and check one seed in a scratch folder that is removed afterwards; the summary
     row as a dict (plain data, so it crosses process and Spark boundaries). The simulation
@@ -140,7 +140,7 @@ def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = No
     folder = Path(tempfile.mkdtemp(prefix=f"sim-s{seed}-", dir=scratch))
     try:
         cfg = with_seed(config, seed)
-        store.write_test_json(folder, typed(cfg), ["harness", "simulate"], 0.0)
+        store.write_test_json(folder, cfg, ["harness", "simulate"], 0.0)
         started = time.perf_counter()
         virtual_s, acked = _simulate_seed_into(cfg, folder, interpreter)
         results = check_path(folder, backend="native")
@@ -155,12 +155,21 @@ def simulate_seed(config: Mapping[str, Any], seed: int, scratch: str | None = No
     return asdict(row)
 
 
-def _simulate_many(args: tuple[Mapping[str, Any], list[int], str | None, str]) -> list[dict]:
-    config, seeds, scratch, interpreter = args
+def _simulate_many(args: tuple[dict[str, Any], list[int], str | None, str]) -> list[dict]:
+    """A Spark task: the seeds of one chunk, the config as its record() (loaded back here)."""
+    record, seeds, scratch, interpreter = args
+    config = TestConfig.load(record, source="the search's config")
     return [simulate_seed(config, s, scratch, interpreter) for s in seeds]
 
 
-def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int,
+def _simulate_seed_job(record: dict[str, Any], seed: int, scratch: str | None,
+                       interpreter: str) -> dict:
+    """A worker process's seed: the config crosses the process boundary as its record()."""
+    config = TestConfig.load(record, source="the search's config")
+    return simulate_seed(config, seed, scratch, interpreter)
+
+
+def _rows_local(config: TestConfig, seeds: list[int], jobs: int,
                 interpreter: str, scratch: str) -> Iterator[dict]:
     """Rows in seed order; at most 2 x jobs seeds in flight, so stopping early wastes little."""
     if jobs <= 1:
@@ -170,9 +179,10 @@ def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int,
     pool = ProcessPoolExecutor(max_workers=jobs)
     window: deque = deque()
     pending = iter(seeds)
+    record = config.record()
     try:
         for s in pending:
-            window.append(pool.submit(simulate_seed, config, s, scratch, interpreter))
+            window.append(pool.submit(_simulate_seed_job, record, s, scratch, interpreter))
             if len(window) >= 2 * jobs:
                 yield window.popleft().result()
         while window:
@@ -181,14 +191,15 @@ def _rows_local(config: Mapping[str, Any], seeds: list[int], jobs: int,
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _rows_spark(config: Mapping[str, Any], seeds: list[int], master: str,
+def _rows_spark(config: TestConfig, seeds: list[int], master: str,
                 interpreter: str) -> Iterator[dict]:
     """Seeds as an RDD: each task simulates and checks its seeds and returns one row each."""
     spark = get_session(master)
     sc = spark.sparkContext
     slices = max(1, min(len(seeds), sc.defaultParallelism * 4))
     chunks = [seeds[i::slices] for i in range(slices)]
-    rdd = sc.parallelize([(dict(config), c, None, interpreter) for c in chunks], len(chunks))
+    record = config.record()
+    rdd = sc.parallelize([(record, c, None, interpreter) for c in chunks], len(chunks))
     yield from rdd.flatMap(_simulate_many).toLocalIterator()
 
 
@@ -218,7 +229,7 @@ def chosen_interpreter(interpreter: str, seeds: int, jobs: int, stop_after: int 
     return "auto" if long and pypy.binary() is not None else "cpython"
 
 
-def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
+def search(config: TestConfig, seeds: Iterable[int], *, jobs: int = 1,
            spark_master: str | None = None, stop_after: int | None = None,
            on_row: Callable[[dict], None] | None = None,
            interpreter: str = "auto") -> SearchSummary:
@@ -231,7 +242,7 @@ def search(config: Mapping[str, Any], seeds: Iterable[int], *, jobs: int = 1,
     if interpreter == "pypy" and pypy.binary() is None:
         raise UserError(f"--interpreter pypy: no PyPy installed (make bootstrap installs it, or "
                         f"set {pypy.ENV_VAR} to one)")
-    config = as_simulated(config)
+    config = simulated(config)
     seeds = list(seeds)
     interpreter = chosen_interpreter(interpreter, len(seeds), jobs, stop_after, spark_master)
     summary = SearchSummary()
@@ -283,7 +294,7 @@ def run_search(test: Test, seeds: Sequence[int], *, jobs: int, spark_master: str
         if row["valid"] is not True:
             say(f"seed {row['seed']}: valid={row['valid']} {row['anomalies'] or row['error']}")
 
-    summary = search(test.config.record(), seeds, jobs=jobs, spark_master=spark_master,
+    summary = search(test.config, seeds, jobs=jobs, spark_master=spark_master,
                      stop_after=stop_after, on_row=progress, interpreter=interpreter)
     bar.close()
     print_summary(summary)
@@ -349,11 +360,11 @@ def first_divergence(a: Path, b: Path) -> str | None:
     return None
 
 
-def check_determinism(config: Mapping[str, Any], seed: int) -> str | None:
+def check_determinism(config: TestConfig, seed: int) -> str | None:
     """Simulate `seed` twice -- here, and in a fresh interpreter with another hash seed (so a
     set iterated in hash order shows), PyPy when installed (as searches simulate, while their
     failing seeds are re-run here) -- and return the first divergence, or None."""
-    config = as_simulated(with_seed(config, seed))
+    config = simulated(with_seed(config, seed))
     with tempfile.TemporaryDirectory(prefix=f"det-s{seed}-") as tmp:
         first, second = Path(tmp) / "a", Path(tmp) / "b"
         for folder in (first, second):
@@ -362,7 +373,7 @@ def check_determinism(config: Mapping[str, Any], seed: int) -> str | None:
         env = {**os.environ, "PYTHONHASHSEED": str(1 + seed % 4_000_000),
                "PYTHONPATH": str(pypy.ROOT)}
         # the searches' own worker (harness/sim_worker.py), given this one job
-        job = {"config": config, "folder": str(second), "keep_going": False}
+        job = {"config": config.record(), "folder": str(second), "keep_going": False}
         done = subprocess.run([pypy.binary() or sys.executable, "-m", "harness.sim_worker"],
                               input=json.dumps(job) + "\n", env=env, cwd=pypy.ROOT,
                               capture_output=True, text=True, timeout=3600)

@@ -42,11 +42,15 @@ def corrupt_argv(python: str, data_dir: str, seed: str) -> list[str]:
 
 @dataclass(frozen=True)
 class RealHost:
-    """A host as a kind's HostAction sees it (nemesis.kinds.base.HostPort)."""
+    """A host as a kind's HostAction sees it (nemesis.kinds.base.HostPort; a VM's power too,
+    nemesis.kinds.vm.VmHostPort). What a host action needs of the cluster (its record of
+    stopped nodes, what it set up on the host besides the node) goes through here, so no
+    kind reaches into the Cluster."""
 
     host: Host
     python: str
     code: str | None
+    cluster: Cluster | None = None  # None: a port for commands only (no node, no set-up)
 
     @property
     def name(self) -> str:
@@ -56,18 +60,66 @@ class RealHost:
     def vm(self) -> bool:
         return bool(self.host.vm)
 
-    def run(self, argv: Sequence[str], *, sudo: bool = False) -> str:
-        return self.host.remote.run(list(argv), sudo=sudo).stdout
+    @property
+    def domain(self) -> str:
+        """The host's libvirt domain, "" when it is not a VM."""
+        return self.host.vm
+
+    @property
+    def data_dir(self) -> str:
+        return str(self.host.data_dir)
+
+    @property
+    def run_dir(self) -> str:
+        return str(self.host.run_dir)
+
+    def run(self, argv: Sequence[str], *, sudo: bool = False, timeout: float = 60.0) -> str:
+        return self.host.remote.run(list(argv), sudo=sudo, timeout=timeout).stdout
+
+    def fetch_dir(self, remote_dir: str, local_dir: Path, skip: tuple[str, ...] = ()) -> None:
+        self.host.remote.fetch_dir(remote_dir, local_dir, skip)
+
+    def disconnect(self) -> None:
+        """Drop the SSH connection (it died with the guest); the next command reconnects."""
+        self.host.remote.close()
+
+    def _cluster(self) -> Cluster:
+        if self.cluster is None:
+            raise RuntimeError(f"{self.name}: this host port has no cluster (commands only)")
+        return self.cluster
+
+    def signal_node(self, sig: str) -> None:
+        self._cluster().signal(self.host, sig)
+
+    def node_down(self) -> None:
+        """The node is gone without a kill (its host lost power): the cluster records it."""
+        self._cluster().down.add(self.name)
+
+    def restore_after_boot(self) -> None:
+        """What the cluster set up on the host besides the node, set up again after a boot:
+        the lossy filesystem's mount (its backing directory is on disk) and Toxiproxy."""
+        cluster = self._cluster()
+        if cluster.lazyfs:
+            cluster.mount_lazyfs(self.host)
+        if cluster.toxiproxy:
+            cluster.start_toxiproxy(self.host)
+
+    @property
+    def derived_files(self) -> tuple[str, ...]:
+        """Suffixes of the files the node rebuilds after an unclean shutdown (Kafka's offset
+        and time indexes)."""
+        kafka = self._cluster().kafka
+        return kafka.mapped_suffixes if kafka else ()
 
 
 def real_host(cluster: Cluster, host: Host) -> RealHost:
-    return RealHost(host, cluster.python, cluster.code)
+    return RealHost(host, cluster.python, cluster.code, cluster)
 
 
 class HostsWorld:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self._acted = HostActions()  # what kinds' host actions did, until undone
+        self.acted = HostActions()  # what kinds' host actions did, until undone
 
     @property
     def nodes(self) -> list[str]:
@@ -163,13 +215,24 @@ class HostsWorld:
             await self._blocking(toxiproxy.remove_toxics, self.cluster.host(node), kind)
 
     async def act_on_host(self, node: str, key: str, action: HostAction) -> dict[str, Any]:
-        """A kind's action on the node's host; remembered (once it succeeded) for its undo."""
-        out = await self._blocking(action.on_host, self._port(node))
-        self._acted.add(node, key, action)
+        """A kind's action on the node's host; remembered (once it succeeded) for its undo.
+        Cancelled midway (the workload ended: the runner cancels the nemesis, then heals),
+        the action's thread cannot be: it is waited for, and remembered if it succeeded, so
+        the heal that follows undoes it and finds the host settled (a VM booted, a clock
+        stepped); then the cancel goes on."""
+        job = asyncio.get_running_loop().run_in_executor(None, action.on_host, self._port(node))
+        try:
+            out = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            await asyncio.wait([job])
+            if not job.cancelled() and job.exception() is None:
+                self.acted.add(node, key, action)
+            raise
+        self.acted.add(node, key, action)
         return out
 
     async def undo_on_host(self, node: str, key: str) -> None:
-        action = self._acted.pop(node, key)
+        action = self.acted.pop(node, key)
         if action is not None:
             await self._blocking(action.undo_on_host, self._port(node))
 
@@ -181,7 +244,7 @@ class HostsWorld:
         killed run on long-lived VMs leaves its rules behind), and no host action left: what
         this world did is undone, and every kind cleans what a killed run left (clock-skew:
         every VM's chrony runs, which steps its clock back)."""
-        for node, key in self._acted.pending():
+        for node, key in self.acted.pending():
             await self.undo_on_host(node, key)
         await self._blocking(heal_network, self.cluster)
 

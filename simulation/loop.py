@@ -247,17 +247,17 @@ class SimLoop(asyncio.AbstractEventLoop):
         self._check_closed()
         if self._running:
             raise RuntimeError("This event loop is already running")
-        if asyncio._get_running_loop() is not None:
+        if _another_loop_runs():
             raise RuntimeError("Cannot run the event loop while another loop is running")
         self._running = True
-        asyncio._set_running_loop(self)
+        _set_running_loop(self)
         try:
             while not self._stopping:
                 self._iterate()
         finally:
             self._stopping = False
             self._running = False
-            asyncio._set_running_loop(None)
+            _set_running_loop(None)
 
     def run_until_complete(self, future: Awaitable[T]) -> T:
         self._check_closed()
@@ -464,6 +464,27 @@ class SimLoop(asyncio.AbstractEventLoop):
 
     def remove_signal_handler(self, *a: Any, **k: Any) -> bool:
         return False
+
+
+def _another_loop_runs() -> bool:
+    """Whether this thread already runs an event loop (asyncio's public question)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _set_running_loop(loop: SimLoop | None) -> None:
+    """Make `loop` the loop asyncio.get_running_loop() returns in this thread (None: none),
+    which asyncio.sleep, create_task, current_task, wait_for, locks and queues all ask for.
+    The one reach into asyncio below its public names, kept on purpose: asyncio has no public
+    way for a loop that is not a BaseEventLoop to become the running loop.
+    `asyncio._set_running_loop` is the hook asyncio exports for that (in asyncio.__all__;
+    "a low-level function intended to be used by event loops", its docstring says), the one
+    uvloop uses too. The alternative, subclassing BaseEventLoop for its run_forever, would
+    mean overriding its private `_run_once` and carrying its selector and executor state."""
+    asyncio._set_running_loop(loop)
 
 
 def _cancelled_timer(item: SimTimer | Event) -> bool:

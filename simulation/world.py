@@ -25,8 +25,9 @@ name and take effect at the current virtual time:
     clock_jump(node, delta_ms) / clock_drift(node, rate) / clock_reset(node)
     is_running(node), events()
 
-plus heal_network(), heal_all() (Nemesis.heal_all: network healed, clocks reset, everything
-resumed and started), start_all(), is_paused(node), run_for(seconds). `Verbs(world)` is the
+plus heal_network(), heal_all() (Nemesis.heal_all: every fault still in force undone -- the
+kinds' host actions, a clock skew among them, partitions, link faults --, clocks reset,
+everything resumed and started), start_all(), is_paused(node), run_for(seconds). `Verbs(world)` is the
 same set as coroutines, the shape of nemesis.kinds.base.World (a kind's HostAction acts on
 a `SimHost`: the host's clock). `NetConfig` (network.py) and
 `DiskConfig` (disk.py) hold the latency and fsync distributions.
@@ -110,6 +111,9 @@ class World:
         # every step of a node process and every fault verb
         self.monitor: Any = None
         self.node_errors: list[dict[str, Any]] = []
+        # what kinds' host actions did (Verbs.act_on_host) and no heal has undone yet: the
+        # final heal undoes them, as a real run's heal_network does on its hosts
+        self.host_actions = HostActions()
         self._procs: dict[str, NodeProcess] = {}
         self._events: list[dict[str, Any]] = []
         self._start_rng = self.rng("start")
@@ -332,9 +336,22 @@ class World:
 
     # ---- healing ---------------------------------------------------------------------------------
 
+    def undo_host_actions(self) -> None:
+        """Undo, newest first on each node, every kind's host action still in force (a clock
+        skew whose fault the end of the workload cut short), each through its own undo."""
+        for node, key in reversed(self.host_actions.pending()):
+            action = self.host_actions.pop(node, key)
+            if action is not None:
+                action.undo_in_simulation(SimHost(self, node))
+
     def heal_all(self) -> None:
-        """After the workload (Nemesis.heal_all): no partition or link fault, nothing paused,
-        every node running; clocks back to normal."""
+        """After the workload (Nemesis.heal_all): every fault still in force undone -- the
+        kinds' host actions (undo_host_actions), partitions and link faults --, nothing
+        paused, every node running. Then every clock reads its undisturbed time, whatever set
+        it (a clock verb a test drives directly is no kind's action); that reset of every
+        node, which re-aims each node's next timer, is what runs have always done here, so
+        histories keep their bytes."""
+        self.undo_host_actions()
         self.heal_network()
         for node in self.nodes:
             self.clock_reset(node)
@@ -379,7 +396,11 @@ class Verbs:
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.acted = HostActions()  # what kinds' host actions did, until undone
+
+    @property
+    def acted(self) -> HostActions:
+        """What kinds' host actions did, until undone: the world's, so its final heal sees them."""
+        return self.world.host_actions
 
     @property
     def nodes(self) -> list[str]:
@@ -431,6 +452,8 @@ class Verbs:
         self.world.restore_link(node)
 
     async def heal_network(self) -> None:
+        """As HostsWorld.heal_network: no partition or link fault, and no host action left."""
+        self.world.undo_host_actions()
         self.world.heal_network()
 
     async def add_toxic(self, node: str, kind: str, toxic: Mapping[str, Any]) -> None:

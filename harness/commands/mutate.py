@@ -24,6 +24,7 @@ from checkers.exitcodes import Exit, UserError
 from control.files import owned_dir
 from harness import store
 from harness.commands.simulate import campaign_config, seeds_option
+from harness.config import typed
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import MODULES, Mutant, mutants_of, resolve
@@ -38,7 +39,7 @@ from harness.mutate.score import (
     spark_runner,
     unit_test_all,
 )
-from harness.sim_run import as_simulated
+from harness.sim_run import simulated
 
 NAME = "mutate"
 HELP = "mutation analysis: which small changes to the protocol the harness catches"
@@ -132,7 +133,7 @@ def cells(args: argparse.Namespace) -> list[Cell]:
     for name in args.cell or ["safe"]:
         config = campaign_config(argparse.Namespace(campaign=args.campaign, cell=name, seed=None,
                                                     time_limit=None))
-        out.append(Cell(name, as_simulated(config)))
+        out.append(Cell(name, simulated(typed(config))))
     return out
 
 

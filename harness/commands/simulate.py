@@ -18,9 +18,9 @@ from checkers.exitcodes import Exit, UserError
 from harness import store
 from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
-from harness.config import from_args, parse_fault_list, typed, with_sets, with_values
+from harness.config import TestConfig, from_args, parse_fault_list, typed, with_sets, with_values
 from harness.shrink import replay_test
-from harness.sim_run import as_simulated
+from harness.sim_run import simulated
 from harness.simulate import INTERPRETERS, check_determinism, run_search, simulate_test
 from harness.test import Test
 
@@ -102,9 +102,9 @@ def main(args: argparse.Namespace) -> int:
                                 backend="reference", keep_going=True)
         print(run_dir / "report.html")
         return store.verdict_exit(run_dir)
-    config = as_simulated(campaign_config(args) if args.campaign else from_args(args))
+    config = simulated(typed(campaign_config(args) if args.campaign else from_args(args)))
     if args.check_determinism:
-        return _determinism(config, args.seeds or [typed(config).seed])
+        return _determinism(config, args.seeds or [config.seed])
     test = Test.of(config, store.default_results_dir(), argv=sys.argv)
     if args.seeds:
         summary = run_search(test, args.seeds, jobs=max(1, args.jobs),
@@ -118,7 +118,7 @@ def main(args: argparse.Namespace) -> int:
     return store.verdict_exit(run_dir)
 
 
-def _determinism(config: dict, seeds: list[int]) -> int:
+def _determinism(config: TestConfig, seeds: list[int]) -> int:
     for seed in seeds:
         divergence = check_determinism(config, seed)
         if divergence is not None:

@@ -2,12 +2,15 @@
 (JSON on stdin), loads the mutated module in place of the original, and answers one JSON
 object on stdout.
 
-    {"mutant": ID | null, "config": {...}, "seeds": [...], "baseline": {SEED: row},
+    {"mutant": ID | null, "config": RECORD, "seeds": [...], "baseline": {SEED: row},
      "cell_kinds": [...]}                                      -> {"rows": [...]}
-    {"mutant": ID, "steps": [[CELL, SEED], ...], "configs": {CELL: {...}},
+    {"mutant": ID, "steps": [[CELL, SEED], ...], "configs": {CELL: RECORD},
      "baseline": {CELL: {SEED: row}}, "cell_kinds": {CELL: [...]}}
                                                 -> {"rows": [...]} (each with its "cell")
     {"mutant": ID | null, "pytest": [ARGS...]}                 -> {"exit": N, "failed": [...]}
+
+A RECORD is a cell's simulated TestConfig.record(), loaded back typed (TestConfig.load) once the
+mutant is installed: the config crosses the process boundary in that one form.
 
 The mutated source is served by an import hook installed before anything imports the
 protocol, with the original file's path as its `__file__` (tracebacks name the real file),
@@ -73,12 +76,17 @@ def install(mutant_id: str) -> Mutant:
     return m
 
 
-def search_rows(config: dict[str, Any], seeds: list[int], baseline: dict[str, dict] | None,
+def search_rows(record: dict[str, Any], seeds: list[int], baseline: dict[str, dict] | None,
                 cell_kinds: list[str]) -> list[dict]:
     """The seeds' rows: a mutant's up to and including its first kill against `baseline`
     (rows by seed, as JSON keys them) and the kinds the baseline shows in the cell
-    (oracle.judge); the baseline's own (None) all of them."""
-    from harness.simulate import search  # after install(): it imports the protocol
+    (oracle.judge); the baseline's own (None) all of them. `record` is the cell's
+    TestConfig.record(), loaded back typed here."""
+    # after install(): both import the protocol (the config the nodes' settings)
+    from harness.config import TestConfig
+    from harness.simulate import search
+
+    config = TestConfig.load(record, source="the job's config")
 
     rows = []
     for seed in seeds:  # one at a time: search's stop_after counts only failing seeds

@@ -55,7 +55,7 @@ def race_tasks(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int],
     plan = [blocks(lane, block) for lane in dealt(interleaved([c.name for c in cells], seeds),
                                                   lanes)]
     shared = {"lanes": plan, "seed_timeout": seed_timeout,
-              "configs": {c.name: c.config for c in cells},
+              "configs": {c.name: c.config.record() for c in cells},
               "baseline": {c: {str(s): row for s, row in rows.items()}
                            for c, rows in baselines.items()},
               "cell_kinds": {c: sorted(kinds(rows.values())) for c, rows in baselines.items()}}

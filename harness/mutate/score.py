@@ -32,11 +32,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.mutate.child import PARENT, ROOT
 from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
 from harness.mutate.zygote import Forked, Zygote
+
+if TYPE_CHECKING:  # not imported here: a zygote's children import the protocol after the mutant
+    from harness.config import TestConfig
 
 Proc = subprocess.Popen | Forked  # a child: started afresh, or forked by the zygote
 
@@ -50,7 +53,7 @@ BASELINE = "(unmutated)"  # the twin: the unmutated code under the same cells an
 @dataclass
 class Cell:
     name: str
-    config: dict[str, Any]
+    config: TestConfig  # simulated; a task carries its record(), the child loads it back
 
 
 @dataclass
@@ -313,7 +316,7 @@ def _record_baseline(result: Result, answer: Mapping[str, Any],
 
 def _tasks(ids: Sequence[str], cell: Cell, chunk: list[int], seed_timeout: float,
            baseline: Mapping[int, Mapping[str, Any]]) -> list[dict]:
-    return [{"mutant": i, "cell": cell.name, "config": cell.config, "seeds": chunk,
+    return [{"mutant": i, "cell": cell.name, "config": cell.config.record(), "seeds": chunk,
              "timeout": 20 + seed_timeout * len(chunk),
              "baseline": {str(s): baseline[s] for s in chunk if s in baseline},
              "cell_kinds": sorted(kinds(baseline.values()))} for i in ids]

@@ -7,7 +7,10 @@ would. What the guest had flushed survives: the Vagrantfile gives the disks cach
 guest flush reaches the image file (docs/vms.md, "Power-off"). No lossy filesystem is
 involved: the loss is whatever the real guest kernel had not written back.
 
-apply() freezes the node (SIGSTOP: nothing changes between the measurement and the cut),
+The power cycle is the kind's HostAction (`PowerCycle`), which the World runs through its
+generic `act_on_host` on a host port (nemesis.hosts_world.RealHost, `VmHostPort` here) that
+also carries what the cluster must know or set up again: no reach into the Cluster. apply()
+freezes the node (SIGSTOP: nothing changes between the measurement and the cut),
 records the guest kernel's Dirty and Writeback counters and copies the node's data directory
 as the node sees it (page cache included) to this machine, destroys and starts the VM, waits
 for its sshd, and copies the directory again; what each file lost (its content past the
@@ -24,24 +27,21 @@ $KCH_LIBVIRT_URI (default qemu:///system).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
-from nemesis.kinds.base import FaultKind, Resolved, World, each
+from nemesis.kinds.base import FaultKind, HostPort, Resolved, SimHostPort, World, each
 from nemesis.kinds.power import HOST_AUTO, HOST_MODES
 from nemesis.kinds.registry import register
 from runformat import effects as fx
-
-if TYPE_CHECKING:  # the SSH side is imported where it runs: a simulated run has no paramiko
-    from control.cluster import Cluster
-    from control.host import Host
 
 CONTENT_LIMIT = 64 << 20  # bytes of data files compared by content; sizes only beyond
 BOOT_TIMEOUT_S = 900.0  # software emulation (TCG) boots in about a minute; KVM in seconds
@@ -107,77 +107,86 @@ def read_tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _snapshot(host: Host, skip: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
-    out = host.remote.run(["sh", "-c", snapshot_command(str(host.data_dir))], timeout=60).stdout
+class VmHostPort(HostPort, Protocol):
+    """A real host as a power cycle needs it (nemesis.hosts_world.RealHost): its VM, its
+    node's folders and signals, and the cluster's part in it (which nodes are down, what was
+    set up on the host besides the node), so the kind never reaches into the Cluster."""
+
+    domain: str  # the libvirt domain, "" when the host is not a VM
+    data_dir: str
+    run_dir: str
+    derived_files: tuple[str, ...]  # suffixes of files the node rebuilds (Kafka's indexes)
+
+    def run(self, argv: Sequence[str], *, sudo: bool = False, timeout: float = 60.0) -> str: ...
+    def fetch_dir(self, remote_dir: str, local_dir: Path, skip: tuple[str, ...] = ()) -> None: ...
+    def disconnect(self) -> None: ...
+    def signal_node(self, sig: str) -> None: ...
+    def node_down(self) -> None: ...
+    def restore_after_boot(self) -> None: ...
+
+
+def _snapshot(host: VmHostPort, skip: tuple[str, ...]) -> tuple[dict[str, int], dict[str, int]]:
+    out = host.run(["sh", "-c", snapshot_command(host.data_dir)], timeout=60)
     counters, sizes = parse_snapshot(out)
     return counters, {p: n for p, n in sizes.items() if not p.endswith(skip)}
 
 
-def derived_files(cluster: Cluster) -> tuple[str, ...]:
-    """Suffixes of files the node rebuilds after an unclean shutdown, left out of what a
-    power-off is measured on: Kafka's offset and time indexes. With their preallocated 10 MB
-    bodies the copy before the cut was 29 MB, read over SSH under TCG while the guest kernel
-    went on writing dirty pages back: the cut came later than the fault meant."""
-    return cluster.kafka.mapped_suffixes if cluster.kafka else ()
-
-
-def _wait_for_ssh(host: Host, deadline: float) -> None:
+def _wait_for_ssh(host: VmHostPort, deadline: float) -> None:
     from control.remote import HostKeyMismatch, RemoteError
 
     last: BaseException | None = None
     while time.monotonic() < deadline:
         try:
-            host.remote.run(["true"], timeout=30)
+            host.run(["true"], timeout=30)
             return
         except HostKeyMismatch:
             raise  # another key after a boot: not the VM we know; never retried into
         except (RemoteError, OSError) as e:  # Unreachable is a RemoteError
             last = e
-            host.remote.close()
+            host.disconnect()
             time.sleep(2.0)
     raise RuntimeError(f"{host.name}: no SSH {BOOT_TIMEOUT_S:.0f} s after `virsh start`: {last}")
 
 
-def power_cycle(cluster: Cluster, host: Host) -> dict[str, Any]:
+def power_cycle(host: VmHostPort) -> dict[str, Any]:
     """Power the host's VM off and on; what its data directory lost (blocking)."""
-    if not host.vm:
+    if not host.domain:
         raise RuntimeError(f"{host.name} is not a VM: vm-power-off needs `libvirt_domain` for "
                            "it in the inventory (vagrant/inventory.py writes it; docs/vms.md)")
-    cluster.signal(host, "STOP")  # frozen: no write between the measurement and the cut
+    host.signal_node("STOP")  # frozen: no write between the measurement and the cut
     tmp = Path(tempfile.mkdtemp(prefix=f"kch-vm-power-off-{host.name}-"))
     try:
-        skip = derived_files(cluster)
+        # Kafka's offset and time indexes are left out: with their preallocated 10 MB bodies
+        # the copy before the cut was 29 MB, read over SSH under TCG while the guest kernel
+        # went on writing dirty pages back: the cut came later than the fault meant.
+        skip = host.derived_files
         counters, sizes = _snapshot(host, skip)
         # The data files' content as the node sees it (the guest's page cache included),
         # copied here to compare with what is on the disk after the boot. Small in tests;
         # past CONTENT_LIMIT only sizes are compared.
         compare = sum(sizes.values()) <= CONTENT_LIMIT
         if compare:
-            host.remote.fetch_dir(host.data_dir, tmp / "before", skip)
+            host.fetch_dir(host.data_dir, tmp / "before", skip)
         t0 = time.monotonic()
-        virsh("destroy", host.vm)
+        virsh("destroy", host.domain)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        cluster.signal(host, "CONT")  # no power-off after all: leave the node running
+        host.signal_node("CONT")  # no power-off after all: leave the node running
         raise
-    cluster.down.add(host.name)
-    host.remote.close()  # the connection died with the guest; reconnect after the boot
+    host.node_down()
+    host.disconnect()  # the connection died with the guest; reconnect after the boot
     t_off = time.monotonic()
-    virsh("start", host.vm)
+    virsh("start", host.domain)
     _wait_for_ssh(host, time.monotonic() + BOOT_TIMEOUT_S)
     t_up = time.monotonic()
     # Pidfiles from before the power-off name processes that no longer exist (and pids a
     # fresh boot may have given to others): nothing of ours runs on a freshly booted host.
-    run_dir = shlex.quote(str(host.run_dir))
-    host.remote.run(["sh", "-c", f"rm -f {run_dir}/*.pid"])
-    if cluster.lazyfs:  # the mount went with the power; the backing directory is on disk
-        cluster.mount_lazyfs(host)
-    if cluster.toxiproxy:
-        cluster.start_toxiproxy(host)
+    host.run(["sh", "-c", f"rm -f {shlex.quote(host.run_dir)}/*.pid"])
+    host.restore_after_boot()  # the lazyfs mount went with the power; Toxiproxy too
     try:
         _, sizes_after = _snapshot(host, skip)
         if compare:
-            host.remote.fetch_dir(host.data_dir, tmp / "after", skip)
+            host.fetch_dir(host.data_dir, tmp / "after", skip)
             lost = lost_bytes(read_tree(tmp / "before"), read_tree(tmp / "after"))
         else:
             lost = {p: n - sizes_after.get(p, 0) for p, n in sizes.items() if n > sizes_after.get(p, 0)}
@@ -193,6 +202,26 @@ def power_cycle(cluster: Cluster, host: Host) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class PowerCycle:
+    """vm-power-off's HostAction: the VM's power cut and restored (power_cycle). Nothing is
+    left to undo on the host once it returns, the power being back on; what stays is a node
+    that is not running, which the kind's heal starts, as after a kill. No simulated form:
+    the kind says `simulated = False`, and `harness simulate` refuses it by name first."""
+
+    def on_host(self, host: HostPort) -> dict[str, Any]:
+        return power_cycle(cast(VmHostPort, host))
+
+    def undo_on_host(self, host: HostPort) -> None:
+        """Nothing: the power came back within on_host."""
+
+    def in_simulation(self, host: SimHostPort) -> dict[str, Any]:
+        raise NotImplementedError("vm-power-off needs libvirt VMs: a simulated world has none")
+
+    def undo_in_simulation(self, host: SimHostPort) -> None:
+        raise NotImplementedError("vm-power-off needs libvirt VMs")
+
+
 @register
 class VmPowerOff(FaultKind):
     """The VM's power is cut (`virsh destroy`) and it boots again; the node starts when healed."""
@@ -206,26 +235,14 @@ class VmPowerOff(FaultKind):
     simulated = False  # a simulated world has no VMs to power off
 
     async def apply(self, world: World, resolved: Resolved, pick: int, settings) -> dict[str, Any]:
-        from nemesis.hosts_world import HostsWorld  # real hosts only: SSH and Toxiproxy
-
-        if not isinstance(world, HostsWorld):
-            raise TypeError(f"vm-power-off powers off libvirt VMs; it needs a HostsWorld, not "
-                            f"{type(world).__name__}")
-        cluster = world.cluster
-        loop = asyncio.get_running_loop()
-
-        async def cycle(node: str) -> dict[str, Any]:
-            job = loop.run_in_executor(None, power_cycle, cluster, cluster.host(node))
-            try:
-                return await asyncio.shield(job)
-            except asyncio.CancelledError:
-                # The workload ended mid-boot (the runner cancels the nemesis, then heals and
-                # starts every node): a thread cannot be cancelled, and starting the node on
-                # a VM still booting would fail. The boot is waited for, then the cancel goes on.
-                await asyncio.wait([job])
-                raise
-
-        return await each(resolved, cycle)
+        # Through the World's generic verb: on a HostsWorld a cancel mid-boot (the workload
+        # ended) waits for the boot before it goes on, so the heal that follows starts the
+        # node on a VM that is up (nemesis.hosts_world.HostsWorld.act_on_host).
+        return await each(resolved, lambda node: world.act_on_host(node, self.name, PowerCycle()))
 
     async def heal(self, world: World, resolved: Resolved) -> None:
-        await each(resolved, world.start)
+        async def heal_one(node: str) -> None:
+            await world.undo_on_host(node, self.name)
+            await world.start(node)
+
+        await each(resolved, heal_one)

@@ -14,7 +14,7 @@ import pytest
 from checkers.trace import check_run, findings
 from checkers.trace_spark import check_run_spark
 from harness.campaign_spec import load_spec
-from harness.sim_run import as_simulated, simulate_into, with_seed
+from harness.sim_run import as_simulated, simulate_into
 from harness.test import Test
 from runformat.run_config import RunConfig
 
@@ -28,7 +28,8 @@ def simulated_trace(folder: Path, config_name: str, seed: int, partitions: int) 
     config = copy.deepcopy(next(c.resolved for c in cells if c.config == config_name))
     config["topic"]["partitions"] = partitions
     config["time_limit"] = 15
-    config = as_simulated(with_seed(config, seed))
+    config["seed"] = seed
+    config = as_simulated(config)
     simulate_into(Test.of(config, folder, check=False), folder, keep_going=True)
     (folder / "invariants.jsonl").unlink()
     return RunConfig.of(config)

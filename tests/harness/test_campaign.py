@@ -23,7 +23,7 @@ from test_report import write_run_folder
 from harness import cli
 from harness.campaign import Campaign, CampaignBusy, classify, newest_unfinished, run_campaign
 from harness.campaign_spec import CampaignError, load_spec
-from harness.config import ConfigError
+from harness.config import ConfigError, TestConfig
 from harness.report import report_path
 from harness.store import create_run_dir
 
@@ -58,17 +58,17 @@ interval = 3
 """
 
 
-def simulated_run_test(config: dict[str, Any], results_root: Path) -> Path:
+def simulated_run_test(config: TestConfig, results_root: Path) -> Path:
     """Write a run folder for `config`: acks=1 loses records (see write_run_folder)."""
     time.sleep(float(os.environ.get(SLEEP_ENV, "0")))
-    run_dir = create_run_dir(results_root, config["name"], config["seed"])
-    write_run_folder(run_dir, seed=config["seed"], sends=300, name=config["name"],
-                     lose=config["workload"]["acks"] == "1")
+    run_dir = create_run_dir(results_root, config.name, config.seed)
+    write_run_folder(run_dir, seed=config.seed, sends=300, name=config.name,
+                     lose=config.workload.acks == "1")
     report_path(run_dir)
     journal = os.environ.get(JOURNAL_ENV)
     if journal:
         with open(journal, "a") as fh:
-            fh.write(json.dumps({"name": config["name"], "seed": config["seed"],
+            fh.write(json.dumps({"name": config.name, "seed": config.seed,
                                  "run_dir": str(run_dir)}) + "\n")
     return run_dir
 
@@ -188,8 +188,8 @@ def test_resume_after_sigkill_skips_finished_cells(tmp_path: Path, campaign_file
 
 
 def test_a_failing_run_is_an_error_cell_not_the_end(tmp_path: Path, campaign_file: Path) -> None:
-    def flaky(config: dict[str, Any], root: Path) -> Path:
-        if config["name"].endswith("-acks1-k"):
+    def flaky(config: TestConfig, root: Path) -> Path:
+        if config.name.endswith("-acks1-k"):
             raise RuntimeError("host n3 did not come up")
         return simulated_run_test(config, root)
 

@@ -88,3 +88,57 @@ def test_a_malformed_value_is_named(config, key):
     with pytest.raises(RunConfigError, match=re.escape(key)):
         RunConfig.of(config)
     assert RunConfig.shown(config).raw == config  # a report still shows it as written
+
+
+# ---- the workers: a config crosses a process boundary as TestConfig.record() ---------------------
+
+# The modules that hand a config to another process (a search's worker processes and Spark
+# tasks, the PyPy child, a mutation child) or keep one across candidates (shrink, campaigns).
+WORKERS = ("harness/simulate.py", "harness/sim_worker.py", "harness/sim_run.py",
+           "harness/shrink.py", "harness/campaign.py", "harness/pypy.py", "harness/mutate",
+           "harness/commands/simulate.py", "harness/commands/mutate.py")
+DICT_CONFIG = re.compile(r"\b(config|cfg|configs)\s*:\s*(dict|Mapping)\b")
+# the one dict helper left: simulated() for the editors of a file's config before it is typed
+DICT_HELPERS = {"harness/sim_run.py": "def as_simulated("}
+
+
+def dict_configs() -> list[str]:
+    hits = []
+    for name in WORKERS:
+        paths = sorted((ROOT / name).rglob("*.py")) if (ROOT / name).is_dir() else [ROOT / name]
+        for path in paths:
+            rel = path.relative_to(ROOT).as_posix()
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if DICT_CONFIG.search(line) and DICT_HELPERS.get(rel, "\0") not in line:
+                    hits.append(f"{rel}:{n}: {line.strip()}")
+    return hits
+
+
+def test_the_workers_take_the_typed_config_and_send_its_record():
+    assert not dict_configs(), ("a worker takes a config as a dict: take a TestConfig, and "
+                                "cross a process boundary with record() / TestConfig.load")
+
+
+def test_the_dict_config_pattern_sees_a_dict_config():
+    # the twin of the contract above: the pattern it relies on sees the old signatures
+    assert DICT_CONFIG.search("def search(config: Mapping[str, Any], seeds: Iterable[int]):")
+    assert DICT_CONFIG.search("    config: dict[str, Any]")
+    assert not DICT_CONFIG.search("def search(config: TestConfig, seeds: Iterable[int]):")
+    assert all((ROOT / name).exists() for name in WORKERS)
+
+
+def test_a_record_loads_back_to_the_same_config_for_every_validation_cell():
+    from dataclasses import replace
+
+    from harness.campaign_spec import load_spec
+    from harness.config import ConfigError, TestConfig, typed
+    from harness.sim_run import simulated
+
+    _, cells = load_spec(ROOT / "campaigns" / "validation.toml")
+    for cell in cells:
+        config = simulated(typed(cell.resolved))
+        assert TestConfig.load(config.record()) == config, cell.id
+    # not an identity: a changed record is another config, a broken one is refused by name
+    assert TestConfig.load(replace(config, seed=config.seed + 1).record()) != config
+    with pytest.raises(ConfigError, match="nodes"):
+        TestConfig.load({**config.record(), "nodes": "many"})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from test_report import write_run_folder
@@ -13,7 +12,7 @@ from test_report import write_run_folder
 from harness import cli
 from harness.campaign import run_campaign
 from harness.campaign_spec import CampaignError, load_spec
-from harness.config import load_config, typed
+from harness.config import TestConfig, load_config, typed
 from harness.report import report_path
 from harness.report.differential import compare, format_comparison, table
 from harness.reproduce import by_role, plan_file, room_for_waits, with_plan_faults
@@ -138,11 +137,11 @@ def test_a_campaign_with_an_unknown_system_names_the_file(tmp_path):
         load_spec(path)
 
 
-def losing_on_sim(config: dict[str, Any], results_root: Path) -> Path:
+def losing_on_sim(config: TestConfig, results_root: Path) -> Path:
     """A run folder that lost records on the simulator only (see write_run_folder)."""
-    run_dir = create_run_dir(results_root, config["name"], config["seed"])
-    write_run_folder(run_dir, seed=config["seed"], sends=300, name=config["name"],
-                     lose=config["hosts"]["provider"] == "sim")
+    run_dir = create_run_dir(results_root, config.name, config.seed)
+    write_run_folder(run_dir, seed=config.seed, sends=300, name=config.name,
+                     lose=config.hosts.provider == "sim")
     report_path(run_dir)
     return run_dir
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from harness.commands.mutate import cells, sample
+from harness.config import TestConfig
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import changed_lines, mutant, mutants_of, mutants_of_source, parse_id
@@ -228,7 +230,7 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
     source = ROOT / "replication" / "partition.py"
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     safe = cells(argparse.Namespace(cell=["safe"], campaign=ROOT / "campaigns" / "validation.toml"))
-    cell = Cell("safe", {**safe[0].config, "time_limit": 10})
+    cell = Cell("safe", replace(safe[0].config, time_limit=10.0))
     results = search_all([HWM_MAX], [cell], [1, 2], local_runner(2), block=2)
     killed, baseline = results[HWM_MAX], results[BASELINE]
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
@@ -238,13 +240,13 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
 
 
 def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
-    def cell(campaign: str, name: str) -> dict:
+    def cell(campaign: str, name: str) -> TestConfig:
         args = argparse.Namespace(cell=[name], campaign=ROOT / "campaigns" / campaign)
-        return {k: v for k, v in cells(args)[0].config.items() if k != "name"}
+        return replace(cells(args)[0].config, name="")
 
     assert cell("mutation.toml", "safe/safe-mix") == cell("validation.toml", "safe")
-    assert cell("mutation.toml", "safe/reach")["nemesis"]["faults"] != \
-        cell("validation.toml", "safe")["nemesis"]["faults"]
+    assert cell("mutation.toml", "safe/reach").nemesis.faults != \
+        cell("validation.toml", "safe").nemesis.faults
 
 
 @pytest.mark.parametrize("name, key, value", [
@@ -257,7 +259,7 @@ def test_the_gap_closing_cells_are_the_safe_configuration_with_one_setting_more(
     once a flush policy or small segments make its code run, not another configuration's."""
     def cell(which: str) -> dict:
         args = argparse.Namespace(cell=[which], campaign=ROOT / "campaigns" / "mutation.toml")
-        return cells(args)[0].config
+        return cells(args)[0].config.record()  # compared as the dicts test.json holds
 
     base, gap = cell("safe/power"), cell(name)
     assert gap["system"] == {**base["system"], key: value}
@@ -268,7 +270,7 @@ def test_the_gap_closing_cells_are_the_safe_configuration_with_one_setting_more(
 def test_the_no_elr_cell_is_the_flush_count_one_under_the_rules_before_kip_966() -> None:
     def cell(which: str) -> dict:
         args = argparse.Namespace(cell=[which], campaign=ROOT / "campaigns" / "mutation.toml")
-        return cells(args)[0].config
+        return cells(args)[0].config.record()  # compared as the dicts test.json holds
 
     base, gap = cell("flush-count/power"), cell("no-elr/power")
     assert gap["system"] == {**base["system"], "eligible.leader.replicas.enable": False}

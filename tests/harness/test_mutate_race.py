@@ -8,11 +8,13 @@ unmutated code's searched through every step of both lanes."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 from test_mutate import HWM_MAX, _row
 
 from harness.commands.mutate import cells, lanes_option
+from harness.config import load_config, typed
 from harness.mutate.child import ROOT
 from harness.mutate.race import dealt, interleaved, race_all, race_task, race_tasks, record_race
 from harness.mutate.score import BASELINE, CHILDREN, Cell, Result, local_runner
@@ -73,7 +75,7 @@ def test_lanes_must_be_a_positive_integer(text) -> None:
 def _safe(name: str, time_limit: int) -> Cell:
     (safe,) = cells(argparse.Namespace(cell=["safe"],
                                        campaign=ROOT / "campaigns" / "validation.toml"))
-    return Cell(name, {**safe.config, "time_limit": time_limit})
+    return Cell(name, replace(safe.config, time_limit=float(time_limit)))
 
 
 def test_the_first_lane_to_kill_stops_the_other_lanes_child_mid_seed() -> None:
@@ -123,7 +125,8 @@ def test_a_races_baseline_goes_to_its_own_runner_and_the_mutants_to_the_race() -
                         for lane in t["lanes"]]}
         return run
 
-    two = [Cell("a", {}), Cell("b", {})]
+    fast = typed(load_config("fast"))  # never simulated here: the runners are recordings
+    two = [Cell("a", fast), Cell("b", fast)]
     results = race_all(["m"], two, [1, 2], recording("race"), lanes=2, block=2,
                        baseline_runner=recording("baseline"))
     assert calls == {"baseline": [f"search_task:{BASELINE}"] * 2, "race": ["race_task:m"]}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.commands.simulate import campaign_config
-from harness.config import ConfigError, load_config
+from harness.config import ConfigError, load_config, typed
 from harness.report.story import Story, build_story
 from harness.shrink import (
     MINIMAL,
@@ -99,12 +99,12 @@ class _Table(Evaluator):
         self.losing = losing
 
     def outcome(self, cand):
-        lost = cand.config["workload"]["acks"] in self.losing
+        lost = cand.config.workload.acks in self.losing
         return Outcome({"lost-write": 3} if lost else {}, 10, 10, 0.0)
 
 
 def test_against_keeps_only_candidates_whose_safe_twin_passes():
-    weak = Candidate(load_config(overrides={"workload.acks": "1"}), ())
+    weak = Candidate(typed(load_config(overrides={"workload.acks": "1"})), ())
     assert _Table({"1"}).fails(weak)
     assert _Table({"1"}, against=["workload.acks=all"]).fails(weak)
     # a schedule that loses under the safe setting too is no reproduction of the weakness
@@ -113,7 +113,7 @@ def test_against_keeps_only_candidates_whose_safe_twin_passes():
 
 
 def test_against_with_an_unknown_key_is_a_config_error():
-    weak = Candidate(load_config(), ())
+    weak = Candidate(typed(load_config()), ())
     with pytest.raises(ConfigError, match="unknown key 'system.nope'"):
         _Table({"1"}, against=["system.nope=1"]).twin(weak)
 
@@ -210,13 +210,12 @@ def test_a_real_runs_schedule_maps_into_the_simulator(tmp_path):
               dict(SCHEDULE[1], target={"select": "last-isr-member", "partition": 0, "pick": 2},
                    resolved={"nodes": ["n2"]}, started_s=3.52, ended_s=4.1, outcome="ok",
                    error=None)]
-    from harness.config import typed
     (run / "schedule.json").write_text(json.dumps(
         {"format": 1, "params": typed(config).schedule_params.to_dict(), "faults": faults}))
     from harness.shrink import start_candidate
     cand, real_hosts, notes = start_candidate(run)
     assert real_hosts == {"provider": "netns"} and not notes  # where minimal.json reruns it
-    assert cand.config["hosts"] == {"provider": "sim", "toxiproxy": "auto"}
+    assert cand.config.hosts.record() == {"provider": "sim", "toxiproxy": "auto"}
     assert [e["target"] for e in cand.entries] == [{"fixed": {"nodes": ["n3", "n4"]}},
                                                    {"fixed": {"nodes": ["n2"]}}]
     assert [e["start_s"] for e in cand.entries] == [1.61, 3.52]

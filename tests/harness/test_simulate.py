@@ -11,7 +11,7 @@ import pytest
 from harness import cli
 from harness.campaign import run_campaign
 from harness.campaign_spec import load_spec
-from harness.config import load_config
+from harness.config import load_config, typed
 from harness.sim_run import as_simulated, simulate_into
 from harness.simulate import check_determinism, first_divergence, search, simulate_test
 from harness.test import Test
@@ -58,7 +58,7 @@ def test_harness_check_and_report_read_a_simulated_folder(tmp_path, capsys):
 
 def test_the_same_seed_gives_the_same_bytes_even_with_another_hash_seed():
     config = small("seed=5", faults="['kill','partition','power-loss','slow-link']")
-    assert check_determinism(config, 5) is None
+    assert check_determinism(typed(config), 5) is None
 
 
 def test_different_seeds_differ_and_divergence_is_located(tmp_path):
@@ -72,14 +72,14 @@ def test_different_seeds_differ_and_divergence_is_located(tmp_path):
 
 
 def test_a_search_finds_the_last_replica_standing_loss_without_elr():
-    summary = search(cell("no-elr"), range(1, 9), jobs=1, stop_after=1)
+    summary = search(typed(cell("no-elr")), range(1, 9), jobs=1, stop_after=1)
     assert summary.failing, summary.rows
     row = next(r for r in summary.rows if r["seed"] == summary.failing[0])
     assert row["anomalies"].get("lost-write", 0) > 0 and row["lost"] > 0
 
 
 def test_a_search_of_the_safe_configuration_finds_nothing():
-    summary = search(cell("safe"), range(1, 4), jobs=2)
+    summary = search(typed(cell("safe")), range(1, 4), jobs=2)
     assert summary.runs == 3 and not summary.failing and not summary.errors, summary.rows
 
 
@@ -157,7 +157,7 @@ faults = ["kill"]
 
 @pytest.mark.spark
 def test_a_search_runs_on_spark_with_the_same_rows_as_locally():
-    config = small(limit=6)
+    config = typed(small(limit=6))
     local = search(config, range(1, 3), jobs=1)
     spark = search(config, range(1, 3), spark_master="local[1]")
     assert spark.runs == local.runs == 2
@@ -210,6 +210,7 @@ def test_a_second_run_that_fails_in_the_worker_is_said_with_the_jobs_error(tmp_p
     done = subprocess.run([sys.executable, "-m", "harness.sim_worker"], input=job, text=True,
                           capture_output=True, timeout=120)
     assert done.returncode == 0  # the worker lives on: the job's error is its answer
-    assert _worker_error(done).startswith("KeyError")
+    # the worker loads the job's config record as a config file is read: refused by name
+    assert _worker_error(done).startswith("ConfigError: config: nodes: missing")
     crashed = subprocess.CompletedProcess([], 1, "", "Traceback ...\nSystemExit: boom\n")
     assert _worker_error(crashed) == "Traceback ...\nSystemExit: boom"

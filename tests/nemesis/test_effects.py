@@ -8,7 +8,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from harness.config import ConfigError, load_config
+from harness.config import ConfigError, load_config, typed
 from harness.report.story import _fault_text
 from harness.sim_run import as_simulated, simulate_into
 from harness.simulate import check_determinism
@@ -90,4 +90,96 @@ def test_clock_skew_runs_in_the_simulator_and_its_op_records_its_effects(tmp_pat
 def test_clock_skew_is_deterministic():
     config = load_config("fast", ["nodes=4", "topic.partitions=1", "time_limit=6", "seed=4",
                                   "nemesis.faults=['clock-skew','kill']"])
-    assert check_determinism(config, 4) is None
+    assert check_determinism(typed(config), 4) is None
+
+
+# ---- vm-power-off: a HostAction like clock-skew -----------------------------------------------
+
+
+class _Recorder:
+    """The World verbs vm-power-off may call, recorded (the kind's wiring alone)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    async def act_on_host(self, node, key, action):
+        self.calls.append(("act", node, key, type(action).__name__))
+        return {"lost_bytes": 0}
+
+    async def undo_on_host(self, node, key):
+        self.calls.append(("undo", node, key))
+
+    async def start(self, node):
+        self.calls.append(("start", node))
+
+
+def test_vm_power_off_goes_through_the_generic_host_verbs():
+    import asyncio
+
+    kind, world = lookup("vm-power-off"), _Recorder()
+    out = asyncio.run(kind.apply(world, ["n2", "n3"], 0, {}))
+    asyncio.run(kind.heal(world, ["n2"]))
+    assert out == {"n2": {"lost_bytes": 0}, "n3": {"lost_bytes": 0}}
+    assert world.calls == [("act", "n2", "vm-power-off", "PowerCycle"),
+                           ("act", "n3", "vm-power-off", "PowerCycle"),
+                           ("undo", "n2", "vm-power-off"), ("start", "n2")]
+
+
+class _Blocking:
+    """A HostAction whose command blocks its worker thread until released (or fails)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        import threading
+
+        self.entered, self.release, self.fail, self.finished = (threading.Event(),
+                                                                  threading.Event(), fail, False)
+
+    def on_host(self, host):
+        self.entered.set()
+        self.release.wait(10)
+        if self.fail:
+            raise RuntimeError("the command failed")
+        self.finished = True
+        return {}
+
+    def undo_on_host(self, host):
+        pass
+
+
+def _cancel_midway(action: _Blocking) -> tuple[bool, list]:
+    """act_on_host on a real HostsWorld (a worker thread), cancelled while the action runs:
+    whether the cancel waited for the thread, and the actions left to undo."""
+    import asyncio
+
+    from control.cluster import Cluster
+    from nemesis.hosts_world import HostsWorld
+
+    world = HostsWorld(Cluster([_host("")], {}))
+
+    async def scenario() -> bool:
+        task = asyncio.create_task(world.act_on_host("n2", "k", action))
+        await asyncio.get_running_loop().run_in_executor(None, action.entered.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        waited = not task.done()  # still waiting for the thread, not cancelled at once
+        action.release.set()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return waited
+
+    waited = asyncio.run(scenario())
+    return waited, world.acted.pending()
+
+
+def test_a_host_action_cancelled_midway_is_waited_for_and_left_for_the_heal():
+    action = _Blocking()
+    waited, pending = _cancel_midway(action)
+    assert waited and action.finished and pending == [("n2", "k")]
+
+
+def test_a_host_action_that_failed_while_cancelled_is_not_left_for_the_heal():
+    # the twin: what is remembered is what succeeded, not every action started
+    waited, pending = _cancel_midway(_Blocking(fail=True))
+    assert waited and pending == []

@@ -8,25 +8,25 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import pytest
 
 from harness import pypy
 from harness import simulate as simulate_module
 from harness.campaign_spec import load_spec
-from harness.config import load_config
-from harness.sim_run import as_simulated, simulate_into, with_seed
+from harness.config import TestConfig, load_config, typed
+from harness.sim_run import as_simulated, simulate_into, simulated, with_seed
 from harness.sim_worker import serve
 from harness.simulate import DETERMINISM_FILES, search
 from harness.test import Test
 from tests.harness.test_simulate import VALIDATION
 
 
-def cell(name: str, limit: int) -> dict:
+def cell(name: str, limit: int) -> TestConfig:
     _, cells = load_spec(VALIDATION)
-    config = dict(next(c.resolved for c in cells if c.config == name))
-    config["time_limit"] = limit
-    return as_simulated(config)
+    config = typed(next(c.resolved for c in cells if c.config == name))
+    return simulated(replace(config, time_limit=float(limit)))
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +104,9 @@ def test_auto_chooses_pypy_for_long_searches_only(monkeypatch):
 
 
 def test_a_failing_job_is_the_seed_s_error_and_the_child_goes_on(tmp_path, child):
-    with pytest.raises(pypy.SimulationFailed):
-        child.simulate({"nodes": "many"}, tmp_path / "x")
+    # a config the child refuses when it loads the job (3 nodes, replication factor 3)
+    with pytest.raises(pypy.SimulationFailed, match="nodes"):
+        child.simulate(replace(cell("safe", 2), nodes=3), tmp_path / "x")
     (tmp_path / "ok").mkdir()
     assert child.simulate(with_seed(cell("safe", 2), 1), tmp_path / "ok")["virtual_s"] > 2
 

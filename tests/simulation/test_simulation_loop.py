@@ -183,3 +183,20 @@ def test_asyncio_primitives_run_on_the_loop_of_its_own():
     loop.close()
     with pytest.raises(RuntimeError, match="closed"):
         loop.call_soon(print)
+
+
+def test_a_loop_refuses_to_run_inside_another_running_loop_and_runs_once_it_ended():
+    outer, inner = SimLoop(), SimLoop()
+    fut = inner.create_future()
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="another loop is running"):
+            inner.run_until_complete(fut)
+        assert asyncio.get_running_loop() is outer  # the refusal left the running loop as it was
+
+    outer.run(main())
+    inner.call_later(0.5, fut.set_result, "done")
+    assert inner.run_until_complete(fut) == "done" and inner.time() == 0.5
+    assert not inner.is_running()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        asyncio.get_running_loop()  # and none is left running in this thread

@@ -564,6 +564,52 @@ def test_verbs_are_the_fault_kinds_world():
         assert asyncio.iscoroutinefunction(getattr(Verbs, name, None)), name
 
 
+def _skewed_world():
+    """A running 4-node world whose n2 clock-skew (3 s ahead) the nemesis applied through the
+    kind's HostAction and never healed: the workload ended first."""
+    from nemesis.kinds.clock import ClockStep
+    from simulation.world import Verbs
+
+    world = World(seed=1, n_nodes=4, node_config=NodeConfig.from_settings(FAST))
+    world.start_all()
+    world.run_for(1.0)
+    verbs = Verbs(world)
+    world.loop.run_until_complete(verbs.act_on_host("n2", "clock-skew", ClockStep(3000.0)))
+    return world, verbs
+
+
+def _skew_s(world: World, node: str) -> float:
+    """How far the node's clock is from its undisturbed reading (base + virtual time)."""
+    clock = world.clocks[node]
+    return round(clock.at(world.loop.now) - (clock.base + world.loop.now), 6)
+
+
+def test_the_final_heal_undoes_a_clock_skew_that_was_never_healed():
+    world, verbs = _skewed_world()
+    assert _skew_s(world, "n2") == 3.0 and world.host_actions.pending() == [("n2", "clock-skew")]
+    world.heal_all()
+    assert _skew_s(world, "n2") == 0.0
+    assert world.host_actions.pending() == []  # nothing left in force for a later heal to undo
+    world.run_for(2.0)
+    assert _skew_s(world, "n2") == 0.0 and all(world.is_running(n) for n in world.nodes)
+
+
+def test_a_final_heal_that_skips_the_undo_leaves_the_skew_in_force(monkeypatch):
+    # the twin: the check above sees a heal that leaves the kind's action undone
+    monkeypatch.setattr(World, "undo_host_actions", lambda self: None)
+    world, _ = _skewed_world()
+    world.heal_all()
+    assert world.host_actions.pending() == [("n2", "clock-skew")]
+
+
+def test_the_nemesis_heal_over_verbs_undoes_host_actions_as_on_real_hosts():
+    """Nemesis.heal_all calls heal_network: HostsWorld's undoes every host action still in
+    force, and so does the simulated world's."""
+    world, verbs = _skewed_world()
+    world.loop.run_until_complete(verbs.heal_network())
+    assert _skew_s(world, "n2") == 0.0 and world.host_actions.pending() == []
+
+
 def test_fsync_latency_delays_acks_only_under_a_flush_policy(tmp_path):
     """The storage port: with flush.messages=1 an acks=all record is acknowledged once the
     leader and a follower have fsynced it, so a 20 ms disk shows; without a flush policy
