@@ -13,6 +13,8 @@ from support.segments import encode_record
 from replication.log import Record
 from replication.segment_format import (
     HEADER_SIZE,
+    decode_buffer,
+    encode_records,
     iter_records,
     scan_segment,
     segment_name,
@@ -53,6 +55,16 @@ def test_encoding_matches_the_documented_format() -> None:
         "00000016" + f"{zlib.crc32(data[8:]):08x}"
         + "0000000000000007" + "00000003" + "fffffffffffffffe" + "3432"
     )
+
+
+def test_decoded_records_are_records_with_named_fields() -> None:
+    # decode_buffer makes its records without Record's own __new__ (segment_format's
+    # _new_record): they must still be Records, equal and hashed as the tuples they are.
+    records = [Record(5, 2, 1_700_000_000_000, b"7"), Record(6, 2, -1, b"")]
+    decoded, end = decode_buffer(encode_records(records)[0], 5)
+    assert decoded == records and end == sum(map(len, [encode_record(r) for r in records]))
+    assert all(type(r) is Record for r in decoded)
+    assert [(r.offset, r.epoch, r.timestamp_ms, r.value) for r in decoded] == [tuple(r) for r in records]
 
 
 def test_segments_roll_and_reads_cross_them(tmp_path: Path) -> None:
