@@ -237,6 +237,26 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest  # the checkout untouched
 
 
+# metadata.fence's pre-KIP-966 branch with `state.leader != broker` negated: a fenced last ISR
+# member that leads keeps leading (a stable id: edits of other lines leave it; `--show` it)
+PRE_KIP966_FENCED_LEADER_KEPT = "replication/metadata.py:fence:cmp-negate:50ed0306:0"
+
+
+def test_the_pre_kip966_fence_mutant_is_killed_where_the_unmutated_code_is_silent() -> None:
+    """The no-elr cell runs the controller without KIP-966: ValidControllerState's pre-KIP-966
+    form lets the last replica standing stay fenced in a leaderless ISR (the unmutated code
+    does so at most seeds) and kills the mutant that keeps it leading."""
+    mutant_id = PRE_KIP966_FENCED_LEADER_KEPT
+    assert "+        if state.leader == broker:" in mutant(ROOT, mutant_id).diff()
+    no_elr = cells(argparse.Namespace(cell=["no-elr/partition-power"],
+                                      campaign=ROOT / "campaigns" / "mutation.toml"))
+    results = search_all([mutant_id], [no_elr[0]], [1, 2], local_runner(2), block=2)
+    killed, baseline = results[mutant_id], results[BASELINE]
+    assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
+    assert killed.by == ["invariant:ValidControllerState"]
+    assert (baseline.outcome, baseline.seeds_run, baseline.notes) == ("survived", 2, [])
+
+
 def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:
     def cell(campaign: str, name: str) -> dict:
         args = argparse.Namespace(cell=[name], campaign=ROOT / "campaigns" / campaign)
