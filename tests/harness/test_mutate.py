@@ -203,6 +203,23 @@ def test_the_safety_score_counts_neither_crashes_liveness_kills_nor_equivalent_m
             row["score with liveness kills"]) == ("1/3 = 33%", "2/3 = 67%", "3/4 = 75%")
 
 
+def test_a_loss_excess_kill_classified_safe_by_hand_is_not_counted() -> None:
+    """The loss-excess rule's kill of a mutant shown by hand to change no safety property was
+    a false alarm: the mutant leaves the count as a classified survivor does. Unclassified (or
+    classified missed) it stays counted, as above."""
+    results = {i: Result(i, outcome=o, kind=k) for i, o, k in [
+        (BASELINE, "survived", None), ("x.py:drop-stmt:1:0:0", "killed", "safety"),
+        ("x.py:drop-stmt:2:0:0", "killed", "loss-excess"),
+        ("x.py:drop-stmt:3:0:0", "killed", "loss-excess")]}
+    hand = {"x.py:drop-stmt:2:0:0": {"verdict": "safe", "why": "timing only"},
+            "x.py:drop-stmt:3:0:0": {"verdict": "missed", "why": "a real loss"}}
+    (row, _) = page.score_table(results, hand)
+    assert (row["loss-excess kills"], row["equivalent or safe"]) == (1, 1)
+    assert (row["safety score"], row["score with loss-excess kills"]) == ("1/2 = 50%", "2/2 = 100%")
+    (row, _) = page.score_table(results, {})
+    assert (row["loss-excess kills"], row["safety score"]) == (2, "1/3 = 33%")
+
+
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:
     per_module = {p: mutants_of(ROOT, p) for p in ("replication/metadata.py",
                                                    "replication/broker_store.py")}
