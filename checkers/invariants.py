@@ -43,7 +43,8 @@ truncation to the high watermark, unclean.shutdown.detection=false, isr.update=l
 a violation, because that is the weakness the harness exists to reveal. Only the structural
 ELR rules (ELR empty at MinISR, MinIsrRecoveryQuorum) apply when the partition has ELR on
 (`PartitionMeta.elr_enabled`); without ELR the ELR and LastKnownELR stay empty and those rules
-say nothing.
+say nothing, and ValidControllerState takes its pre-KIP-966 form (a fenced broker stays in
+the ISR only as the leaderless last member: `last_replica_standing`).
 
 Incremental use: every invariant names the parts of the state it reads (`Invariant.reads`,
 tags below); a checker that knows what a step changed evaluates only the invariants that
@@ -371,13 +372,26 @@ def valid_controller_isr_and_elr(p: PartitionSnapshot) -> list[Violation]:
             for x in problems]
 
 
+def last_replica_standing(m: PartitionMeta) -> bool:
+    """The one state in which Kafka's controller keeps a fenced broker in the ISR without
+    KIP-966 (ELR off): the broker is the ISR's only member and the partition has no leader.
+    Pre-KIP-966 the controller never empties the ISR: fencing its last member only takes the
+    leadership away, and the partition waits for that broker to come back (KIP-966,
+    "Motivation": the "last replica standing"; Kafka's documentation, "Unclean leader
+    election: What if they all die?": wait for an ISR replica to come back to life)."""
+    return not m.elr_enabled and m.leader is None and len(m.isr) == 1
+
+
 def valid_controller_state(p: PartitionSnapshot) -> list[Violation]:
     m = p.meta
     bad = sorted(set(m.isr) & m.fenced)
-    if not bad:
+    if not bad or last_replica_standing(m):
         return []
+    rule = "" if m.elr_enabled else (
+        "; without ELR a fenced broker may stay in the ISR only as its leaderless last member "
+        f"(here leader {m.leader}, {len(m.isr)} member(s))")
     return [_v("ValidControllerState", m, f"fenced broker(s) {bad} in the ISR {list(m.isr)} "
-               f"(partition epoch {m.partition_epoch})", tuple(bad), m.partition_epoch)]
+               f"(partition epoch {m.partition_epoch}){rule}", tuple(bad), m.partition_epoch)]
 
 
 def min_isr_recovery_quorum(p: PartitionSnapshot) -> list[Violation]:
@@ -649,9 +663,11 @@ INVARIANTS: tuple[Invariant, ...] = (
          The controller's ISR and ELR are within the replicas and disjoint, the ELR is empty
          while the ISR has MinISR members (ELR on), and a leader is an ISR member."""),
     _inv("ValidControllerState", "ValidControllerState", valid_controller_state, "meta", """
-         No fenced broker is in the controller's ISR. Pre-KIP-966 (ELR off) the last ISR
-         member stays in the ISR while fenced: that is the "last replica standing" weakness
-         KIP-966 removed, and it is reported."""),
+         No fenced broker is in the controller's ISR. Pre-KIP-966 (ELR off) the rule is
+         Kafka's without KIP-966: a fenced broker stays in the ISR only as its last member,
+         with the partition leaderless until it is back (the "last replica standing"); any
+         other fenced ISR member, a fenced leader above all, is a violation. The loss that
+         state leads to is the other properties' to report."""),
     _inv("MinIsrRecoveryQuorum", "MinIsrRecoveryQuorum", min_isr_recovery_quorum, "meta", """
          With ELR on, when the ISR and the ELR are both empty, LastKnownELR has exactly MinISR
          members: the replicas balanced recovery must hear from."""),

@@ -10,8 +10,11 @@ harness's to catch). The **score with loss-excess kills**: safety and loss-exces
 seed that lost far more, per acknowledged send too, than the baseline's, with no new
 kind: harness/mutate/oracle.py) / the safety score's count. The **score with liveness
 kills**: all kills / the same count with the liveness kills put back. A survivor classified
-"missed" is a safety-breaking change the harness did not catch. While only a sample of the
-survivors is classified, the scores are lower bounds of the true ones."""
+"missed" is a safety-breaking change the harness did not catch. A mutant the loss-excess rule
+alone killed is a survivor of the safety rules, so a hand verdict of "equivalent" or "safe"
+takes it out of the count as it does a survivor (the rule's kill was then a false alarm: a
+lossy cell's loss moved by a changed schedule). While only a sample of the survivors is
+classified, the scores are lower bounds of the true ones."""
 
 from __future__ import annotations
 
@@ -45,18 +48,25 @@ def _ratio(killed: int, counted: int) -> str:
     return f"{killed}/{counted} = {killed / counted:.0%}" if counted else "-"
 
 
+def cleared(r: Result, hand: Mapping[str, Mapping]) -> bool:
+    """Killed by the loss-excess rule alone, and classified equivalent or safe by hand."""
+    return r.outcome == "killed" and r.kind == "loss-excess" \
+        and hand.get(r.id, {}).get("verdict") in NOT_COUNTED
+
+
 def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mapping]) -> dict:
     def count(outcome: str, kind: str | None = None) -> int:
         return sum(r.outcome == outcome and (kind is None or r.kind == kind) for r in results)
 
     survivors = [r for r in results if r.outcome == "survived"]
     verdicts = [hand.get(r.id, {}).get("verdict") for r in survivors]
-    equivalent = sum(v in NOT_COUNTED for v in verdicts)
+    false_alarms = sum(cleared(r, hand) for r in results)
+    equivalent = sum(v in NOT_COUNTED for v in verdicts) + false_alarms
     unit_only = sum(r.unit == "killed" for r in survivors)
     both = sum(r.unit != "killed" and v not in NOT_COUNTED for r, v in zip(survivors, verdicts,
                                                                               strict=True))
     safety, liveness = count("killed", "safety"), count("killed", "liveness")
-    excess = count("killed", "loss-excess")
+    excess = count("killed", "loss-excess") - false_alarms
     counted = len(results) - count("crashed") - count("timed-out") - equivalent
     return {"module": module, "mutants": len(results), "crashed": count("crashed"),
             "timed out": count("timed-out"), "safety kills": safety,
@@ -132,6 +142,7 @@ def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant
         "diffs": {i: m.diff() for i, m in mutants.items()}})
     survivors = [r for r in results.values() if r.outcome == "survived" and r.id != BASELINE]
     killed = [r for r in results.values() if r.outcome == "killed"]
+    false_alarms = [r for r in killed if cleared(r, hand)]
     facts = "".join(f"<li>{html.escape(str(k))}: {html.escape(str(v))}</li>"
                     for k, v in meta.items())
     page = (f"<!doctype html><meta charset=utf-8><title>mutation campaign</title>"
@@ -139,6 +150,9 @@ def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant
             f"<h2>Score per module</h2>{_table_html(rows)}"
             f"<h2>Survivors ({len(survivors)})</h2>"
             + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in survivors)
+            + f"<h2>Loss-excess kills classified by hand as no safety change "
+              f"({len(false_alarms)})</h2>"
+            + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in false_alarms)
             + f"<h2>Killed ({len(killed)})</h2>{_killed_html(killed)}"
             + _baseline_html(results.get(BASELINE)))
     path = out / "index.html"

@@ -299,6 +299,20 @@ def test_valid_controller_state():
     assert "fenced broker(s) [1] in the ISR [1]" in v.detail
 
 
+def test_valid_controller_state_without_elr_allows_only_the_last_replica_standing():
+    # pre-KIP-966: the last ISR member, fenced, stays in the ISR of a leaderless partition
+    standing = meta(isr=(1,), leader=None, fenced=frozenset({1}), elr_enabled=False)
+    assert inv.valid_controller_state(healthy(m=standing)) == []
+    # ... but it may not go on leading (metadata.fence's pre-KIP-966 branch with its test
+    # negated keeps the fenced leader: the mutant `metadata.py:fence:cmp-negate`) ...
+    (v,) = inv.valid_controller_state(healthy(m=replace(standing, leader=1)))
+    assert "leaderless last member (here leader 1, 1 member(s))" in v.detail
+    # ... nor stay beside another member: a fenced broker leaves any larger ISR
+    (v,) = inv.valid_controller_state(healthy(m=replace(standing, isr=(1, 2), leader=2)))
+    assert "fenced broker(s) [1] in the ISR [1, 2]" in v.detail
+    assert inv.valid_controller_state(healthy(m=replace(standing, isr=(1, 2), leader=None)))
+
+
 def test_min_isr_recovery_quorum():
     assert inv.min_isr_recovery_quorum(healthy(m=meta(leader=None, isr=(), last_known_elr=(1, 2)))) == []
     (v,) = inv.min_isr_recovery_quorum(healthy(m=meta(leader=None, isr=(), last_known_elr=(2,))))
@@ -459,11 +473,18 @@ def test_a_trace_decides_log_ends_only_where_it_reports_them():
     assert v["name"] == "invariant:LeaderCandidateCompleteness" and "member 3" in v["detail"]
 
 
-def test_a_trace_sees_the_fenced_last_replica_standing():
+def test_a_trace_judges_the_fenced_last_replica_standing_by_the_elr_setting():
     events = base_trace() + [
         ev(2.0, "controller", "broker-fenced", broker=1, reason="session-timeout"),
         pc(2.0, None, 1, 1, (1,), reason="fence-last-isr-member")]
-    (v,) = check_trace(events, min_isr=2, elr_enabled=False).violations
+    # pre-KIP-966 that is the controller's rule; with ELR on it is not
+    assert check_trace(events, min_isr=2, elr_enabled=False).violations == []
+    (v,) = check_trace(events, min_isr=2).violations
+    assert v["name"] == "invariant:ValidControllerState"
+    # a fenced last member that keeps leading breaks the pre-KIP-966 rule too
+    kept = base_trace() + [ev(2.0, "controller", "broker-fenced", broker=1, reason="session-timeout"),
+                           pc(2.0, 1, 0, 1, (1,), reason="fence")]
+    (v,) = check_trace(kept, min_isr=2, elr_enabled=False).violations
     assert v["name"] == "invariant:ValidControllerState"
 
 
@@ -488,21 +509,19 @@ def test_a_trace_never_judges_the_state_inside_a_controller_batch():
 
 def test_a_controller_batch_is_judged_by_the_state_it_leaves():
     # the last ISR member fenced and, in the same call, an unclean leader elected: only the
-    # end state counts ...
+    # end state counts (judged with ELR on, where a fenced broker may never stay) ...
     fenced_last = pc(2.1, None, 1, 1, (1,), reason="fence-last-isr-member")
     elected = pc(2.2, 2, 2, 2, (2,), reason="unclean-election")
     fence = ev(2.0, "controller", "broker-fenced", broker=1, reason="session-timeout")
-    found = check_trace(base_trace() + batch(3, fence, fenced_last, elected), min_isr=2,
-                        elr_enabled=False).violations
+    found = check_trace(base_trace() + batch(3, fence, fenced_last, elected), min_isr=2).violations
     assert "invariant:ValidControllerState" not in {v["name"] for v in found}
     # ... and an end state with the fenced broker in the ISR is a violation
-    (v,) = check_trace(base_trace() + batch(3, fence, fenced_last), min_isr=2,
-                       elr_enabled=False).violations
+    (v,) = check_trace(base_trace() + batch(3, fence, fenced_last), min_isr=2).violations
     assert v["name"] == "invariant:ValidControllerState"
     # a batch cut short (its controller died mid-way) is applied when the next one begins
     cut = batch(3, fence, fenced_last, elected)[:2]
     nxt = batch(4, ev(3.0, "controller", "broker-unfenced", broker=1))
-    found = check_trace(base_trace() + cut + nxt, min_isr=2, elr_enabled=False).violations
+    found = check_trace(base_trace() + cut + nxt, min_isr=2).violations
     assert [v["name"] for v in found] == ["invariant:ValidControllerState"]
 
 

@@ -205,6 +205,23 @@ def test_the_safety_score_counts_neither_crashes_liveness_kills_nor_equivalent_m
             row["score with liveness kills"]) == ("1/3 = 33%", "2/3 = 67%", "3/4 = 75%")
 
 
+def test_a_loss_excess_kill_classified_safe_by_hand_is_not_counted() -> None:
+    """The loss-excess rule's kill of a mutant shown by hand to change no safety property was
+    a false alarm: the mutant leaves the count as a classified survivor does. Unclassified (or
+    classified missed) it stays counted, as above."""
+    results = {i: Result(i, outcome=o, kind=k) for i, o, k in [
+        (BASELINE, "survived", None), ("x.py:drop-stmt:1:0:0", "killed", "safety"),
+        ("x.py:drop-stmt:2:0:0", "killed", "loss-excess"),
+        ("x.py:drop-stmt:3:0:0", "killed", "loss-excess")]}
+    hand = {"x.py:drop-stmt:2:0:0": {"verdict": "safe", "why": "timing only"},
+            "x.py:drop-stmt:3:0:0": {"verdict": "missed", "why": "a real loss"}}
+    (row, _) = page.score_table(results, hand)
+    assert (row["loss-excess kills"], row["equivalent or safe"]) == (1, 1)
+    assert (row["safety score"], row["score with loss-excess kills"]) == ("1/2 = 50%", "2/2 = 100%")
+    (row, _) = page.score_table(results, {})
+    assert (row["loss-excess kills"], row["safety score"]) == (2, "1/3 = 33%")
+
+
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:
     per_module = {p: mutants_of(ROOT, p) for p in ("replication/metadata.py",
                                                    "replication/broker_store.py")}
@@ -237,6 +254,26 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
     assert "lost-write" in killed.by and "invariant:LeaderCompleteness" in killed.by
     assert (baseline.outcome, baseline.seeds_run, baseline.notes) == ("survived", 2, [])
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest  # the checkout untouched
+
+
+# metadata.fence's pre-KIP-966 branch with `state.leader != broker` negated: a fenced last ISR
+# member that leads keeps leading (a stable id: edits of other lines leave it; `--show` it)
+PRE_KIP966_FENCED_LEADER_KEPT = "replication/metadata.py:fence:cmp-negate:50ed0306:0"
+
+
+def test_the_pre_kip966_fence_mutant_is_killed_where_the_unmutated_code_is_silent() -> None:
+    """The no-elr cell runs the controller without KIP-966: ValidControllerState's pre-KIP-966
+    form lets the last replica standing stay fenced in a leaderless ISR (the unmutated code
+    does so at most seeds) and kills the mutant that keeps it leading."""
+    mutant_id = PRE_KIP966_FENCED_LEADER_KEPT
+    assert "+        if state.leader == broker:" in mutant(ROOT, mutant_id).diff()
+    no_elr = cells(argparse.Namespace(cell=["no-elr/partition-power"],
+                                      campaign=ROOT / "campaigns" / "mutation.toml"))
+    results = search_all([mutant_id], [no_elr[0]], [1, 2], local_runner(2), block=2)
+    killed, baseline = results[mutant_id], results[BASELINE]
+    assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
+    assert killed.by == ["invariant:ValidControllerState"]
+    assert (baseline.outcome, baseline.seeds_run, baseline.notes) == ("survived", 2, [])
 
 
 def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:

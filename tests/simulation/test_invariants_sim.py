@@ -32,7 +32,7 @@ TWINS = [
     ("unclean.leader.election.enable", {"unclean.leader.election.enable": True}, "all",
      lambda run_dir: weakness("stale-follower", "chaos", run_dir), "LeaderCompleteness"),
     ("eligible.leader.replicas.enable=false", {"eligible.leader.replicas.enable": False}, "all",
-     lambda run_dir: shrink_then("power-loss", "chaos", run_dir), "ValidControllerState"),
+     lambda run_dir: shrink_then("power-loss", "chaos", run_dir), "LeaderCompleteness"),
     ("replica.truncation=high-watermark", {"replica.truncation": "high-watermark"}, "all",
      lambda run_dir: weakness("pause-pair", "chaos", run_dir), "LeaderCandidateCompleteness"),
     ("unclean.shutdown.detection=false", {"unclean.shutdown.detection": False}, "all",
