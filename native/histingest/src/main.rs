@@ -27,6 +27,7 @@
 //! Exit 2: usage or any other I/O error, or an output it refuses to replace (refuse_outputs):
 //! then it touched nothing.
 
+mod alloc;
 mod convert;
 mod fields;
 mod orphan;
@@ -403,6 +404,7 @@ fn consume(
 
 fn main() -> ExitCode {
     orphan::die_with_parent();
+    alloc::keep_freed_memory();
     let a = match args().and_then(|a| refuse_outputs(&a).map(|()| a)) {
         Ok(a) => a,
         Err(e) => {

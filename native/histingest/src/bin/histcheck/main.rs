@@ -21,6 +21,8 @@
 //! Exit 5: with `--memory-limit BYTES`, the rows of the partitions asked for would hold more
 //! than that (an estimate, checked as they load): nothing was checked.
 
+#[path = "../../alloc.rs"]
+mod alloc;
 mod checks;
 mod load;
 #[path = "../../orphan.rs"]
@@ -41,21 +43,6 @@ use load::{load, Failure, Groups, Tables, Wanted};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-extern "C" {
-    // mimalloc's own API (linked in with the allocator above).
-    fn mi_option_set(option: i32, value: std::ffi::c_long);
-}
-/// `mi_option_purge_delay` in mimalloc 2's `mi_option_e` (the version Cargo.lock pins).
-const MI_OPTION_PURGE_DELAY: i32 = 15;
-
-/// Keep freed memory for reuse instead of returning it to the OS. The row vectors grow by
-/// doubling to gigabytes; with the default 10 ms purge every growth returned the old block
-/// and faulted fresh (transparent huge) pages in again, which took more time than the checks.
-fn keep_freed_memory() {
-    // SAFETY: sets one integer option; called first thing in main, before any thread starts.
-    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
-}
 
 struct Args {
     ops: PathBuf,
@@ -283,7 +270,7 @@ const TOO_BIG: u8 = 5;
 
 fn main() -> ExitCode {
     orphan::die_with_parent();
-    keep_freed_memory();
+    alloc::keep_freed_memory();
     let result = parse_args().map_err(Failure::Error).and_then(|a| run(&a));
     match result {
         Ok(out) => {
