@@ -222,9 +222,10 @@ def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any,
 
 def before(history: Path | None, tables: Path | None, work: Path, spark, n: int,
            args: argparse.Namespace) -> tuple[dict[str, dict[str, int]], float, float]:
-    """The stages of an earlier build (args.before_tools), called as it was: its ingest
-    writes the tables in history order (each Spark task reads them whole), then the Spark
-    check of those tables and its histcheck alone. (found, ingest median, Spark median)."""
+    """The stages of an earlier build (args.before_tools), called as it was: its ingest, then
+    the Spark check of its tables and its histcheck alone, each after every stage of this
+    build (so a load that drifts during the run favours one side: compare like stages, the
+    Spark check and histcheck, to see by how much). (found, ingest median, Spark median)."""
     tools = args.before_tools
     ingests: list[float] = []
     t_ing = 0.0
@@ -235,11 +236,11 @@ def before(history: Path | None, tables: Path | None, work: Path, spark, n: int,
         cmd = [str(tools / "histingest"), str(history), str(tables / "ops.parquet"),
                str(tables / "reads.parquet"), "--threads", str(os.cpu_count() or 1)]
         _, ingests = _runs(args, subprocess.run, cmd, check=True, capture_output=True)
-        t_ing = stage("ingest, native, BEFORE (history order)", ingests, n)
+        t_ing = stage("ingest, native, BEFORE", ingests, n)
     ops, reads = tables / "ops.parquet", tables / "reads.parquet"
     print(f"  (before: tables clustered by partition: {spark_native.clustered(ops, reads)})")
     out, sparks = _runs(args, spark_checks.run, spark, ops, reads, "all", plan=args.spark_plan)
-    t_spark = stage("check, Spark, BEFORE (history order)", sparks, n)
+    t_spark = stage("check, Spark, BEFORE", sparks, n)
     found = {"Spark before": summary(out)}
     if ingests:
         stage("end to end, BEFORE", [a + b for a, b in zip(ingests, sparks, strict=True)], n)
