@@ -21,9 +21,9 @@ injected anomaly, and they must agree.
     ... --history H.jsonl --injected '{"lost-write": 910, ...}'   # an existing history
     ... --tables DIR --injected ...   # existing ops/reads Parquet tables: no ingest stage
     ... --before-tools /work/main/.venv/bin   # also, in the same run and Spark session, an
-                           # earlier build's histingest (tables in history order, before the
-                           # clustering by partition), the Spark check of its tables, and its
-                           # histcheck alone: "before" beside each "after" stage
+                           # earlier build's histingest, the Spark check of its tables, and
+                           # its histcheck alone: "before" beside each "after" stage, the two
+                           # alternating run by run and taking turns at going first
 
 At the end it runs benchmarks/linearizability_bench.py's main() when that exists.
 """
@@ -220,44 +220,69 @@ def _runs(args: argparse.Namespace, fn: Callable[..., Any], *a: Any,
     return out, times
 
 
-def before(history: Path | None, tables: Path | None, work: Path, spark, n: int,
-           args: argparse.Namespace) -> tuple[dict[str, dict[str, int]], float, float]:
-    """The stages of an earlier build (args.before_tools), called as it was: its ingest, then
-    the Spark check of its tables and its histcheck alone, each after every stage of this
-    build (so a load that drifts during the run favours one side: compare like stages, the
-    Spark check and histcheck, to see by how much). (found, ingest median, Spark median)."""
-    tools = args.before_tools
-    ingests: list[float] = []
-    t_ing = 0.0
-    if tables is None:
-        assert history is not None
-        tables = work / "tables-before"
-        tables.mkdir(exist_ok=True)
-        cmd = [str(tools / "histingest"), str(history), str(tables / "ops.parquet"),
-               str(tables / "reads.parquet"), "--threads", str(os.cpu_count() or 1)]
-        _, ingests = _runs(args, subprocess.run, cmd, check=True, capture_output=True)
-        t_ing = stage("ingest, native, BEFORE", ingests, n)
-    ops, reads = tables / "ops.parquet", tables / "reads.parquet"
-    print(f"  (before: tables clustered by partition: {spark_native.clustered(ops, reads)})")
-    out, sparks = _runs(args, spark_checks.run, spark, ops, reads, "all", plan=args.spark_plan)
-    t_spark = stage("check, Spark, BEFORE", sparks, n)
-    found = {"Spark before": summary(out)}
-    if ingests:
-        stage("end to end, BEFORE", [a + b for a, b in zip(ingests, sparks, strict=True)], n)
-    if not args.no_native:
-        cmd = [str(tools / "histcheck"), str(ops), str(reads), "--acks", "all", "--examples",
-               "8"]
-        _, natives = _runs(args, subprocess.run, cmd, check=True, capture_output=True)
-        stage("check, histcheck alone, BEFORE", natives, n)
-    if tables.name == "tables-before":
-        shutil.rmtree(tables)
-    return found, t_ing, t_spark
+def _paired(args: argparse.Namespace, after: Callable[[], Any],
+            before: Callable[[], Any] | None,
+            warm: bool = False) -> tuple[Any, list[float], Any, list[float]]:
+    """args.runs runs of `after` and, given, of `before` (the earlier build's same stage),
+    alternating and taking turns at going first, so a load that drifts during the run is
+    shared by both: (after's last output, its times, before's last output, its times).
+    `warm`: with a `before`, one untimed run first, so that neither side pays for the warm-up
+    of what they share (the Spark session's first job)."""
+    if before is None:
+        return (*_runs(args, after), None, [])
+    if warm:
+        after()
+    outs: dict[str, Any] = {}
+    times: dict[str, list[float]] = {"after": [], "before": []}
+    for i in range(args.runs):
+        order = [("after", after), ("before", before)]
+        for name, fn in order if i % 2 == 0 else reversed(order):
+            outs[name], t = timed(fn)
+            times[name].append(t)
+    return outs["after"], times["after"], outs["before"], times["before"]
+
+
+class Before:
+    """An earlier build's stages (args.before_tools) on the same history, called as it was:
+    its histingest into tables of its own, then its Spark check and histcheck alone."""
+
+    def __init__(self, tools: Path, history: Path | None, tables: Path | None, work: Path) -> None:
+        self.tools, self.history = tools, history
+        self.tables = tables if tables is not None else work / "tables-before"
+        self.owned = tables is None
+
+    def ingest(self) -> None:
+        assert self.history is not None
+        self.tables.mkdir(exist_ok=True)
+        subprocess.run([str(self.tools / "histingest"), str(self.history), str(self.ops),
+                        str(self.reads), "--threads", str(os.cpu_count() or 1)],
+                       check=True, capture_output=True)
+
+    def histcheck(self) -> None:
+        subprocess.run([str(self.tools / "histcheck"), str(self.ops), str(self.reads),
+                        "--acks", "all", "--examples", "8"], check=True, capture_output=True)
+
+    @property
+    def ops(self) -> Path:
+        return self.tables / "ops.parquet"
+
+    @property
+    def reads(self) -> Path:
+        return self.tables / "reads.parquet"
+
+    def close(self) -> None:
+        if self.owned:
+            shutil.rmtree(self.tables, ignore_errors=True)
 
 
 def bench(history: Path | None, tables: Path | None, injected: dict[str, int], work: Path,
           spark, workers: list[int], args: argparse.Namespace) -> None:
-    """Every stage of one history (or of its tables, already ingested), args.runs times."""
+    """Every stage of one history (or of its tables, already ingested), args.runs times; with
+    --before-tools each stage alternates with the earlier build's same stage."""
+    earlier = (Before(args.before_tools, history, args.tables and args.before_tables, work)
+               if args.before_tools else None)
     ingests: list[float] = []
+    ingests_before: list[float] = []
     if tables is None:
         assert history is not None
         tables = work / "tables"
@@ -266,7 +291,8 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
             shutil.rmtree(tables, ignore_errors=True)
             return ingest(history, tables)
 
-        ing, ingests = _runs(args, ingest_once)
+        ing, ingests, _, ingests_before = _paired(args, ingest_once,
+                                                  earlier and earlier.ingest)
         assert ing.path == "native", ing.path
         n, reads = ing.ops, ing.reads
     else:
@@ -279,27 +305,37 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
     print(f"\n== {n:,} ops ({reads:,} records read){size}, tables {du_mib(tables):,.0f} MiB;"
           f" injected {injected}; load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     t_ing = stage("ingest, native (jsonl -> parquet)", ingests, n) if ingests else 0.0
+    t_ing_before = stage("ingest, native, BEFORE", ingests_before, n) if ingests_before else 0.0
     if args.exact_ingest and history is not None:
         exact_dir = work / "exact"
         _, t = timed(ingest, history, exact_dir, native=False)
         stage("ingest, exact path (before)", [t], n)
         shutil.rmtree(exact_dir)
     master = spark.sparkContext.master
-    s_out, sparks = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all",
-                          plan=args.spark_plan)
+
+    def check(ops: Path, reads: Path) -> Callable[[], Any]:
+        return lambda: spark_checks.run(spark, ops, reads, "all", plan=args.spark_plan)
+
+    s_out, sparks, b_out, sparks_before = _paired(
+        args, check(ops_path, reads_path), earlier and check(earlier.ops, earlier.reads),
+        warm=True)
     t_spark = stage(f"check, Spark {master} ({args.spark_plan}, warm)", sparks, n)
     found = {"Spark": summary(s_out)}
     del s_out
     if ingests:
         stage("end to end: ingest + Spark check",
               [a + b for a, b in zip(ingests, sparks, strict=True)], n)  # fmt: skip
-    if args.before_tools:
-        found_before, ing_before, spark_before = before(
-            history, args.tables and args.before_tables, work, spark, n, args)
-        found |= found_before
-        ratio = f"ingest {ing_before / t_ing:.2f}x, " if ingests else ""
+    if earlier is not None:
+        print(f"  (before: tables clustered by partition: "
+              f"{spark_native.clustered(earlier.ops, earlier.reads)})")
+        t_spark_before = stage("check, Spark, BEFORE", sparks_before, n)
+        found["Spark before"] = summary(b_out)
+        if ingests_before:
+            stage("end to end, BEFORE",
+                  [a + b for a, b in zip(ingests_before, sparks_before, strict=True)], n)
+        ratio = f"ingest {t_ing_before / t_ing:.2f}x, " if ingests else ""
         print(f"{'after over before (medians)':38s} {ratio}Spark check "
-              f"{spark_before / t_spark:.2f}x")
+              f"{t_spark_before / t_spark:.2f}x")
     if args.sql_too and args.spark_plan != "sql":
         q_out, sqls = _runs(args, spark_checks.run, spark, ops_path, reads_path, "all",
                             plan="sql")
@@ -308,8 +344,12 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
         del q_out
     baselines: dict[str, float] = {}
     if not args.no_native:
-        h_out, natives = _runs(args, native_checks.run, ops_path, reads_path, "all")
+        h_out, natives, _, natives_before = _paired(
+            args, lambda: native_checks.run(ops_path, reads_path, "all"),
+            earlier and earlier.histcheck)
         baselines["histcheck"] = stage("check, single-process histcheck", natives, n)
+        if natives_before:
+            stage("check, histcheck alone, BEFORE", natives_before, n)
         found["histcheck"] = summary(h_out)
         del h_out
     if not args.no_duckdb:
@@ -350,6 +390,8 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
           else "MISMATCH between backends or injected anomalies missed (above)")  # fmt: skip
     if history is not None and args.tables is None:
         shutil.rmtree(tables, ignore_errors=True)
+    if earlier is not None:
+        earlier.close()
 
 
 def run_linearizability_bench() -> None:
@@ -403,6 +445,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if (args.history or args.tables) and args.injected is None:
         ap.error("--history and --tables need --injected (the generator prints it)")
+    if args.before_tools and args.tables and not args.before_tables:
+        ap.error("--before-tools with --tables needs --before-tables (that build's tables)")
     print(f"load average at the start {os.getloadavg()}")
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.workdir)))
