@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 
 from test_mutate import HWM_MAX
 
@@ -25,7 +26,7 @@ def _job(mutant: str | None) -> dict:
                                        campaign=ROOT / "campaigns" / "validation.toml"))
     base = {"1": {"seed": 1, "valid": True, "acked": 500, "anomalies": {}, "error": None,
                   "lost": 0}}
-    return {"mutant": mutant, "config": {**safe.config, "time_limit": 10}, "seeds": [1],
+    return {"mutant": mutant, "config": replace(safe.config, time_limit=10.0).record(), "seeds": [1],
             "baseline": base if mutant else {}, "cell_kinds": []}
 
 
