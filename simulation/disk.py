@@ -309,9 +309,17 @@ class NodeDisk:
     def check_recovery(self, after: str) -> None:
         """SyncedRecordsSurvive for every log as a kill would leave the disk now (the page
         cache kept): each view's synced records against what the real recovery of a copy
-        keeps, a loss noted in its `lost_synced`. The views and the disk stay as they are."""
+        keeps, a loss noted in its `lost_synced`. The views and the disk stay as they are.
+
+        Only a log with synced records is recovered: `synced_record_lost` looks below
+        `synced` alone, so with none there is nothing the recovery could find lost (a
+        no-fault run of the safe cell, with no flush policy, ends with none on any disk, and
+        recovering its three logs cost about 9 % of the run's instructions)."""
+        keys = sorted(key for key, view in self.views.items() if view.synced > 0)
+        if not keys:
+            return
         scratch = self.fs.copy()
-        for key in sorted(self.views):
+        for key in keys:
             view = self.views[key]
             kept = self._recovery(key, scratch)
             lost = synced_record_lost(view.synced, view.records, kept)

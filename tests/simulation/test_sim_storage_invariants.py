@@ -20,7 +20,7 @@ from replication.broker_store import CLEAN_MARKER, BrokerStore
 from replication.log import Log
 from replication.partition import Replica
 from replication.segment_log import segment_name
-from simulation.disk import DATA_DIR
+from simulation.disk import DATA_DIR, NodeDisk
 from simulation.invariants import (
     CLEAN_CLOSE_DURABLE,
     CLEAN_START_AFTER_CLEAN_STOP,
@@ -99,6 +99,32 @@ def test_the_end_of_a_run_recovers_every_disk_against_what_its_syncs_covered(dam
         assert "after a kill at the end of the run, offset 0 holds nothing" in \
             monitor.violations[0]["detail"]
     assert sorted(disk.fs.listdir(DATA_DIR / "t-0")) == files  # the check changed no file
+
+
+@pytest.mark.parametrize("flush_messages", [None, 1], ids=["nothing-synced", "all-synced"])
+def test_the_end_of_a_run_recovers_only_logs_with_synced_records(monkeypatch, flush_messages):
+    """With no flush policy nothing is synced, so SyncedRecordsSurvive holds whatever a
+    recovery keeps (even with the log's segment gone): the end of the run recovers nothing
+    and reports nothing. With every record synced it recovers the log and reports the loss
+    (the twin: a shortcut that skipped every disk would miss it)."""
+    recovered: list[tuple[str, int]] = []
+    real = NodeDisk._recovery
+
+    def recovery(self: NodeDisk, key: tuple[str, int], scratch):
+        recovered.append(key)
+        return real(self, key, scratch)
+
+    monkeypatch.setattr(NodeDisk, "_recovery", recovery)
+    world, monitor = _world(12, flush_messages=flush_messages)
+    _produce(world, 30)
+    node = _follower(world)
+    disk = world.disks[node]
+    synced = disk.views[("t", 0)].synced
+    assert synced == (30 if flush_messages else 0)
+    disk.fs.unlink(DATA_DIR / "t-0" / segment_name(0))
+    monitor.end_of_run()
+    assert (("t", 0) in recovered) is bool(synced)
+    assert _names(monitor) == ["invariant:" + SYNCED_RECORDS_SURVIVE] * bool(synced)
 
 
 @pytest.mark.parametrize("broken", [False, True], ids=["marker-deleted", "marker-kept"])
