@@ -342,26 +342,22 @@ class Shrinker:
         end = fault_end(self.best.entries)
         limits = sorted({math.ceil(end) + 1, math.ceil(end) + 3, math.ceil(end) + 8})
         for limit in limits:
-            if limit < self._best().time_limit and self._config_try({"time_limit": limit},
+            if limit < self.best.config.time_limit and self._config_try({"time_limit": limit},
                                                                     f"time limit {limit} s"):
                 break
         for producers in (1, 2, 4, 8):
-            if producers < self._best().workload.producers and self._config_try(
+            if producers < self.best.config.workload.producers and self._config_try(
                     {"workload.producers": producers}, f"{producers} producer(s)"):
                 break
-        if self._best().topic.partitions > 1:
+        if self.best.config.topic.partitions > 1:
             self._config_try({"topic.partitions": 1}, "1 partition")
-        rate = self._best().workload.rate
+        rate = self.best.config.workload.rate
         for frac in (8, 4, 2):
             lower = max(1, int(rate // frac))
             if lower < rate and self._config_try({"workload.rate": lower}, f"rate {lower}/s"):
                 break
-        if self._best().workload.consumers > 1:
+        if self.best.config.workload.consumers > 1:
             self._config_try({"workload.consumers": 1}, "1 consumer")
-
-    def _best(self) -> TestConfig:
-        """The best candidate's config so far."""
-        return self.best.config
 
     def run(self) -> Candidate:
         self.drop_faults()
