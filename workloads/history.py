@@ -272,7 +272,7 @@ class HistoryWriter:
             if not _RESERVED.isdisjoint(fields):
                 raise HistoryError(f"{sorted(_RESERVED.intersection(fields))} are not an "
                                    "operation's fields")
-            op = self._write_locked({"process": process, "type": "invoke", "f": f, **fields})
+            op = self._emit_locked(process, "invoke", f, fields, None)
             pending = Pending(self, op, fields)
             self._pending[process] = pending
             return pending
@@ -318,8 +318,11 @@ class HistoryWriter:
         if pending.done:
             raise HistoryError(f"operation {pending.op['index']} was already completed")
         # A completion repeats its invoke's fields (partition, value...) unless it overrides them.
-        op = self._write_locked({"process": pending.process, "type": kind, "f": pending.op["f"],
-                                 **pending.fields, **fields})
+        if _RESERVED.isdisjoint(fields):  # kind is one of COMPLETIONS (Pending's methods)
+            op = self._emit_locked(pending.process, kind, pending.op["f"], pending.fields, fields)
+        else:  # _write_locked says which it refuses, or what the fields override
+            op = self._write_locked({"process": pending.process, "type": kind,
+                                     "f": pending.op["f"], **pending.fields, **fields})
         pending.done = True
         del self._pending[pending.process]
         if kind == "info":
@@ -336,6 +339,31 @@ class HistoryWriter:
             raise HistoryError(f"type must be invoke, ok, fail or info, got {op['type']!r}")
         stamp = max(self.now_ns(), self._last_time)
         full = {"index": self._next_index, "time": stamp, **op}
+        self._put_locked(full, stamp)
+        return full
+
+    def _emit_locked(self, process: int | str, kind: str, f: str, fields: Mapping[str, Any],
+                     more: Mapping[str, Any] | None) -> dict[str, Any]:
+        """_write_locked of {process, type: kind, f, **fields, **more}, for an invoke or a
+        completion whose fields hold none of _RESERVED and whose kind is one of _TYPES: the
+        line's dict is made once, and only what such an op can get wrong is checked."""
+        if self._closed:
+            raise HistoryError(f"{self.path} is closed")
+        clock = self._clock
+        stamp = clock() if clock is not None else time.monotonic_ns() - self.start_ns
+        if stamp < self._last_time:
+            stamp = self._last_time
+        if more is None:
+            full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
+                    "f": f, **fields}
+        else:
+            full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
+                    "f": f, **fields, **more}
+        self._put_locked(full, stamp)
+        return full
+
+    def _put_locked(self, full: dict[str, Any], stamp: int) -> None:
+        """Write the op `full` (its index and time assigned) and count it."""
         # Serialise first: an unserialisable op must not consume an index or reach the file.
         line = _encode_op(full)
         if self._buffer_bytes:
@@ -348,7 +376,6 @@ class HistoryWriter:
         self._next_index += 1
         self._last_time = stamp
         self._dirty = True
-        return full
 
     def _flush_locked(self) -> None:
         if self._buffer:
