@@ -344,3 +344,31 @@ def test_the_plain_encoder_escapes_and_hands_back(monkeypatch):
         with pytest.raises(history._Unusual):
             history._put(unusual, out)
     assert history._encode_op({"k": {1: 2}}) == '{"k": {"1": 2}}'
+
+
+# ---- the shapes' templates (CPython's lines of plain ints and strs) ----------------------------
+
+_plain_values = st.integers() | st.booleans() | st.text() | st.none() | st.floats()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(), _plain_values, max_size=8))
+def test_a_shapes_template_writes_what_the_json_module_writes(op):
+    """_encode_op through a shape's template (str keys, int and str values; '%' in keys and
+    values, escapes, bools and None beside ints) or through json's encoder: the same text,
+    the first time a shape is seen and the next."""
+    if history._PLAIN_ENCODER:
+        pytest.skip("PyPy writes through the plain encoder")
+    assert history._encode_op(op) == history._ENCODE(op)
+    assert history._encode_op(op) == history._ENCODE(op)
+
+
+def test_a_template_given_a_bool_would_write_other_text_than_json():
+    # The must-fail twin of the test above: were a bool plain (its class is bool, not int, so
+    # a True is another shape and never meets an int's template), %d would write True as 1
+    # where json writes true: forced here, the test above would see it.
+    op = {"a": 1, "b": "x%s"}
+    assert history._encode_op(op) == '{"a": 1, "b": "x%s"}'
+    shape = (*op, int, str)
+    template, strings = history._PLANS[shape]
+    assert template % (True, history._string("x%s")) != history._ENCODE({"a": True, "b": "x%s"})
