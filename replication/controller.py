@@ -310,9 +310,11 @@ class Controller:
     def tick(self, now: int) -> list[Output]:
         out: list[Output] = []
         timeout = self.config.broker_session_timeout_ms
-        for b in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+        brokers = self.brokers  # keyed by broker id: sorted keys, no key function per tick
+        for broker_id in sorted(brokers):
+            b = brokers[broker_id]
             if not b.fenced and now - b.last_heartbeat > timeout:
-                self._fence(b.broker_id, "session-timeout", now, out)
+                self._fence(broker_id, "session-timeout", now, out)
         self._run_recoveries(now, out)
         return self._batched(out)
 
@@ -351,6 +353,9 @@ class Controller:
     def _run_recoveries(self, now: int, out: list[Output]) -> None:
         for key in sorted(self.partitions):
             state = self.partitions[key]
+            if state.leader is not None:  # what the rest does for a led partition, every tick
+                self.recoveries.pop(key, None)
+                continue
             strategy = self.strategy(state.topic)
             if strategy == RecoveryStrategy.MANUAL and state.leader is None and not state.isr and not state.elr:
                 if key not in self._manual_reported:

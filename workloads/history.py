@@ -88,7 +88,17 @@ def _encode_op(op: dict[str, Any]) -> str:
             return "".join(out)
         except _Unusual:
             pass  # the json module's encoder says what it makes of it
-    if EncodedList not in map(type, op.values()):  # the usual line: no Python loop over it
+    values = list(op.values())
+    shape = (*op, *map(type, values))
+    plan = _PLANS.get(shape)
+    if plan is None and shape not in _PLANS:
+        plan = _plan(op, shape)
+    if plan is not None:  # only str keys, int and str values: the shape's template
+        template, strings = plan
+        for i in strings:
+            values[i] = _string(values[i])
+        return template % tuple(values)
+    if EncodedList not in map(type, values):  # no Python loop over the rest of the line
         return _ENCODE(op)
     for key, value in op.items():
         if value.__class__ is EncodedList:
@@ -97,6 +107,30 @@ def _encode_op(op: dict[str, Any]) -> str:
                 return text.replace(_SPLICED, value.json)
             break
     return _ENCODE(op)
+
+
+# A line whose keys are str and whose values are all exactly int or str (an invoke, a send's
+# completion, a failure: most lines) is written through a %-template of its shape (its keys and
+# its values' classes): about a third of json's C encoder's instructions on such a line, which
+# makes a tuple per item and a string per separator. %d writes an int as JSON does (bool and int
+# subclasses have other classes: not plain), and _string escapes a str as json does.
+_PLANS: dict[tuple[Any, ...], tuple[str, tuple[int, ...]] | None] = {}
+_MAX_PLANS = 1024
+
+
+def _plan(op: dict[str, Any], shape: tuple[Any, ...]) -> tuple[str, tuple[int, ...]] | None:
+    """The template of `op`'s shape and the positions of its str values, or None when the
+    shape is not plain (json's encoder writes such lines); remembered for the next line."""
+    plan = None
+    classes = shape[len(op):]
+    if all(k.__class__ is str for k in op) and all(c is int or c is str for c in classes):
+        parts = [_string(k).replace("%", "%%") + (": %d" if c is int else ": %s")
+                 for k, c in zip(op, classes, strict=True)]
+        strings = tuple(i for i, c in enumerate(classes) if c is str)
+        plan = "{" + ", ".join(parts) + "}", strings
+    if len(_PLANS) < _MAX_PLANS:
+        _PLANS[shape] = plan
+    return plan
 
 
 # PyPy's json encoder is pure Python and escapes every string with a regular expression; there
@@ -272,7 +306,7 @@ class HistoryWriter:
             if not _RESERVED.isdisjoint(fields):
                 raise HistoryError(f"{sorted(_RESERVED.intersection(fields))} are not an "
                                    "operation's fields")
-            op = self._write_locked({"process": process, "type": "invoke", "f": f, **fields})
+            op = self._emit_locked(process, "invoke", f, fields, None)
             pending = Pending(self, op, fields)
             self._pending[process] = pending
             return pending
@@ -318,8 +352,11 @@ class HistoryWriter:
         if pending.done:
             raise HistoryError(f"operation {pending.op['index']} was already completed")
         # A completion repeats its invoke's fields (partition, value...) unless it overrides them.
-        op = self._write_locked({"process": pending.process, "type": kind, "f": pending.op["f"],
-                                 **pending.fields, **fields})
+        if _RESERVED.isdisjoint(fields):  # kind is one of COMPLETIONS (Pending's methods)
+            op = self._emit_locked(pending.process, kind, pending.op["f"], pending.fields, fields)
+        else:  # _write_locked says which it refuses, or what the fields override
+            op = self._write_locked({"process": pending.process, "type": kind,
+                                     "f": pending.op["f"], **pending.fields, **fields})
         pending.done = True
         del self._pending[pending.process]
         if kind == "info":
@@ -336,6 +373,31 @@ class HistoryWriter:
             raise HistoryError(f"type must be invoke, ok, fail or info, got {op['type']!r}")
         stamp = max(self.now_ns(), self._last_time)
         full = {"index": self._next_index, "time": stamp, **op}
+        self._put_locked(full, stamp)
+        return full
+
+    def _emit_locked(self, process: int | str, kind: str, f: str, fields: Mapping[str, Any],
+                     more: Mapping[str, Any] | None) -> dict[str, Any]:
+        """_write_locked of {process, type: kind, f, **fields, **more}, for an invoke or a
+        completion whose fields hold none of _RESERVED and whose kind is one of _TYPES: the
+        line's dict is made once, and only what such an op can get wrong is checked."""
+        if self._closed:
+            raise HistoryError(f"{self.path} is closed")
+        clock = self._clock
+        stamp = clock() if clock is not None else time.monotonic_ns() - self.start_ns
+        if stamp < self._last_time:
+            stamp = self._last_time
+        if more is None:
+            full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
+                    "f": f, **fields}
+        else:
+            full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
+                    "f": f, **fields, **more}
+        self._put_locked(full, stamp)
+        return full
+
+    def _put_locked(self, full: dict[str, Any], stamp: int) -> None:
+        """Write the op `full` (its index and time assigned) and count it."""
         # Serialise first: an unserialisable op must not consume an index or reach the file.
         line = _encode_op(full)
         if self._buffer_bytes:
@@ -348,7 +410,6 @@ class HistoryWriter:
         self._next_index += 1
         self._last_time = stamp
         self._dirty = True
-        return full
 
     def _flush_locked(self) -> None:
         if self._buffer:

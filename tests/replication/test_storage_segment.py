@@ -340,3 +340,61 @@ def test_stray_files_are_ignored(tmp_path: Path) -> None:
     log.append(0, [b"a"], 0)
     assert (tmp_path / "notes.txt").exists()
     assert not (tmp_path / (CHECKPOINT + ".tmp")).exists()
+
+
+def _rewritten_then_read(tmp_path: Path) -> tuple[list[Record], list[Record]]:
+    """Records 0-4 read whole (what a read reuses later), then records 1-2 read after record 2
+    was rewritten in place on disk with a record of the same size and a valid CRC (bytes
+    changed under the log): (the first read of 1-2, the read after the rewrite)."""
+    log = SegmentLog(tmp_path)
+    log.append(0, [b"a", b"b", b"c", b"d", b"e"], 7)
+    assert [r.value for r in log.read(0, 5)] == [b"a", b"b", b"c", b"d", b"e"]
+    before = log.read(1, 2)
+    seg = tmp_path / segment_name(0)
+    data = bytearray(seg.read_bytes())
+    size = len(encode_record(before[0]))  # every record here has the same size
+    data[2 * size:3 * size] = encode_record(Record(2, 0, 7, b"C"))
+    seg.write_bytes(bytes(data))
+    after = log.read(1, 2)
+    log.close(clean=False)
+    return before, after
+
+
+def test_a_range_read_again_is_decoded_again_when_its_bytes_changed(tmp_path: Path) -> None:
+    # _Segment.read reuses the records of its last decoded range for a range of the same
+    # bytes; what the file holds now is what a read returns, as without the reuse.
+    before, after = _rewritten_then_read(tmp_path)
+    assert before == [Record(1, 0, 7, b"b"), Record(2, 0, 7, b"c")]
+    assert after == [Record(1, 0, 7, b"b"), Record(2, 0, 7, b"C")]
+
+
+def test_reusing_records_without_comparing_bytes_would_serve_stale_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The must-fail twin of the test above: a reuse that trusts the positions alone.
+    from replication import segment_log
+
+    def trusting(self: segment_log._Decoded, offset: int, count: int, start: int, end: int,
+                 buf: bytes) -> list[Record] | None:
+        i = offset - self.first
+        return self.records[i:i + count] if 0 <= i and i + count < len(self.bounds) else None
+    monkeypatch.setattr(segment_log._Decoded, "reuse", trusting)
+    _, after = _rewritten_then_read(tmp_path)
+    assert after == [Record(1, 0, 7, b"b"), Record(2, 0, 7, b"c")]  # stale
+
+
+def test_a_reused_range_is_the_decoded_one_and_corruption_still_raises(tmp_path: Path) -> None:
+    log = SegmentLog(tmp_path)
+    fill(log, 12)
+    whole = log.read(0, 12)
+    for offset, n in [(0, 12), (3, 4), (11, 1), (0, 1), (5, 7)]:
+        again = log.read(offset, n)
+        assert again == whole[offset:offset + n]
+        again.clear()  # a caller's list: changing it changes no later read
+    assert log.read(0, 12) == whole == log_records(12)
+    seg = tmp_path / segment_name(0)
+    data = bytearray(seg.read_bytes())
+    data[-1] ^= 0xFF  # record 11's last byte: its CRC fails
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError, match="file changed under the broker"):
+        log.read(5, 7)
+    log.close(clean=False)

@@ -10,7 +10,7 @@ import pytest
 
 from replication.net import ConnectFailed, ConnectionLost
 from simulation.loop import SimLoop
-from simulation.network import ClientProcess, LinkFault, NetConfig, Network, Pool, Process
+from simulation.network import ClientProcess, Latency, LinkFault, NetConfig, Network, Pool, Process
 
 ECHO = "n2:9092"
 
@@ -268,3 +268,18 @@ def test_a_link_fault_is_what_its_kind_says_it_does_in_the_simulator():
     assert LinkFault.from_settings("reset-link", {"reset_probability": 0.5}, rng).reset == 0.5
     with pytest.raises(ValueError, match="unknown link fault 'kill'; known: slow-link"):
         LinkFault.from_settings("kill", {}, rng)
+
+
+@pytest.mark.parametrize("latency", [Latency(), Latency(median_ms=5.0, sigma=1.2, tail_probability=0.3),
+                                     Latency(tail_probability=0.0)])
+def test_a_latency_table_holds_the_draws_of_the_same_seed(latency: Latency) -> None:
+    # table() inlines draw()'s arithmetic: the same floats, from the same calls of the rng.
+    drawn = random.Random(7)
+    assert latency.table(random.Random(7), bits=10) == [latency.draw(drawn) for _ in range(1 << 10)]
+
+
+def test_a_latency_table_differs_where_the_draws_differ() -> None:
+    # The must-fail twin of the test above: a tail drawn otherwise shows in the comparison.
+    drawn = random.Random(7)
+    other = Latency(tail_max_ms=21.0)
+    assert Latency().table(random.Random(7), bits=10) != [other.draw(drawn) for _ in range(1 << 10)]
