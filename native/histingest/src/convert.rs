@@ -5,6 +5,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::parse::{Op, Typ};
 use crate::tables::{Invoke, OpRow, Tables};
+use crate::text::Text;
 use crate::Failure;
 
 const NEMESIS: &str = "nemesis"; // workloads.history.NEMESIS: `info` without an invoke
@@ -25,7 +26,7 @@ enum Value {
 struct Process {
     last_time: Option<i64>,
     /// the pending invoke: (index, time, offset, f, the fields its completion repeats)
-    pending: Option<(i64, i64, Option<i64>, String, Echo)>,
+    pending: Option<(i64, i64, Option<i64>, Text, Echo)>,
     /// the Jepsen operation its ops belong to: (txn, its first time)
     txn_start: Option<(i64, i64)>,
     /// it got an `info` (a client): that op's txn; only the rest of that operation may follow

@@ -33,6 +33,7 @@ mod fields;
 mod orphan;
 mod parse;
 mod tables;
+mod text;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};

@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::fields;
+use crate::text::Text;
 use crate::Failure;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -35,16 +36,16 @@ pub struct Op {
     pub line: u64,
     pub index: i64,
     pub time: i64,
-    pub process: String,
+    pub process: Text,
     pub typ: Typ,
-    pub f: String,
+    pub f: Text,
     pub partition: Option<i32>,
     pub value: Option<i64>,
     pub value_json: Option<String>,
     pub offset: Option<i64>,
-    pub node: Option<String>,
+    pub node: Option<Text>,
     pub epoch: Option<i64>,
-    pub error: Option<String>,
+    pub error: Option<Text>,
     pub hwm: Option<i64>,
     pub acks: Option<&'static str>,
     pub txn: Option<i64>,
@@ -339,14 +340,16 @@ fn int(raw: Option<&str>, key: &str) -> Result<Option<i64>, Bad> {
 }
 
 /// A JSON string, decoded (escapes as Python decodes them; a lone surrogate is refused).
-fn decode(t: &str) -> Option<String> {
+fn decode(t: &str) -> Option<Text> {
     if !t.contains('\\') {
-        return Some(t[1..t.len() - 1].to_string());
+        return Some(Text::new(&t[1..t.len() - 1]));
     }
-    serde_json::from_str::<String>(t).ok()
+    serde_json::from_str::<String>(t)
+        .ok()
+        .map(|s| Text::new(&s))
 }
 
-fn string(raw: Option<&str>, key: &str) -> Result<Option<String>, Bad> {
+fn string(raw: Option<&str>, key: &str) -> Result<Option<Text>, Bad> {
     match is_null(raw) {
         None => Ok(None),
         Some(t) if t.starts_with('"') => decode(t)
@@ -357,10 +360,10 @@ fn string(raw: Option<&str>, key: &str) -> Result<Option<String>, Bad> {
 }
 
 /// A string, or an integer as its decimal text (Python's str(v)).
-fn text_or_int(raw: Option<&str>, key: &str) -> Result<Option<String>, Bad> {
+fn text_or_int(raw: Option<&str>, key: &str) -> Result<Option<Text>, Bad> {
     match is_null(raw) {
         Some(t) if !t.starts_with('"') => match plain_int(t) {
-            Some(i) => Ok(Some(i.to_string())),
+            Some(i) => Ok(Some(Text::int(i))),
             None => line_bad(format!("'{key}' must be a string or an integer")),
         },
         _ => string(raw, key),

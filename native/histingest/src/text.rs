@@ -1,0 +1,123 @@
+//! A short text field of a history line (process, f, node, error) without an allocation.
+//!
+//! The parsers type millions of lines, each with two to four of these, and the main thread
+//! frees them: as `String`s they were one allocation each, freed on another thread than the
+//! one that allocated it (`_mi_page_malloc_zero` and `mi_free`, about 7% of the ingest's
+//! samples at 10M operations, docs/checkers.md). Their texts are short ("3", "send",
+//! "final-poll", "NOT_ENOUGH_REPLICAS"), so they are kept inline, as big as a `String`; a
+//! longer one (a nemesis's f, an odd error) goes to the heap as before.
+
+use std::fmt;
+use std::io::Write;
+use std::ops::Deref;
+
+/// Bytes kept inline: with the tag and the length, as big as a `String` (24 bytes).
+const INLINE: usize = 22;
+
+#[derive(Clone)]
+pub enum Text {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<str>),
+}
+
+impl Text {
+    pub fn new(s: &str) -> Text {
+        if s.len() > INLINE {
+            return Text::Heap(s.into());
+        }
+        let mut bytes = [0u8; INLINE];
+        bytes[..s.len()].copy_from_slice(s.as_bytes());
+        Text::Inline {
+            len: s.len() as u8,
+            bytes,
+        }
+    }
+
+    /// An integer's decimal text, as Python's str(int) writes it (at most 20 bytes: inline).
+    pub fn int(i: i64) -> Text {
+        let mut bytes = [0u8; INLINE];
+        let mut out = &mut bytes[..];
+        write!(out, "{i}").expect("an i64 has at most 20 digits and a sign");
+        let len = INLINE - out.len();
+        Text::Inline {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            // SAFETY: the bytes were copied whole from a &str, or written by `write!` of an
+            // integer: valid UTF-8, cut at a character boundary (the str's own end)
+            Text::Inline { len, bytes } => unsafe {
+                std::str::from_utf8_unchecked(&bytes[..*len as usize])
+            },
+            Text::Heap(s) => s,
+        }
+    }
+}
+
+impl Deref for Text {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for Text {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for Text {
+    fn eq(&self, other: &Text) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Display for Text {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_keep_their_bytes_inline_or_not() {
+        for s in [
+            "",
+            "3",
+            "final-poll",
+            "NOT_ENOUGH_REPLICAS",
+            "é22 bytes, not 23 ..",
+            "x".repeat(23).as_str(),
+        ] {
+            assert_eq!(Text::new(s).as_str(), s);
+        }
+        assert!(matches!(Text::new(&"x".repeat(22)), Text::Inline { .. }));
+        assert!(matches!(Text::new(&"x".repeat(23)), Text::Heap(_)));
+    }
+
+    #[test]
+    fn integers_are_written_as_python_writes_them() {
+        for i in [0, -1, 42, i64::MIN, i64::MAX] {
+            assert_eq!(Text::int(i).as_str(), i.to_string());
+        }
+    }
+}
