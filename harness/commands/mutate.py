@@ -35,6 +35,7 @@ from harness.mutate.score import (
     Result,
     Runner,
     local_runner,
+    ran,
     search_all,
     spark_runner,
     unit_test_all,
@@ -141,8 +142,9 @@ def _say(result: Result) -> None:
     where = f" at {result.cell} seed {result.seed}" if result.seed is not None else ""
     by = f" by {', '.join(result.by)}" if result.by else ""
     kind = f" ({result.kind})" if result.kind else ""
-    print(f"[mutate] {result.outcome}{kind}{where}{by}: {result.id} ({result.wall_s:.0f} s)",
-          file=sys.stderr, flush=True)
+    reach = f"; {ran(result)}" if ran(result) else ""
+    print(f"[mutate] {result.outcome}{kind}{where}{by}: {result.id} ({result.wall_s:.0f} s"
+          f"{reach})", file=sys.stderr, flush=True)
 
 
 def _progress(out: Path) -> Callable[[Result], None]:

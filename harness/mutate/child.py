@@ -36,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from harness.mutate.mutants import Mutant, mutant
+from harness.mutate.mutants import PROBE, Mutant, Probe, mutant
 from harness.mutate.oracle import decisive
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -45,43 +45,50 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class _MutantLoader(importlib.abc.Loader):
-    def __init__(self, m: Mutant, origin: str) -> None:
-        self.mutant, self.origin = m, origin
+    """Runs the mutant's probed source, its probe given as a global: the protocol module
+    imports nothing to count with."""
+
+    def __init__(self, m: Mutant, origin: str, probe: Probe) -> None:
+        self.mutant, self.origin, self.probe = m, origin, probe
 
     def exec_module(self, module: ModuleType) -> None:
-        exec(compile(self.mutant.source, self.origin, "exec", dont_inherit=True), module.__dict__)
+        module.__dict__[PROBE] = self.probe
+        exec(compile(self.mutant.probed, self.origin, "exec", dont_inherit=True), module.__dict__)
 
 
 class _MutantFinder(importlib.abc.MetaPathFinder):
     """Finds the one mutated module before the path finder would find the original."""
 
-    def __init__(self, m: Mutant) -> None:
-        self.mutant = m
+    def __init__(self, m: Mutant, probe: Probe) -> None:
+        self.mutant, self.probe = m, probe
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != self.mutant.module:
             return None
         origin = str(ROOT / self.mutant.path)
         return importlib.util.spec_from_file_location(
-            fullname, origin, loader=_MutantLoader(self.mutant, origin))
+            fullname, origin, loader=_MutantLoader(self.mutant, origin, self.probe))
 
 
-def install(mutant_id: str) -> Mutant:
-    """Serve `mutant_id`'s source for its module from now on in this process."""
+def install(mutant_id: str, probe: Probe | None = None) -> Mutant:
+    """Serve `mutant_id`'s source for its module from now on in this process, its changed
+    code counted by `probe` each time it runs."""
     m = mutant(ROOT, mutant_id)
     if m.module in sys.modules:
         raise RuntimeError(f"{m.module} was imported before the mutant could replace it")
     sys.dont_write_bytecode = True
-    sys.meta_path.insert(0, _MutantFinder(m))
+    sys.meta_path.insert(0, _MutantFinder(m, probe or Probe()))
     return m
 
 
 def search_rows(record: dict[str, Any], seeds: list[int], baseline: dict[str, dict] | None,
-                cell_kinds: list[str]) -> list[dict]:
+                cell_kinds: list[str], probe: Probe | None = None) -> list[dict]:
     """The seeds' rows: a mutant's up to and including its first kill against `baseline`
     (rows by seed, as JSON keys them) and the kinds the baseline shows in the cell
     (oracle.judge); the baseline's own (None) all of them. `record` is the cell's
-    TestConfig.record(), loaded back typed here."""
+    TestConfig.record(), loaded back typed here. With the mutant's `probe`, each row says
+    how often the changed code ran in its seed ("reached"; the checks' own calls of the
+    mutated module included)."""
     # after install(): both import the protocol (the config the nodes' settings)
     from harness.config import TestConfig
     from harness.simulate import search
@@ -90,21 +97,24 @@ def search_rows(record: dict[str, Any], seeds: list[int], baseline: dict[str, di
 
     rows = []
     for seed in seeds:  # one at a time: search's stop_after counts only failing seeds
+        before = probe.hits if probe else 0
         row = search(config, [seed], jobs=1, stop_after=1, interpreter="cpython").rows[0]
+        if probe is not None:
+            row["reached"] = probe.hits - before
         rows.append(row)
         if baseline is not None and decisive(row, baseline.get(str(seed)), cell_kinds):
             break
     return rows
 
 
-def step_rows(job: dict[str, Any]) -> list[dict]:
+def step_rows(job: dict[str, Any], probe: Probe | None = None) -> list[dict]:
     """A raced mutant's block of steps (harness/mutate/race.py), each a cell and a seed: their
     rows, each naming its cell, up to and including the first kill."""
     rows = []
     for cell, seed in job["steps"]:
         rows.extend({**row, "cell": cell} for row in search_rows(
             job["configs"][cell], [seed], job["baseline"].get(cell, {}),
-            job["cell_kinds"].get(cell, [])))
+            job["cell_kinds"].get(cell, []), probe))
         if decisive(rows[-1], job["baseline"].get(cell, {}).get(str(seed)),
                     job["cell_kinds"].get(cell, [])):
             break
@@ -126,17 +136,20 @@ def unit_tests(args: list[str]) -> dict[str, Any]:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("scratch"):  # the parent's folder, which it removes however this child ends
         tempfile.tempdir = job["scratch"]
-    m = install(job["mutant"]) if job.get("mutant") else None
+    probe = Probe() if job.get("mutant") else None
+    m = install(job["mutant"], probe) if job.get("mutant") else None
     if "pytest" in job:
         return unit_tests(job["pytest"])
     if "steps" in job:
-        rows = step_rows(job)
+        rows = step_rows(job, probe)
     else:
         rows = search_rows(job["config"], job["seeds"], job.get("baseline", {}) if m else None,
-                           job.get("cell_kinds", []))
+                           job.get("cell_kinds", []), probe)
     # whether the search imported the mutated module at all: one it never imports (a
-    # module the simulator does not run) cannot be killed by it
-    return {"rows": rows, "loaded": m is None or m.module in sys.modules}
+    # module the simulator does not run) cannot be killed by it; and how often the changed
+    # code itself ran (each row's "reached"): one that never runs cannot be killed either
+    return {"rows": rows, "loaded": m is None or m.module in sys.modules,
+            "reached": probe.hits if probe else None}
 
 
 def die_with_parent() -> None:

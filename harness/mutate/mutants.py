@@ -15,6 +15,11 @@ rebuilds either kind from the module's current source, and `Mutant.place` is the
 The change is spliced into the source text at the node's position, so the rest of the file,
 its comments and line numbers stay as they were and the diff shows just the change.
 
+What a child runs is the mutant's `probed` source: the same change, with a call of a counter
+(PROBE, a `Probe` the child puts in the module's globals, so that the protocol imports
+nothing) around the changed code, so that a campaign records whether, and how often, the
+changed code itself ran (`probed`, below). The diff and the id are of `source`, without it.
+
 It imports nothing of the protocol (pyproject.toml's import-linter contract): the child
 process builds the mutant before the mutated module is first imported."""
 
@@ -67,6 +72,7 @@ class Mutant:
     function: str = ""  # the enclosing function's qualified name
     digest: str = ""  # of what changes (_digest)
     nth: int = 0  # among the function's mutants with this operator and digest
+    probed: str = ""  # `source` with the probe around the changed code (what a child runs)
 
     @property
     def id(self) -> str:
@@ -122,6 +128,50 @@ class _Text:
         lines = self.data[self.starts[first]:self.starts[last + 1]].decode().splitlines()
         head = self.data[self.starts[first]:cut.start].decode()
         return "\n".join(line.strip() for line in lines), len(head.lstrip())
+
+
+# ---- the probe: whether, and how often, a mutant's changed code ran -------------------------
+
+PROBE = "__mutant_probe__"  # its name in the mutated module's globals (dunder: never mangled)
+
+
+class Probe:
+    """The counter a mutated module calls each time its changed code runs. It returns None,
+    so `(PROBE() or (X))` is X: the probe changes no value and no evaluation order."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+
+    def __call__(self) -> None:
+        self.hits += 1
+
+
+def _probed_node(node: ast.AST) -> ast.AST:
+    """What the probe goes around: the expression a mutant changes (a comparison, an
+    arithmetic, a call, a boolean operation, a conditional expression), the condition of an
+    `if` or `while` (evaluated each time the statement runs, each loop round included), the
+    value of a `return`; or the statement a `drop-stmt` mutant replaces."""
+    if isinstance(node, ast.If | ast.While):
+        return node.test
+    if isinstance(node, ast.Return) and node.value is not None:
+        return node.value
+    return node
+
+
+def with_probe(text: _Text, node: ast.AST, cut: Splice) -> str:
+    """The mutated source with the probe around the changed code, on the same lines (no line
+    is added: tracebacks name the lines of the file). An expression X becomes `(PROBE() or
+    (X'))`, X' its mutated text, so the probe counts each evaluation of the changed code and
+    none of a short-circuited operand it sits in; a dropped statement becomes the call
+    `PROBE()` where the mutant has `pass`."""
+    target = _probed_node(node)
+    start, end = text.span(target)
+    if not start <= cut.start <= cut.end <= end:
+        raise ValueError(f"line {node.lineno}: the change lies outside the probed node")
+    if not isinstance(target, ast.expr):  # a statement a drop-stmt mutant replaces
+        return text.splice(Splice(start, end, f"{PROBE}()", "probe"))
+    changed = (text.data[start:cut.start] + cut.text.encode() + text.data[cut.end:end]).decode()
+    return text.splice(Splice(start, end, f"({PROBE}() or ({changed}))", "probe"))
 
 
 # ---- the operators: each maps a node to its alternatives (none when it does not apply) -----
@@ -332,7 +382,8 @@ def mutants_of_source(path: str, source: str) -> list[Mutant]:
                 anchor = (name, node.lineno, node.col_offset)
                 digest = _digest(name, text, cut)
                 found.append(Mutant(path, name, node.lineno, node.col_offset, taken[anchor],
-                                    cut.what, source, text.splice(cut), function, digest))
+                                    cut.what, source, text.splice(cut), function, digest,
+                                    probed=with_probe(text, node, cut)))
                 taken[anchor] += 1
     found.sort(key=lambda m: (m.line, m.col, m.operator, m.index))
     return _numbered(found)

@@ -27,11 +27,12 @@ from typing import Any
 
 from control.files import write_json_atomic
 from harness.mutate.mutants import Mutant
-from harness.mutate.score import BASELINE, Result
+from harness.mutate.score import BASELINE, Result, ran
 
 COLUMNS = ("module", "mutants", "crashed", "timed out", "safety kills", "loss-excess kills",
            "liveness kills", "killed only by unit tests", "survived both", "equivalent or safe",
-           "missed", "survivors with unknown seeds", "safety score",
+           "missed", "survivors with unknown seeds", "survivors whose change never ran",
+           "safety score",
            "score with loss-excess kills", "score with liveness kills")
 NOT_COUNTED = ("equivalent", "safe")  # hand verdicts of survivors that are no safety bug
 
@@ -75,6 +76,7 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
             "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
             "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
                                                 for r in results),
+            "survivors whose change never ran": sum(r.reached == 0 for r in survivors),
             "safety score": _ratio(safety, counted - liveness),
             "score with loss-excess kills": _ratio(safety + excess, counted - liveness),
             "score with liveness kills": _ratio(safety + excess + liveness, counted)}
@@ -115,10 +117,37 @@ def _mutant_html(r: Result, m: Mutant | None, hand: Mapping[str, Mapping]) -> st
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in r.notes)
     differs = f"<p>Seeds that differ from the baseline's:</p><ul>{notes}</ul>" if notes else ""
     where = f" (line {m.line})" if m else ""
+    reach = f"; {ran(r)}" if ran(r) else ""
     return (f"<h3><code>{html.escape(r.id)}</code>{where}</h3>"
             f"<p>{html.escape(m.what if m else '')}; "
-            f"{r.seeds_run} seeds, {r.unknown} of them unknown{_loaded(r)}; {unit}</p>{said}"
-            f"{differs}<pre>{diff}</pre>")
+            f"{r.seeds_run} seeds, {r.unknown} of them unknown{_loaded(r)}{reach}; {unit}</p>"
+            f"{said}{differs}<pre>{diff}</pre>")
+
+
+# The survivors by whether their changed code ran: (title, which, what it means)
+_SURVIVOR_GROUPS = (
+    ("whose changed code ran", lambda r: bool(r.reached),
+     "Seeds ran the change and saw no difference: equivalent, safe, or missed by the "
+     "harness (the hand classification says which)."),
+    ("whose changed code never ran", lambda r: r.reached == 0,
+     "No seed ran the change, so none could tell it from the original: a gap in the cells' "
+     "coverage (a workload, fault or setting that reaches the code), not an equivalent "
+     "mutant."),
+    ("not recorded whether their changed code ran", lambda r: r.reached is None,
+     "From a campaign before the probe."),
+)
+
+
+def _survivors_html(survivors: Sequence[Result], mutants: Mapping[str, Mutant],
+                    hand: Mapping[str, Mapping]) -> str:
+    """The survivors, those whose change ran apart from those whose change no seed ran."""
+    out = f"<h2>Survivors ({len(survivors)})</h2>"
+    for title, which, meaning in _SURVIVOR_GROUPS:
+        group = [r for r in survivors if which(r)]
+        if group:
+            out += (f"<h2>Survivors {title} ({len(group)})</h2><p>{html.escape(meaning)}</p>"
+                    + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in group))
+    return out
 
 
 def _loaded(r: Result) -> str:
@@ -128,8 +157,10 @@ def _loaded(r: Result) -> str:
 def _killed_html(results: Sequence[Result]) -> str:
     rows = "".join(f"<tr><td><code>{html.escape(r.id)}</code></td><td>{r.kind}</td>"
                    f"<td>{html.escape(r.cell or '')}</td><td>{r.seed}</td><td>{r.wall_s:.1f}</td>"
+                   f"<td>{'-' if r.reached is None else r.reached}</td>"
                    f"<td>{html.escape(', '.join(r.by))}</td></tr>" for r in results)
     return ("<table><tr><th>mutant</th><th>kill</th><th>cell</th><th>seed</th><th>wall s</th>"
+            "<th>changed code ran (times)</th>"
             f"<th>what the baseline's same seed lacked (or lost less of)</th></tr>{rows}</table>")
 
 
@@ -148,8 +179,7 @@ def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant
     page = (f"<!doctype html><meta charset=utf-8><title>mutation campaign</title>"
             f"<style>{_CSS}</style><h1>Mutation campaign</h1><ul>{facts}</ul>"
             f"<h2>Score per module</h2>{_table_html(rows)}"
-            f"<h2>Survivors ({len(survivors)})</h2>"
-            + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in survivors)
+            + _survivors_html(survivors, mutants, hand)
             + f"<h2>Loss-excess kills classified by hand as no safety change "
               f"({len(false_alarms)})</h2>"
             + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in false_alarms)

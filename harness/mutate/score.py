@@ -72,6 +72,10 @@ class Result:
     # of the baseline itself, its invalid seeds
     notes: list[str] = field(default_factory=list)
     loaded: bool | None = None  # whether the simulation imported the mutated module at all
+    # how often the changed code itself ran over the seeds judged, and in how many of them
+    # (the child's probe, mutants.py); None: not recorded (the baseline, an older campaign)
+    reached: int | None = None
+    seeds_reached: int | None = None
     wall_s: float = 0.0  # spent on this mutant by the harness, up to its kill
     error: str | None = None
     unit: str | None = None  # killed | survived | error | None (not run)
@@ -276,6 +280,7 @@ def _record(result: Result, answer: Mapping[str, Any],
     for row in answer["rows"]:
         result.seeds_run += 1
         result.unknown += row["valid"] not in KNOWN
+        _count_reached(result, row)
         verdict = judge(row, baseline.get(row["seed"]), cell_kinds)
         where = f"{answer['cell']} seed {row['seed']}"
         if verdict.kind == LOSS_EXCESS:  # the first one kills, at the end (`settle`), unless a
@@ -289,6 +294,26 @@ def _record(result: Result, answer: Mapping[str, Any],
             return
         if verdict.differs:
             result.notes.append(f"{where}: {', '.join(verdict.differs)}")
+
+
+def _count_reached(result: Result, row: Mapping[str, Any]) -> None:
+    """Add a seed's count of the changed code's runs (a row from before the probe has none)."""
+    if row.get("reached") is None:
+        return
+    result.reached = (result.reached or 0) + row["reached"]
+    result.seeds_reached = (result.seeds_reached or 0) + (row["reached"] > 0)
+
+
+def ran(result: Result) -> str:
+    """Whether, and how often, a mutant's changed code ran, in words ("" if not recorded). A
+    survivor whose change never ran is a gap in the cells' coverage, not an equivalent
+    mutant: no seed could have told it from the original."""
+    if result.reached is None:
+        return ""
+    if result.reached == 0:
+        return f"its changed code never ran in {result.seeds_run} seeds"
+    return (f"its changed code ran {result.reached} times, in {result.seeds_reached} of "
+            f"{result.seeds_run} seeds")
 
 
 def _record_baseline(result: Result, answer: Mapping[str, Any],

@@ -253,6 +253,7 @@ def test_a_mutant_that_breaks_acks_all_is_killed_and_the_unmutated_code_is_not()
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
     assert "lost-write" in killed.by and "invariant:LeaderCompleteness" in killed.by
     assert (baseline.outcome, baseline.seeds_run, baseline.notes) == ("survived", 2, [])
+    assert killed.reached > 0 and killed.seeds_reached == 1 and baseline.reached is None
     assert hashlib.sha256(source.read_bytes()).hexdigest() == digest  # the checkout untouched
 
 
@@ -274,6 +275,9 @@ def test_the_pre_kip966_fence_mutant_is_killed_where_the_unmutated_code_is_silen
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
     assert killed.by == ["invariant:ValidControllerState"]
     assert (baseline.outcome, baseline.seeds_run, baseline.notes) == ("survived", 2, [])
+    # the must-fail twin of test_mutate_probe.py's end-to-end run, where this branch never
+    # runs in the safe cell (count 0): without KIP-966 it runs, and the probe counts it
+    assert killed.reached > 0 and killed.seeds_reached == 1
 
 
 def test_the_mutation_campaigns_safe_cell_is_the_validation_campaigns() -> None:

@@ -105,6 +105,10 @@ def test_a_race_runs_every_step_of_a_mutant_no_seed_tells_from_the_unmutated_cod
     assert (same.outcome, same.seeds_run, same.notes) == ("survived", 4, [])
     assert (killed.outcome, killed.kind, killed.seed) == ("killed", "safety", 1)
     assert (results[BASELINE].outcome, results[BASELINE].seeds_run) == ("survived", 4)
+    # the lanes' counts of the changed code's runs are folded too: the command line's produce
+    # never runs in a simulation (a coverage gap), the HWM line runs at the killing seed
+    assert (same.reached, same.seeds_reached) == (0, 0)
+    assert killed.reached > 0 and killed.seeds_reached == 1
 
 
 def test_a_races_baseline_goes_to_its_own_runner_and_the_mutants_to_the_race() -> None:

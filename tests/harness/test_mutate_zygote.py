@@ -45,8 +45,10 @@ def test_a_forked_child_answers_as_a_child_started_afresh(monkeypatch) -> None:
         monkeypatch.setenv(ZYGOTE, "0")
         fresh = run_child(_job(mutant), 300)
         assert forked["loaded"] and fresh["loaded"]
+        assert forked["reached"] == fresh["reached"]  # each row's count compared below too
         assert _same(forked["rows"]) == _same(fresh["rows"])
     assert forked["rows"][0]["anomalies"].get("lost-write")  # the mutant, not the original
+    assert forked["reached"] > 0 and forked["rows"][0]["reached"] == forked["reached"]
 
 
 def test_a_forked_child_killed_mid_job_is_gone_and_the_zygote_ends_with_its_socket() -> None:
