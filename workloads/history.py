@@ -383,16 +383,11 @@ class HistoryWriter:
         line's dict is made once, and only what such an op can get wrong is checked."""
         if self._closed:
             raise HistoryError(f"{self.path} is closed")
-        clock = self._clock
-        stamp = clock() if clock is not None else time.monotonic_ns() - self.start_ns
-        if stamp < self._last_time:
-            stamp = self._last_time
-        if more is None:
-            full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
-                    "f": f, **fields}
-        else:
-            full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
-                    "f": f, **fields, **more}
+        stamp = max(self.now_ns(), self._last_time)
+        full = {"index": self._next_index, "time": stamp, "process": process, "type": kind,
+                "f": f, **fields}
+        if more:  # as `**fields, **more` would: an override keeps its key's place
+            full.update(more)
         self._put_locked(full, stamp)
         return full
 

@@ -70,14 +70,14 @@ class _MutantFinder(importlib.abc.MetaPathFinder):
             fullname, origin, loader=_MutantLoader(self.mutant, origin, self.probe))
 
 
-def install(mutant_id: str, probe: Probe | None = None) -> Mutant:
+def install(mutant_id: str, probe: Probe) -> Mutant:
     """Serve `mutant_id`'s source for its module from now on in this process, its changed
     code counted by `probe` each time it runs."""
     m = mutant(ROOT, mutant_id)
     if m.module in sys.modules:
         raise RuntimeError(f"{m.module} was imported before the mutant could replace it")
     sys.dont_write_bytecode = True
-    sys.meta_path.insert(0, _MutantFinder(m, probe or Probe()))
+    sys.meta_path.insert(0, _MutantFinder(m, probe))
     return m
 
 
@@ -136,8 +136,10 @@ def unit_tests(args: list[str]) -> dict[str, Any]:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("scratch"):  # the parent's folder, which it removes however this child ends
         tempfile.tempdir = job["scratch"]
-    probe = Probe() if job.get("mutant") else None
-    m = install(job["mutant"], probe) if job.get("mutant") else None
+    probe = m = None
+    if job.get("mutant"):
+        probe = Probe()
+        m = install(job["mutant"], probe)
     if "pytest" in job:
         return unit_tests(job["pytest"])
     if "steps" in job:
