@@ -27,7 +27,7 @@ for that seed is judged against the baseline's row (`judge`):
   records AND times its lost-per-acknowledged rate, and LOSS_MIN records more): a statistic, not
   a record-by-record match, since the workload's values come from one counter shared by
   closed-loop producers, so value N is another producer's send at another time as soon as two
-  runs' timings part. Or, over a lossy cell's seeds, when the mutant lost records at so many
+  runs' timings part; only where the baseline's seed lost records too. Or, over a lossy cell's seeds, when the mutant lost records at so many
   more seeds than the baseline that chance does not explain it (`loss_frequency`: a sign test
   of the seeds where exactly one of the two lost). Counted apart from the anomaly kills
   (docs/mutation.md), and neither ends a mutant's search: a later seed may still give it a
@@ -85,8 +85,11 @@ def loss_ratio(row: Mapping[str, Any]) -> float:
 
 def loss_excess(row: Mapping[str, Any], base: Mapping[str, Any] | None) -> str | None:
     """Why `row` lost far more than `base` (the same seed, unmutated), or None: both must have
-    served, and the excess must pass every margin."""
-    if base is None or not served(row) or not served(base):
+    served, the baseline's seed must have lost records itself (a seed it kept says nothing of
+    how much a moved schedule would lose there: two safe mutants lost 111 and 112 at such
+    seeds of a lossy cell; those seeds go to `loss_frequency`), and the excess must pass every
+    margin."""
+    if base is None or not served(row) or not served(base) or not base.get("lost", 0):
         return None
     lost, had = row.get("lost", 0), base.get("lost", 0)
     ratio, was = loss_ratio(row), loss_ratio(base)
