@@ -27,9 +27,10 @@ for that seed is judged against the baseline's row (`judge`):
   records AND times its lost-per-acknowledged rate, and LOSS_MIN records more): a statistic, not
   a record-by-record match, since the workload's values come from one counter shared by
   closed-loop producers, so value N is another producer's send at another time as soon as two
-  runs' timings part; only where the baseline's seed lost records too. Or, over a lossy cell's seeds, when the mutant lost records at so many
-  more seeds than the baseline that chance does not explain it (`loss_frequency`: a sign test
-  of the seeds where exactly one of the two lost). Counted apart from the anomaly kills
+  runs' timings part; only where the baseline's seed lost records too. Or, over a lossy
+  cell's seeds, when the mutant lost records at so many more seeds than the baseline that
+  chance does not explain it (`loss_frequency`: a sign test of the seeds where exactly one of
+  the two lost). Counted apart from the anomaly kills
   (docs/mutation.md), and neither ends a mutant's search: a later seed may still give it a
   safety kill.
 

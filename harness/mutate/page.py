@@ -70,6 +70,7 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
 
     survivors = [r for r in results if r.outcome == "survived"]
     verdicts = [hand.get(r.id, {}).get("verdict") for r in survivors]
+
     def alarms(kind: str) -> int:
         return sum(cleared(r, hand) and r.kind == kind for r in results)
 
