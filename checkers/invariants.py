@@ -396,11 +396,11 @@ def valid_controller_state(p: PartitionSnapshot) -> list[Violation]:
 
 def min_isr_recovery_quorum(p: PartitionSnapshot) -> list[Violation]:
     m = p.meta
-    if not m.elr_enabled or m.isr or m.elr or len(m.last_known_elr) == m.min_isr:
+    if not m.elr_enabled or m.isr or m.elr or len(m.last_known_elr) >= m.min_isr:
         return []
     return [_v("MinIsrRecoveryQuorum", m, f"ISR and ELR empty but LastKnownELR "
-               f"{list(m.last_known_elr)} has {len(m.last_known_elr)} member(s), not MinISR "
-               f"{m.min_isr} (partition epoch {m.partition_epoch})", m.partition_epoch)]
+               f"{list(m.last_known_elr)} has {len(m.last_known_elr)} member(s), fewer than "
+               f"MinISR {m.min_isr} (partition epoch {m.partition_epoch})", m.partition_epoch)]
 
 
 def replication_quorum_superset(p: PartitionSnapshot) -> list[Violation]:
@@ -669,8 +669,12 @@ INVARIANTS: tuple[Invariant, ...] = (
          other fenced ISR member, a fenced leader above all, is a violation. The loss that
          state leads to is the other properties' to report."""),
     _inv("MinIsrRecoveryQuorum", "MinIsrRecoveryQuorum", min_isr_recovery_quorum, "meta", """
-         With ELR on, when the ISR and the ELR are both empty, LastKnownELR has exactly MinISR
-         members: the replicas balanced recovery must hear from."""),
+         With ELR on, when the ISR and the ELR are both empty, LastKnownELR has at least MinISR
+         members: the replicas balanced recovery must hear from. (The write-up's property says
+         exactly MinISR, true when the ISR shrinks one replica at a time; Kafka's controller
+         puts every replica one AlterPartition drops below MinISR into the ELR, so ISR {1,2,3}
+         shrunk to {1} at once leaves a quorum of three, which asks more replicas, never
+         fewer.)"""),
     _inv("AcknowledgedCompleteness", "", acknowledged_completeness, "meta replica log acks", """
          Extension (no spec property; acks=1): the controller's leader, if running, holds
          every record acknowledged at acks=1 that is not yet committed as it was

@@ -42,6 +42,8 @@ from harness.pypy import PypyError, PypySimulator
 from harness.sim_run import simulate_into, simulated, with_seed
 from harness.test import Test
 from harness.verdict import verdict_step
+from runformat.effects import CORRUPTS_DISK, LOSES_UNSYNCED, effects_of
+from runformat.jsonl import history_line, records
 
 DETERMINISM_FILES = ("history.jsonl", "events.jsonl", "schedule.json")
 
@@ -81,6 +83,9 @@ class SeedRow:
     virtual_s: float = 0.0
     wall_s: float = 0.0
     error: str | None = None
+    # the invariants broken before the run's first fault that can lose written data: the
+    # mutation oracle's evidence in a cell whose faults lose records on their own
+    before_loss: list[str] = field(default_factory=list)
 
 
 INTERPRETERS = ("auto", "pypy", "cpython")
@@ -147,12 +152,34 @@ def simulate_seed(config: TestConfig, seed: int, scratch: str | None = None,
         anomalies = {k: int(v.get("count", 0)) for k, v in results.get("anomalies", {}).items()}
         row = SeedRow(seed, results.get("valid"), anomalies,
                       int(results.get("lost", {}).get("count", 0) or 0), acked, virtual_s,
-                      time.perf_counter() - started)
+                      time.perf_counter() - started, before_loss=broken_before_loss(folder))
     except Exception as e:  # one broken seed is a row of its own, never the end of a search
         row = SeedRow(seed, "error", error=f"{type(e).__name__}: {e}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return asdict(row)
+
+
+def broken_before_loss(folder: Path) -> list[str]:
+    """The invariants a simulated run folder broke before its first fault that can lose
+    written data (unsynced writes, or a disk's contents), all it broke if none came. Until
+    then the run was the safe configuration's, whatever its mix."""
+    first = _first_loss_ns(folder / "history.jsonl")
+    path = folder / "invariants.jsonl"
+    broken = records(path) if path.is_file() else ()
+    return sorted({v["name"] for v in broken if first is None or v["time"] < first})
+
+
+def _first_loss_ns(history: Path) -> int | None:
+    """When the history's first fault that loses unsynced writes or damages a disk started."""
+    with history.open("rb") as f:
+        for line in f:
+            if b'"nemesis"' not in line:  # a cheap pass: the faults are a few lines of many
+                continue
+            op = history_line(line)
+            if op is not None and effects_of(op) & {LOSES_UNSYNCED, CORRUPTS_DISK}:
+                return op["time"]
+    return None
 
 
 def _simulate_many(args: tuple[dict[str, Any], list[int], str | None, str]) -> list[dict]:

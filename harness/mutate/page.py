@@ -10,11 +10,14 @@ harness's to catch). The **score with loss-excess kills**: safety and loss-exces
 seed that lost far more, per acknowledged send too, than the baseline's, with no new
 kind: harness/mutate/oracle.py) / the safety score's count. The **score with liveness
 kills**: all kills / the same count with the liveness kills put back. A survivor classified
-"missed" is a safety-breaking change the harness did not catch. A mutant the loss-excess rule
-alone killed is a survivor of the safety rules, so a hand verdict of "equivalent" or "safe"
-takes it out of the count as it does a survivor (the rule's kill was then a false alarm: a
-lossy cell's loss moved by a changed schedule). While only a sample of the survivors is
-classified, the scores are lower bounds of the true ones."""
+"missed" is a safety-breaking change the harness did not catch. A killed mutant that a hand
+verdict, given after reading the killing run, calls "equivalent" or "safe" leaves the count as
+a classified survivor does, and its kill is counted as a **false alarm** of the oracle (a loss
+the cell's faults allow, moved by a changed schedule onto a seed where the unmutated code lost
+nothing: docs/mutation.md), shown in a column of their own so that no hand verdict hides one:
+any loss-excess kill, and a safety kill only where the verdict says its run was read
+(`false_alarm = true`). While only a sample of the survivors is classified, the
+scores are lower bounds of the true ones."""
 
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ from harness.mutate.score import BASELINE, Result, ran
 
 COLUMNS = ("module", "mutants", "crashed", "timed out", "safety kills", "loss-excess kills",
            "liveness kills", "killed only by unit tests", "survived both", "equivalent or safe",
-           "missed", "survivors with unknown seeds", "survivors whose change never ran",
+           "missed", "false alarms", "survivors with unknown seeds",
+           "survivors whose change never ran",
            "safety score",
            "score with loss-excess kills", "score with liveness kills")
 NOT_COUNTED = ("equivalent", "safe")  # hand verdicts of survivors that are no safety bug
@@ -50,9 +54,14 @@ def _ratio(killed: int, counted: int) -> str:
 
 
 def cleared(r: Result, hand: Mapping[str, Mapping]) -> bool:
-    """Killed by the loss-excess rule alone, and classified equivalent or safe by hand."""
-    return r.outcome == "killed" and r.kind == "loss-excess" \
-        and hand.get(r.id, {}).get("verdict") in NOT_COUNTED
+    """A kill that a hand verdict calls a false alarm: a loss-excess kill of a mutant classified
+    equivalent or safe, or a safety kill of one whose verdict says it read the kill
+    (`false_alarm = true`): a verdict written while the mutant survived says nothing of a
+    safety kill that came later."""
+    note = hand.get(r.id, {})
+    if r.outcome != "killed" or note.get("verdict") not in NOT_COUNTED:
+        return False
+    return r.kind == "loss-excess" or (r.kind == "safety" and note.get("false_alarm") is True)
 
 
 def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mapping]) -> dict:
@@ -61,19 +70,25 @@ def _module_row(module: str, results: Sequence[Result], hand: Mapping[str, Mappi
 
     survivors = [r for r in results if r.outcome == "survived"]
     verdicts = [hand.get(r.id, {}).get("verdict") for r in survivors]
-    false_alarms = sum(cleared(r, hand) for r in results)
+
+    def alarms(kind: str) -> int:
+        return sum(cleared(r, hand) and r.kind == kind for r in results)
+
+    false_alarms = alarms("safety") + alarms("loss-excess")
     equivalent = sum(v in NOT_COUNTED for v in verdicts) + false_alarms
     unit_only = sum(r.unit == "killed" for r in survivors)
     both = sum(r.unit != "killed" and v not in NOT_COUNTED for r, v in zip(survivors, verdicts,
                                                                               strict=True))
-    safety, liveness = count("killed", "safety"), count("killed", "liveness")
-    excess = count("killed", "loss-excess") - false_alarms
+    safety = count("killed", "safety") - alarms("safety")
+    liveness = count("killed", "liveness")
+    excess = count("killed", "loss-excess") - alarms("loss-excess")
     counted = len(results) - count("crashed") - count("timed-out") - equivalent
     return {"module": module, "mutants": len(results), "crashed": count("crashed"),
             "timed out": count("timed-out"), "safety kills": safety,
             "loss-excess kills": excess, "liveness kills": liveness,
             "killed only by unit tests": unit_only, "survived both": both,
             "equivalent or safe": equivalent, "missed": verdicts.count("missed"),
+            "false alarms": false_alarms,
             "survivors with unknown seeds": sum(r.outcome == "survived" and r.unknown > 0
                                                 for r in results),
             "survivors whose change never ran": sum(r.reached == 0 for r in survivors),
@@ -180,7 +195,7 @@ def write(out: Path, results: Mapping[str, Result], mutants: Mapping[str, Mutant
             f"<style>{_CSS}</style><h1>Mutation campaign</h1><ul>{facts}</ul>"
             f"<h2>Score per module</h2>{_table_html(rows)}"
             + _survivors_html(survivors, mutants, hand)
-            + f"<h2>Loss-excess kills classified by hand as no safety change "
+            + f"<h2>False alarms: kills classified by hand as no safety change "
               f"({len(false_alarms)})</h2>"
             + "".join(_mutant_html(r, mutants.get(r.id), hand) for r in false_alarms)
             + f"<h2>Killed ({len(killed)})</h2>{_killed_html(killed)}"

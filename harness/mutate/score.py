@@ -35,7 +35,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.mutate.child import PARENT, ROOT
-from harness.mutate.oracle import KNOWN, LOSS_EXCESS, judge, kinds, served
+from harness.mutate.oracle import (
+    KNOWN,
+    LOSS_EXCESS,
+    judge,
+    kinds,
+    loss_frequency,
+    lossy,
+    lost_any,
+    served,
+)
 from harness.mutate.zygote import Forked, Zygote
 
 if TYPE_CHECKING:  # not imported here: a zygote's children import the protocol after the mutant
@@ -76,6 +85,9 @@ class Result:
     # (the child's probe, mutants.py); None: not recorded (the baseline, an older campaign)
     reached: int | None = None
     seeds_reached: int | None = None
+    # per lossy cell, the seeds where only the mutant lost records and where only the baseline
+    # did: [mutant, baseline], what `settle` tests for a loss-frequency kill
+    lone_losses: dict[str, list[int]] = field(default_factory=dict)
     wall_s: float = 0.0  # spent on this mutant by the harness, up to its kill
     error: str | None = None
     unit: str | None = None  # killed | survived | error | None (not run)
@@ -281,7 +293,10 @@ def _record(result: Result, answer: Mapping[str, Any],
         result.seeds_run += 1
         result.unknown += row["valid"] not in KNOWN
         _count_reached(result, row)
-        verdict = judge(row, baseline.get(row["seed"]), cell_kinds)
+        base = baseline.get(row["seed"])
+        if base is not None and lossy(cell_kinds):
+            _count_lone_loss(result, answer["cell"], row, base)
+        verdict = judge(row, base, cell_kinds)
         where = f"{answer['cell']} seed {row['seed']}"
         if verdict.kind == LOSS_EXCESS:  # the first one kills, at the end (`settle`), unless a
             if result.kind is None:      # later seed gives a safety or liveness kill
@@ -294,6 +309,13 @@ def _record(result: Result, answer: Mapping[str, Any],
             return
         if verdict.differs:
             result.notes.append(f"{where}: {', '.join(verdict.differs)}")
+
+
+def _count_lone_loss(result: Result, cell: str, row: Mapping[str, Any],
+                     base: Mapping[str, Any]) -> None:
+    """Count a seed of a lossy cell where exactly one of the mutant and the baseline lost."""
+    if served(row) and served(base) and lost_any(row) != lost_any(base):
+        result.lone_losses.setdefault(cell, [0, 0])[lost_any(base)] += 1
 
 
 def _count_reached(result: Result, row: Mapping[str, Any]) -> None:
@@ -376,7 +398,12 @@ def search_all(ids: Sequence[str], cells: Sequence[Cell], seeds: Sequence[int], 
 
 
 def settle(result: Result) -> None:
-    """A mutant alive after every seed: killed by its first loss excess, if it had one."""
+    """A mutant alive after every seed: killed by its first loss excess, if it had one, else by
+    a lossy cell's loss frequency, if one passes the test."""
+    for cell, (mine, theirs) in sorted(result.lone_losses.items()):
+        why = loss_frequency(mine, theirs)
+        if result.kind is None and why is not None:
+            result.kind, result.by, result.cell = LOSS_EXCESS, [why], cell
     result.outcome = "killed" if result.kind == LOSS_EXCESS else "survived"
 
 

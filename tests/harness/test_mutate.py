@@ -222,6 +222,24 @@ def test_a_loss_excess_kill_classified_safe_by_hand_is_not_counted() -> None:
     assert (row["loss-excess kills"], row["safety score"]) == (2, "1/3 = 33%")
 
 
+def test_a_safety_kill_classified_safe_by_hand_is_a_false_alarm() -> None:
+    """A safety kill whose run, read, showed the cell's own loss on a moved schedule (the
+    client mutant at flush-time/restart-power seed 8, docs/mutation.md): out of the count and
+    shown as a false alarm; its twin, unclassified, stays a kill."""
+    results = {i: Result(i, outcome=o, kind=k) for i, o, k in [
+        (BASELINE, "survived", None), ("x.py:drop-stmt:1:0:0", "killed", "safety"),
+        ("x.py:drop-stmt:2:0:0", "killed", "safety")]}
+    hand = {"x.py:drop-stmt:2:0:0": {"verdict": "safe", "why": "timing only", "false_alarm": True}}
+    (row, _) = page.score_table(results, hand)
+    assert (row["safety kills"], row["false alarms"], row["safety score"]) == (1, 1, "1/1 = 100%")
+    # a verdict written while the mutant survived, before the kill: the kill stands
+    hand = {"x.py:drop-stmt:2:0:0": {"verdict": "safe", "why": "liveness only"}}
+    (row, _) = page.score_table(results, hand)
+    assert (row["safety kills"], row["false alarms"], row["safety score"]) == (2, 0, "2/2 = 100%")
+    (row, _) = page.score_table(results, {})
+    assert (row["safety kills"], row["false alarms"], row["safety score"]) == (2, 0, "2/2 = 100%")
+
+
 def test_a_sample_spreads_over_the_modules_and_depends_only_on_its_seed() -> None:
     per_module = {p: mutants_of(ROOT, p) for p in ("replication/metadata.py",
                                                    "replication/broker_store.py")}

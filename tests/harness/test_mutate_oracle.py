@@ -13,8 +13,16 @@ from harness.commands.mutate import CLASSIFIED, cells
 from harness.mutate import page
 from harness.mutate.child import ROOT
 from harness.mutate.mutants import mutants_of
-from harness.mutate.oracle import LIVENESS, LOSS_EXCESS, SAFETY, decisive, judge, loss_excess
-from harness.mutate.score import BASELINE, local_runner, search_all
+from harness.mutate.oracle import (
+    LIVENESS,
+    LOSS_EXCESS,
+    SAFETY,
+    decisive,
+    judge,
+    loss_excess,
+    loss_frequency,
+)
+from harness.mutate.score import BASELINE, Result, _record, local_runner, search_all, settle
 
 
 def _row(valid, anomalies=None, acked: int = 500, lost: int = 0, error=None) -> dict:
@@ -58,7 +66,7 @@ BASE_1, UNCLEAN_1 = _lossy(592, 6845), _lossy(977, 6913)
     # and a safe mutant's 282 records more at the same order of rate (Replica.tick's seed 2)
     (_lossy(4564, 4994), _lossy(4282, 5936), None),
     # twins on the floor: 100 records more kills, 99 do not, whatever the ratio (a clean
-    # baseline's seed is no case: any loss there is a new kind, a safety kill)
+    # baseline's seed is no case: below)
     (_lossy(110, 5000), _lossy(10, 5000), LOSS_EXCESS),
     (_lossy(109, 5000), _lossy(10, 5000), None),
     # a baseline that lost next to nothing: the floor alone decides
@@ -70,6 +78,17 @@ BASE_1, UNCLEAN_1 = _lossy(592, 6845), _lossy(977, 6913)
 def test_far_more_records_lost_and_per_acknowledged_send_is_a_loss_excess_kill(row, base,
                                                                                kind) -> None:
     assert judge(row, base).kind == kind
+
+
+def test_no_loss_excess_at_a_seed_the_baseline_kept_whole() -> None:
+    """small-segments/power seeds 20 and 30, measured: two mutants classified safe, which move
+    the schedule, lost 111 and 112 records where the unmutated code lost none; such a seed's
+    loss is counted for the frequency test, not judged alone. Its twin: one record lost by the
+    baseline makes the seed comparable."""
+    kept = _row(True, acked=5977)
+    assert loss_excess(_lossy(111, 1294), kept) is None
+    assert judge(_lossy(111, 1294), kept, {"lost-write"}).kind is None
+    assert loss_excess(_lossy(111, 1294), _lossy(1, 5977)) is not None
 
 
 def test_a_loss_excess_kill_says_both_rates() -> None:
@@ -137,7 +156,9 @@ def _one(path: str, operator: str, changed: str) -> str:
 
 def test_under_a_lossy_mix_a_known_bad_mutant_is_killed_and_an_equivalent_one_is_not() -> None:
     """Seed 1 of safe/power loses records with the unmutated code, seed 3 does not: the HWM
-    mutant adds nothing new at seed 1 and is killed at seed 3; unclean election when it is
+    mutant adds no kind at seed 1, but breaks an invariant there before any fault has lost
+    data, which the unmutated code never does (so it is killed at seed 1, not only at seed 3
+    by a loss the cell's faults could explain); unclean election when it is
     disabled adds no kind at seed 1 but loses far more there (a loss-excess kill); the
     equivalent mutant (`<=` where equality changes nothing) runs the very same seeds, so it is
     never killed."""
@@ -152,7 +173,8 @@ def test_under_a_lossy_mix_a_known_bad_mutant_is_killed_and_an_equivalent_one_is
     assert [n.split(":")[0] for n in baseline.notes] == ["safe/power seed 1"]  # lossy on its own
     assert " acknowledged" in baseline.notes[0]  # its loss, what a loss excess is measured by
     killed = results[hwm]
-    assert (killed.outcome, killed.kind, killed.seed) == ("killed", SAFETY, 3)
+    assert (killed.outcome, killed.kind, killed.seed) == ("killed", SAFETY, 1)
+    assert any(why.endswith("(before any fault that loses data)") for why in killed.by), killed.by
     assert (results[unclean].outcome, results[unclean].kind, results[unclean].seed) == \
         ("killed", LOSS_EXCESS, 1)
     assert (results[same].outcome, results[same].seeds_run, results[same].notes) == \
@@ -167,6 +189,71 @@ def test_on_a_lossy_seed_only_a_kind_the_baseline_never_shows_in_the_cell_kills(
     verdict = judge(unseen, LOSSY, cell)
     assert verdict.kind is None and verdict.differs[0] == "unseen (the baseline has it at other seeds)"
     assert judge(unseen, LOSSY).why == ["unseen"]  # the cell unknown: the seed alone decides
-    assert judge(unseen, _row(True), cell).kind == SAFETY  # a clean seed: any loss kills
+    assert judge(unseen, LOSSY, {"lost-write"}).kind is None  # one loss under two names
     novel = _row(False, {"lost-write": 40, "invariant:ValidControllerState": 1})
     assert judge(novel, LOSSY, cell).why == ["invariant:ValidControllerState"]
+
+
+# small-segments/power seed 10, measured (docs/mutation.md, "The two kills of the lossy cell"):
+# the unmutated code kept every record; Client._known_state:and-or, which only moves which
+# broker a send goes to first, lost 67 acknowledged at a power loss of all three brokers.
+CELL = {"lost-write", "inconsistent-offsets", "stale-read", "nonmonotonic-send",
+        "invariant:ConsistentRead", "invariant:LeaderCandidateCompleteness",
+        "invariant:LeaderCompleteness", "invariant:NoCommittedRecordLostGlobally"}
+MOVED = _row(False, {"unseen": 67, "stale-read": 2, "invariant:ConsistentRead": 3,
+                     "invariant:LeaderCandidateCompleteness": 16,
+                     "invariant:LeaderCompleteness": 3,
+                     "invariant:NoCommittedRecordLostGlobally": 1}, acked=1112, lost=67)
+CLEAN_10 = _row(True, acked=6373)
+
+
+def test_in_a_lossy_cell_a_loss_the_cells_faults_explain_is_no_kill_even_at_a_clean_seed() -> None:
+    verdict = judge(MOVED, CLEAN_10, CELL)
+    assert verdict.kind is None and not decisive(MOVED, CLEAN_10, CELL)
+    assert "unseen (the baseline has it at other seeds)" in verdict.differs
+    # the twin: in a cell where the unmutated code never loses, the same seed kills
+    assert judge(MOVED, CLEAN_10, CELL - {"lost-write"}).kind == SAFETY
+    assert judge(MOVED, CLEAN_10).kind == SAFETY
+
+
+def test_an_invariant_broken_before_any_fault_that_loses_data_kills_in_a_lossy_cell() -> None:
+    """Until its first power loss a lossy cell's run is the safe configuration's: the HWM
+    mutant's seed breaks LeaderCandidateCompleteness at 0.5 s, the first outage is at 2.6 s."""
+    early = {**MOVED, "before_loss": ["invariant:LeaderCandidateCompleteness"]}
+    verdict = judge(early, CLEAN_10, CELL)
+    assert verdict.kind == SAFETY and decisive(early, CLEAN_10, CELL)
+    assert verdict.why == ["invariant:LeaderCandidateCompleteness (before any fault that loses data)"]
+    assert judge(early, LOSSY, CELL).kind == SAFETY  # at a seed the baseline lost too
+    # twins: the baseline's seed broke it before its first loss as well; a row from before the
+    # field (no before_loss) is judged as it was
+    assert judge(early, {**CLEAN_10, "before_loss": early["before_loss"]}, CELL).kind is None
+    assert judge(MOVED, CLEAN_10, CELL).kind is None
+
+
+@pytest.mark.parametrize(("mine", "theirs", "kills"), [
+    (7, 0, True), (6, 0, False),  # 1/128 passes 0.01, 1/64 does not
+    (10, 1, True), (8, 1, False),  # 12/2048 against 10/512
+    (20, 5, True), (15, 10, False), (0, 0, False), (0, 9, False)])
+def test_a_loss_frequency_kill_needs_a_sign_test_chance_would_fail(mine, theirs, kills) -> None:
+    assert (loss_frequency(mine, theirs) is not None) is kills
+
+
+def _seeds(rows: list[dict], bases: list[dict]) -> Result:
+    """A mutant's rows over one cell's seeds against the baseline's, folded and settled."""
+    result = Result("m")
+    _record(result, {"cell": "c", "wall_s": 0.0,
+                     "rows": [{**r, "seed": i} for i, r in enumerate(rows)]},
+            {i: {**b, "seed": i} for i, b in enumerate(bases)})
+    settle(result)
+    return result
+
+
+def test_a_mutant_that_loses_at_many_seeds_the_baseline_kept_is_a_loss_frequency_kill() -> None:
+    lost, kept = _row(False, {"lost-write": 5}, lost=5), _row(True)
+    result = _seeds([lost] * 8, [kept] * 7 + [lost])  # the last seed: both lost
+    assert (result.outcome, result.kind, result.cell) == ("killed", LOSS_EXCESS, "c")
+    assert result.lone_losses == {"c": [7, 0]}
+    assert result.by[0].startswith("lost at 7 seeds where the baseline lost nothing")
+    # the twin: the same losses shuffled over the seeds, as a moved schedule shuffles them
+    shuffled = _seeds([lost, kept] * 4, [kept, lost] * 4)
+    assert (shuffled.outcome, shuffled.lone_losses) == ("survived", {"c": [4, 4]})

@@ -13,7 +13,13 @@ from harness.campaign import run_campaign
 from harness.campaign_spec import load_spec
 from harness.config import load_config, typed
 from harness.sim_run import as_simulated, simulate_into
-from harness.simulate import check_determinism, first_divergence, search, simulate_test
+from harness.simulate import (
+    broken_before_loss,
+    check_determinism,
+    first_divergence,
+    search,
+    simulate_test,
+)
 from harness.test import Test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,3 +220,32 @@ def test_a_second_run_that_fails_in_the_worker_is_said_with_the_jobs_error(tmp_p
     assert _worker_error(done).startswith("ConfigError: config: nodes: missing")
     crashed = subprocess.CompletedProcess([], 1, "", "Traceback ...\nSystemExit: boom\n")
     assert _worker_error(crashed) == "Traceback ...\nSystemExit: boom"
+
+
+def _write_lines(path, objects) -> None:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objects))
+
+
+def test_a_seeds_row_names_the_invariants_broken_before_its_first_fault_that_loses_data(tmp_path):
+    """The mutation oracle's evidence in a lossy cell (harness/mutate/oracle.py): what broke
+    while no fault had yet lost unsynced writes or damaged a disk. A kill or a partition
+    before it loses nothing; an invariant at or after it does not count."""
+    _write_lines(tmp_path / "history.jsonl", [
+        {"index": 0, "time": 100, "process": 0, "type": "invoke", "f": "send", "value": 1},
+        {"index": 1, "time": 200, "process": "nemesis", "type": "info", "f": "start-kill",
+         "value": {"nodes": ["n2"], "effects": ["kills-process"]}},
+        {"index": 2, "time": 500, "process": "nemesis", "type": "info", "f": "start-outage",
+         "value": {"nodes": ["n2", "n3"], "effects": ["kills-process", "loses-unsynced"]}}])
+    _write_lines(tmp_path / "invariants.jsonl", [
+        {"time": 300, "name": "invariant:LeaderCompleteness"},
+        {"time": 500, "name": "invariant:NoCommittedRecordLostGlobally"},
+        {"time": 900, "name": "invariant:ConsistentRead"}])
+    assert broken_before_loss(tmp_path) == ["invariant:LeaderCompleteness"]
+    _write_lines(tmp_path / "history.jsonl", [  # no fault that loses data: everything counts
+        {"index": 0, "time": 200, "process": "nemesis", "type": "info", "f": "start-kill",
+         "value": {"nodes": ["n2"], "effects": ["kills-process"]}}])
+    assert broken_before_loss(tmp_path) == ["invariant:ConsistentRead",
+                                            "invariant:LeaderCompleteness",
+                                            "invariant:NoCommittedRecordLostGlobally"]
+    (tmp_path / "invariants.jsonl").unlink()  # a run without the simulator's invariants
+    assert broken_before_loss(tmp_path) == []

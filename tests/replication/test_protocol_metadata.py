@@ -83,6 +83,20 @@ def test_shrink_below_min_isr_moves_removed_follower_to_elr() -> None:
     assert _view(change.state) == (1, (1,), (3,), ())
 
 
+def test_one_shrink_below_min_isr_moves_every_dropped_follower_to_elr() -> None:
+    """As Kafka's controller does (the old ISR and ELR less the new ISR, below MinISR): both
+    followers dropped at once stay complete. Once all three are fenced and register
+    uncleanly, the recovery quorum is all three, more than MinISR (docs/invariants.md,
+    "MinIsrRecoveryQuorum: at least, not exactly")."""
+    s = md.alter_isr(_state(1, isr=(1, 2, 3)), [1], RULES).state
+    assert _view(s) == (1, (1,), (2, 3), ())
+    s = md.fence(s, 1, RULES, unfenced=()).state
+    assert _view(s) == (None, (), (1, 2, 3), ())
+    for broker in (3, 2, 1):
+        s = md.unclean_registration(s, broker, RULES).state
+    assert _view(s) == (None, (), (), (1, 2, 3))
+
+
 def test_unclean_registration_moves_elr_member_to_last_known_elr() -> None:
     change = md.unclean_registration(_state(None, elr=(2, 3)), 2, RULES)
     assert _view(change.state) == (None, (), (3,), (2,))
