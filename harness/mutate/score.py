@@ -281,6 +281,7 @@ def _record(result: Result, answer: Mapping[str, Any],
     """Fold one block's answer into its mutant's result, each row judged against the
     baseline's row of its seed (`baseline`, by seed) and the kinds of its cell."""
     cell_kinds = kinds(baseline.values())
+    counts_lone_losses = lossy(cell_kinds)
     result.wall_s += answer["wall_s"]
     if answer.get("timeout"):
         result.outcome, result.cell = "timed-out", answer["cell"]
@@ -294,7 +295,7 @@ def _record(result: Result, answer: Mapping[str, Any],
         result.unknown += row["valid"] not in KNOWN
         _count_reached(result, row)
         base = baseline.get(row["seed"])
-        if base is not None and lossy(cell_kinds):
+        if base is not None and counts_lone_losses:
             _count_lone_loss(result, answer["cell"], row, base)
         verdict = judge(row, base, cell_kinds)
         where = f"{answer['cell']} seed {row['seed']}"
@@ -314,8 +315,9 @@ def _record(result: Result, answer: Mapping[str, Any],
 def _count_lone_loss(result: Result, cell: str, row: Mapping[str, Any],
                      base: Mapping[str, Any]) -> None:
     """Count a seed of a lossy cell where exactly one of the mutant and the baseline lost."""
-    if served(row) and served(base) and lost_any(row) != lost_any(base):
-        result.lone_losses.setdefault(cell, [0, 0])[lost_any(base)] += 1
+    mine, theirs = lost_any(row), lost_any(base)
+    if served(row) and served(base) and mine != theirs:
+        result.lone_losses.setdefault(cell, [0, 0])[theirs] += 1
 
 
 def _count_reached(result: Result, row: Mapping[str, Any]) -> None:
@@ -401,8 +403,8 @@ def settle(result: Result) -> None:
     """A mutant alive after every seed: killed by its first loss excess, if it had one, else by
     a lossy cell's loss frequency, if one passes the test."""
     for cell, (mine, theirs) in sorted(result.lone_losses.items()):
-        why = loss_frequency(mine, theirs)
-        if result.kind is None and why is not None:
+        why = loss_frequency(mine, theirs) if result.kind is None else None
+        if why is not None:
             result.kind, result.by, result.cell = LOSS_EXCESS, [why], cell
     result.outcome = "killed" if result.kind == LOSS_EXCESS else "survived"
 
