@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,13 @@ class NativeCheckError(Exception):
 
 class ShareTooBigError(NativeCheckError):
     """The rows of a share would not fit the memory limit it was given; nothing checked."""
+
+    @property
+    def share(self) -> tuple[int, int] | None:
+        """The share (r, k) that did not fit, from the message check_share wrote (a Spark
+        task's failure reaches the driver as its text only); None when it names none."""
+        found = re.search(r"\bshare (\d+)/(\d+) needs more than", str(self))
+        return (int(found[1]), int(found[2])) if found else None
 
 
 def binary() -> str | None:

@@ -15,9 +15,15 @@ task with the whole budget, the partitions one after the other (the 100M-operati
 of the benchmark, 3 partitions of some 14 GB each, is checked so on a 23 GB machine: two at
 once would not fit). On other tables (written before the clustering) each task reads both
 tables whole and holds its whole share, so the check is tried once more in
-MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way). If
-it is still too big, spark_checks.run leaves the check to the SQL plans, as it does when a
-task cannot run `histcheck` (not built on that executor); both said on stderr.
+MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way),
+unless the share that stopped (the one Spark reports: its task failed first) held one
+partition alone: that partition's share would hold it whole again within the same budget,
+so there is no second try (the driver reads the tables' partition column to know, stopping
+at a second partition of that share). When the share that stopped held two or more, the
+second try is made even if one of them alone is too big: which share stops first is a race,
+and where it held several nothing tells whether each alone fits. If it is still too big, or
+there was no second try, spark_checks.run leaves the check to the SQL plans, as it does
+when a task cannot run `histcheck` (not built on that executor); each said on stderr.
 
 The tasks read the tables from the same paths as Spark's own readers, so the tables must be
 where every executor sees them (as for the SQL plans: the checker's scratch folder on one
@@ -31,6 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
@@ -95,17 +102,43 @@ def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, exampl
         how: Plan) -> tuple[dict[str, Any], Plan]:
     """The merged raw output of the tasks (native_checks.merge), and the plan it took: `how`,
     else (a share too big) one share with every task's budget on clustered tables, and
-    MAX_SHARES_PER_CORE times as many shares on others."""
+    MAX_SHARES_PER_CORE times as many shares on others; ShareTooBigError when the second
+    try could not fit either, or when there was no second try to make."""
     try:
         return _run(spark, ops_path, reads_path, acks, examples, how), how
-    except ShareTooBigError:
-        if clustered(ops_path, reads_path):
-            if how.shares == 1:
-                raise  # one partition alone is too big
-            more = Plan(1, how.budget * how.shares)
-        else:
-            more = Plan(how.shares * MAX_SHARES_PER_CORE, how.budget)
+    except ShareTooBigError as e:
+        more = _second_try(e, how, ops_path, reads_path)
         return _run(spark, ops_path, reads_path, acks, examples, more), more
+
+
+def _second_try(e: ShareTooBigError, how: Plan, ops_path: Path, reads_path: Path) -> Plan:
+    """The plan to try once more after `how` stopped with `e`; raises it again (saying why)
+    when no plan could fit where `how` did not."""
+    if clustered(ops_path, reads_path):
+        if how.shares == 1:
+            raise e  # one partition alone is too big
+        return Plan(1, how.budget * how.shares)
+    held = partitions_held(e.share, ops_path, reads_path) if e.share else None
+    if held is not None and len(held) == 1:
+        # in any number of shares, that partition's share holds it whole within this budget
+        raise ShareTooBigError(f"{e}, and holds partition {held.pop()} alone: more shares "
+                               "would not split it") from None
+    return Plan(how.shares * MAX_SHARES_PER_CORE, how.budget)
+
+
+def partitions_held(share: tuple[int, int], *tables: Path) -> set[int]:
+    """The Kafka partitions p of `tables` in `share` (r, k): p mod k == r, as histcheck's
+    --share takes them; reads only the partition column, and stops at two (enough to know
+    whether more shares could split the share)."""
+    r, k = share
+    found: set[int] = set()
+    for path in tables:
+        for batch in pq.ParquetFile(path).iter_batches(columns=["partition"]):
+            found.update(p for p in pc.unique(batch.column(0)).to_pylist()
+                         if p is not None and p % k == r)
+            if len(found) > 1:
+                return found
+    return found
 
 
 def _run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,

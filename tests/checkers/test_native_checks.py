@@ -83,12 +83,23 @@ def test_native_checks_find_the_injected_anomalies_of_a_workload_shaped_history(
 
 
 def test_a_share_past_its_memory_limit_stops_and_checks_nothing(zoo):
-    with pytest.raises(native_checks.ShareTooBigError, match="needs more than 1000 bytes"):
-        native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3, memory_limit=1000)
+    with pytest.raises(native_checks.ShareTooBigError, match="needs more than 1000 bytes") as e:
+        native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3, (1, 2),
+                                  memory_limit=1000)
+    assert e.value.share == (1, 2)
     # the zoo's rows take some tens of kB by the estimate
     whole = native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3)
     assert native_checks.check_share(zoo.ops_path, zoo.reads_path, "all", 3,
                                      memory_limit=10**7) == whole
+
+
+def test_the_share_too_big_is_read_back_from_a_spark_tasks_failure_text():
+    """A Spark task's failure reaches the driver as text (spark_native._run rebuilds the
+    error from it): the share it names is read back, and none from text naming none."""
+    told = native_checks.ShareTooBigError(
+        "checkers.native_checks.ShareTooBigError: share 3/16 needs more than 5 bytes")
+    assert told.share == (3, 16)
+    assert native_checks.ShareTooBigError("histcheck stopped: out of memory").share is None
 
 
 def test_tables_it_cannot_read_are_an_error_not_a_verdict(tmp_path):

@@ -1,6 +1,7 @@
 """The tables clustered by Kafka partition, as the native checks read them: a share of the
 partitions (a Spark task's) reads only its own row groups, and a share too big on clustered
-tables is not tried again in more shares (checkers/spark_native.py)."""
+tables is not tried again in more shares (checkers/spark_native.py); on tables in history
+order it is, unless it held one partition alone."""
 
 from __future__ import annotations
 
@@ -77,6 +78,35 @@ def _in_history_order(ing, out: Path) -> tuple[Path, Path]:
     return paths[0], paths[1]
 
 
+@pytest.fixture(scope="module")
+def ordered(tables, tmp_path_factory) -> tuple[Path, Path]:
+    return _in_history_order(tables, tmp_path_factory.mktemp("ordered") / "tables")
+
+
+@pytest.fixture
+def tries(monkeypatch) -> list[int]:
+    """The shares of each native try spark_native.run makes (each one real)."""
+    shares: list[int] = []
+    run_once = spark_native._run
+    monkeypatch.setattr(spark_native, "_run",
+                        lambda *a: shares.append(a[-1].shares) or run_once(*a))
+    return shares
+
+
+def _least_limit(ops: Path, reads: Path, share: tuple[int, int] = (0, 1)) -> int:
+    """The least --memory-limit that `share` checks within, one partition at a time."""
+    lo, hi = 1000, 1 << 34
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            native_checks.check_share(ops, reads, "all", EXAMPLES, share, threads=1,
+                                      memory_limit=mid)
+            hi = mid
+        except native_checks.ShareTooBigError:
+            lo = mid
+    return hi
+
+
 def test_a_share_reads_only_the_row_groups_of_its_partitions(tables):
     assert spark_native.clustered(tables.ops_path, tables.reads_path)
     total = _row_groups(tables.ops_path) + _row_groups(tables.reads_path)
@@ -91,10 +121,10 @@ def test_a_share_reads_only_the_row_groups_of_its_partitions(tables):
     assert sum(o["row_groups_read"] for o in outs) == total
 
 
-def test_clustered_and_history_ordered_tables_check_alike(tables, tmp_path):
+def test_clustered_and_history_ordered_tables_check_alike(tables, ordered):
     """histcheck still reads tables written before the clustering (each share reading them
     whole), with the same results, for every share and for the whole."""
-    ops, reads = _in_history_order(tables, tmp_path / "ordered")
+    ops, reads = ordered
     for share in [(0, 1), (0, 2), (1, 2)]:
         a = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
                                       share, threads=1)
@@ -105,7 +135,7 @@ def test_clustered_and_history_ordered_tables_check_alike(tables, tmp_path):
 
 
 @pytest.mark.spark
-def test_each_spark_task_reads_only_its_share(tables, spark, tmp_path):
+def test_each_spark_task_reads_only_its_share(tables, ordered, spark):
     """Two tasks over clustered tables read every row group once between them; over the
     same rows in history order each reads every row group that holds any of its partitions
     (most of them: together far more than the tables hold)."""
@@ -115,52 +145,70 @@ def test_each_spark_task_reads_only_its_share(tables, spark, tmp_path):
     assert took == how
     assert clustered["row_groups_read"] == (_row_groups(tables.ops_path)
                                             + _row_groups(tables.reads_path))
-    ops, reads = _in_history_order(tables, tmp_path / "ordered")
-    ordered, _ = spark_native.run(spark, ops, reads, "all", EXAMPLES, how)
-    assert ordered["row_groups_read"] == sum(_may_hold(t, (r, 2)) for t in (ops, reads)
+    ops, reads = ordered
+    in_order, _ = spark_native.run(spark, ops, reads, "all", EXAMPLES, how)
+    assert in_order["row_groups_read"] == sum(_may_hold(t, (r, 2)) for t in (ops, reads)
                                              for r in range(2)) > 1.5 * (_row_groups(ops)
                                                                          + _row_groups(reads))
     whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
-    for out in (clustered, ordered):
+    for out in (clustered, in_order):
         out.pop("row_groups_read")
     whole.pop("row_groups_read")
-    assert clustered == ordered == whole
+    assert clustered == in_order == whole
 
 
 @pytest.mark.spark
 def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables, spark,
-                                                                          tmp_path,
-                                                                          monkeypatch):
+                                                                          tries):
     """On clustered tables a task holds one partition at a time, so too big means one
     partition is: tried once more in one task with both tasks' memory (one partition at a
-    time in all), never in more shares. On tables in history order, more shares may fit."""
-    tries = []
-    run_once = spark_native._run
-    monkeypatch.setattr(spark_native, "_run",
-                        lambda *a: tries.append(a[-1].shares) or run_once(*a))
+    time in all), never in more shares."""
     tiny = spark_native.Plan(2, 1000)
     with pytest.raises(native_checks.ShareTooBigError):
         spark_native.run(spark, tables.ops_path, tables.reads_path, "all", EXAMPLES, tiny)
     assert tries == [2, 1]
     tries.clear()
     # the least memory limit one task needs, taking the partitions one at a time
-    lo, hi = 1000, 1 << 34
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        try:
-            native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
-                                      threads=1, memory_limit=mid)
-            hi = mid
-        except native_checks.ShareTooBigError:
-            lo = mid
+    hi = _least_limit(tables.ops_path, tables.reads_path)
     # each of two tasks short of it, the two budgets together enough: the second try checks
     out, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
                                  EXAMPLES, spark_native.Plan(2, hi * 3 // 4))
     assert (tries, took) == ([2, 1], spark_native.Plan(1, hi * 3 // 4 * 2))
     whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
     assert out == whole
-    tries.clear()
-    ops, reads = _in_history_order(tables, tmp_path / "ordered")
-    with pytest.raises(native_checks.ShareTooBigError):
-        spark_native.run(spark, ops, reads, "all", EXAMPLES, tiny)
-    assert tries == [2, 2 * spark_native.MAX_SHARES_PER_CORE]
+
+
+@pytest.mark.spark
+def test_a_too_big_share_of_one_partition_in_history_order_is_not_tried_again(ordered,
+                                                                               spark, tries):
+    """Tables in history order, 3 partitions in 3 shares: whichever task stops first held
+    one partition alone, which any number of shares would hold whole within the same
+    budget; so run stops after one try (the SQL plans check) and says why."""
+    ops, reads = ordered
+    with pytest.raises(native_checks.ShareTooBigError,
+                       match=r"needs more than 1000 bytes, and holds partition \d alone") as e:
+        spark_native.run(spark, ops, reads, "all", EXAMPLES, spark_native.Plan(3, 1000))
+    assert tries == [3]
+    r, k = e.value.share
+    assert k == 3 and spark_native.partitions_held((r, k), ops, reads) == {r}
+
+
+@pytest.mark.spark
+def test_a_too_big_share_of_two_partitions_in_history_order_is_tried_in_more_shares(
+        tables, ordered, spark, tries):
+    """The must-fail twin of the test above: 3 partitions in 2 shares, within a budget that
+    each partition fits but not partitions 0 and 2 together. Share 0 stops, and the second
+    try, in MAX_SHARES_PER_CORE times as many shares (one partition each), checks."""
+    ops, reads = ordered
+    budget = max(_least_limit(ops, reads, (p, 3)) for p in range(3))
+    with pytest.raises(native_checks.ShareTooBigError):  # partitions 0 and 2 together
+        native_checks.check_share(ops, reads, "all", EXAMPLES, (0, 2), memory_limit=budget)
+    assert spark_native.partitions_held((0, 2), ops, reads) == {0, 2}
+    out, took = spark_native.run(spark, ops, reads, "all", EXAMPLES,
+                                 spark_native.Plan(2, budget))
+    more = 2 * spark_native.MAX_SHARES_PER_CORE
+    assert (tries, took) == ([2, more], spark_native.Plan(more, budget))
+    whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
+    out.pop("row_groups_read")
+    whole.pop("row_groups_read")
+    assert out == whole
