@@ -162,17 +162,14 @@ fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
 }
 
 /// (partitions checked at once, threads each) for a wave: the wave's partitions share the
-/// threads, the threads left over go to each partition's own load and checks. A wave of
-/// partitions not known before loading (tables not clustered) gets one thread each.
+/// threads, the threads left over go to each partition's own load and checks.
 fn threads_of(args: &Args, wanted: &Wanted) -> (usize, usize) {
-    let workers = args.at_once.min(args.threads);
-    match &wanted.only {
-        Some(only) if !only.is_empty() && only.len() < workers => {
-            (only.len(), args.threads / only.len())
-        }
-        Some(_) => (workers, args.threads / workers),
-        None => (args.threads, 1),
+    let workers = match &wanted.only {
+        Some(only) if !only.is_empty() => only.len().min(args.at_once),
+        _ => args.at_once, // tables not clustered: the partitions are known once loaded
     }
+    .min(args.threads);
+    (workers, args.threads / workers)
 }
 
 /// What the waves found, merged: each partition's results, and the statistics.
