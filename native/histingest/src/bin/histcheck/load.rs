@@ -20,8 +20,8 @@ use std::thread;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::statistics::Statistics;
@@ -349,9 +349,12 @@ fn batches(
     columns: &[&str],
     row_groups: Vec<usize>,
 ) -> Res<impl Iterator<Item = Res<RecordBatch>>> {
-    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| format!("{}: not a Parquet table ({e})", path.display()))?;
+    let open = || File::open(path).map_err(|e| format!("{}: {e}", path.display()));
+    let not_parquet = |e| format!("{}: not a Parquet table ({e})", path.display());
+    let inferred = ParquetRecordBatchReaderBuilder::try_new(open()?).map_err(not_parquet)?;
+    let options = ArrowReaderOptions::new().with_schema(text_as_dictionary(inferred.schema()));
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options)
+        .map_err(not_parquet)?;
     let schema = builder.parquet_schema();
     let mut leaves = Vec::new();
     for name in columns {
@@ -369,6 +372,25 @@ fn batches(
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let shown = path.display().to_string();
     Ok(reader.map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
+}
+
+/// `schema` with its text columns read as dictionaries: both ingest paths write text with a
+/// dictionary, so a batch's texts come as its few distinct values and a key per row, and the
+/// load interns each distinct value once a batch instead of hashing every row's text
+/// (Cols::texts). A column chunk whose pages fell back to plain text reads so too.
+fn text_as_dictionary(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 => f.as_ref().clone().with_data_type(DataType::Dictionary(
+                Box::new(DataType::Int32),
+                Box::new(DataType::Utf8),
+            )),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 /// A batch's columns by name, each cast to what the ingest writes.
@@ -402,19 +424,22 @@ impl Cols<'_> {
 
     /// Whether each row's text is `word` (a null is not).
     fn is(&self, name: &str, word: &str) -> Res<Vec<bool>> {
-        let a = self.get(name, &DataType::Utf8)?;
-        Ok(a.as_string::<i32>()
-            .iter()
-            .map(|s| s == Some(word))
-            .collect())
+        let mut words = Strings::default();
+        let id = words.id(word);
+        let ids = self.texts(name, &mut words)?;
+        Ok(ids.iter().map(|t| t.get() == Some(id)).collect())
     }
 
+    /// Each row's text as its interned id, through the batch's dictionary: each distinct
+    /// text is interned once (text_as_dictionary).
     fn texts(&self, name: &str, strings: &mut Strings) -> Res<Vec<Opt<u32>>> {
-        let a = self.get(name, &DataType::Utf8)?;
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let col = self.get(name, &dict)?;
+        let d = col.as_dictionary::<Int32Type>();
+        let values = d.values().as_string::<i32>();
+        let ids: Vec<Option<u32>> = values.iter().map(|s| s.map(|s| strings.id(s))).collect();
         opts(
-            a.as_string::<i32>()
-                .iter()
-                .map(|s| s.map(|s| strings.id(s))),
+            d.keys().iter().map(|k| k.and_then(|k| ids[k as usize])),
             name,
         )
     }
