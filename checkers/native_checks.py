@@ -13,8 +13,10 @@ It holds the rows of the partitions it checks in memory (about 4 GB for 10M oper
 18M records read), so Spark's tasks give it a memory limit: past it, it stops as it loads
 (ShareTooBigError) and the SQL plans check instead. On the tables ingest.py writes, clustered
 by partition, it reads only the row groups of its share (each output says how many it read,
-"row_groups_read") and loads and checks the share in waves of `threads` partitions, so a
-Spark task (one thread) holds one partition's rows at a time.
+"row_groups_read") and loads and checks the share in waves of `at_once` partitions (by default as many as
+`threads`), the threads left over going to each partition's own load and checks: a Spark
+task (`at_once=1`, every core of its machine) holds one partition's rows at a time, and
+uses the cores the other tasks leave idle once they are done.
 tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
 """
 
@@ -59,8 +61,9 @@ def binary() -> str | None:
 
 def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
                 share: tuple[int, int] = (0, 1), threads: int | None = None,
-                memory_limit: int | None = None) -> dict[str, Any]:
-    """histcheck's raw output (JSON) for one share of the partitions."""
+                memory_limit: int | None = None, at_once: int | None = None) -> dict[str, Any]:
+    """histcheck's raw output (JSON) for one share of the partitions, on `threads` threads
+    (default: every core) with `at_once` partitions loaded at a time (default: `threads`)."""
     program = binary()
     if program is None:
         raise NativeCheckError(f"{BINARY} is not built (make bootstrap builds it)")
@@ -68,6 +71,8 @@ def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
            "--share", f"{share[0]}/{share[1]}", "--threads", str(threads or os.cpu_count() or 1)]
     if memory_limit is not None:
         cmd += ["--memory-limit", str(memory_limit)]
+    if at_once is not None:
+        cmd += ["--at-once", str(at_once)]
     done = subprocess.run(cmd, capture_output=True, check=False)
     if done.returncode == TOO_BIG:
         raise ShareTooBigError(f"share {share[0]}/{share[1]} needs more than {memory_limit} bytes")

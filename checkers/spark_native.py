@@ -8,9 +8,12 @@ TASK_MEMORY_FRACTION of this machine's available memory divided among the tasks 
 once, and `histcheck` stops as it loads once its rows would pass it (ShareTooBigError).
 
 On tables clustered by partition (what ingest.py writes: each row group of one partition),
-each task reads only its share's row groups and checks its partitions one at a time (waves
-of its one thread), so a task holds one partition's rows at most: too big then means one
-partition is, and more shares would not help. Fewer do: the check is tried once more in one
+each task reads only its share's row groups and checks its partitions one at a time
+(`at_once=1`), so a task holds one partition's rows at most. Each task may use every core
+of its machine (its partition's two tables load at once and its checks run in two groups):
+while all tasks run they share the cores, and once some are done (the shares are uneven: 3
+partitions in 2 tasks at 10M operations) the rest use the cores they leave. Too big then
+means one partition is, and more shares would not help. Fewer do: the check is tried once more in one
 task with the whole budget, the partitions one after the other (the 100M-operation history
 of the benchmark, 3 partitions of some 14 GB each, is checked so on a 23 GB machine: two at
 once would not fit). On other tables (written before the clustering) each task reads both
@@ -94,8 +97,8 @@ def clustered(*tables: Path) -> bool:
 
 def _check_one(share: tuple[int, int], ops: str, reads: str, acks: str, examples: int,
                budget: int) -> dict[str, Any]:
-    return native_checks.check_share(Path(ops), Path(reads), acks, examples, share, threads=1,
-                                     memory_limit=budget)
+    return native_checks.check_share(Path(ops), Path(reads), acks, examples, share,
+                                     memory_limit=budget, at_once=1)
 
 
 def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examples: int,

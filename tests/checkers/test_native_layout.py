@@ -94,12 +94,13 @@ def tries(monkeypatch) -> list[int]:
 
 
 def _least_limit(ops: Path, reads: Path, share: tuple[int, int] = (0, 1)) -> int:
-    """The least --memory-limit that `share` checks within, one partition at a time."""
+    """The least --memory-limit that `share` checks within, one partition at a time on every
+    core, as a Spark task checks it (spark_native._check_one)."""
     lo, hi = 1000, 1 << 34
     while hi - lo > 1:
         mid = (lo + hi) // 2
         try:
-            native_checks.check_share(ops, reads, "all", EXAMPLES, share, threads=1,
+            native_checks.check_share(ops, reads, "all", EXAMPLES, share, at_once=1,
                                       memory_limit=mid)
             hi = mid
         except native_checks.ShareTooBigError:
@@ -202,7 +203,8 @@ def test_a_too_big_share_of_two_partitions_in_history_order_is_tried_in_more_sha
     ops, reads = ordered
     budget = max(_least_limit(ops, reads, (p, 3)) for p in range(3))
     with pytest.raises(native_checks.ShareTooBigError):  # partitions 0 and 2 together
-        native_checks.check_share(ops, reads, "all", EXAMPLES, (0, 2), memory_limit=budget)
+        native_checks.check_share(ops, reads, "all", EXAMPLES, (0, 2), at_once=1,
+                                  memory_limit=budget)
     assert spark_native.partitions_held((0, 2), ops, reads) == {0, 2}
     out, took = spark_native.run(spark, ops, reads, "all", EXAMPLES,
                                  spark_native.Plan(2, budget))

@@ -6,6 +6,8 @@
 //! partition, in parallel, and the results merged (main.rs; checkers/native_checks.py does
 //! the same across Spark tasks).
 
+use std::thread;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{json, Value};
 
@@ -95,7 +97,10 @@ fn max_known_in(known: &[i64], lo: i64, hi: i64) -> Option<i64> {
 }
 
 /// Every anomaly of one partition, its losses and its statistics.
-pub fn check(cx: &Ctx, part: &Partition) -> Checked {
+/// Every anomaly of one partition. With `threads` above 1, the checks that need only what
+/// the first steps built (the cells, the completed sends, the losses) run in two groups at
+/// once: each group's steps depend on each other, the groups on nothing of the other's.
+pub fn check(cx: &Ctx, part: &Partition, threads: usize) -> Checked {
     let w = cx.w;
     let sends: Vec<&Op> = part.ops.iter().filter(|o| o.f == w.send).collect();
     let acked: Vec<&Op> = sends
@@ -111,39 +116,56 @@ pub fn check(cx: &Ctx, part: &Partition) -> Checked {
     let mut found: [Found; 12] = Default::default();
     let [inconsistent, duplicate, nm_poll, int_nm_poll, skip, int_skip, nm_send, int_nm_send, int_send_skip, realtime, aborted, stale] =
         &mut found;
-    shared_cells(cx, &cells.map, inconsistent, duplicate);
-    let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
-    let gaps = read_steps(cx, part, &known, [nm_poll, int_nm_poll, skip, int_skip]);
-    send_steps(cx, &done, &known, [nm_send, int_nm_send, int_send_skip]);
-    realtime_send_order(cx, &done, &losses.ops, realtime);
-    aborted_reads(cx, &sends, &done, &cells.map, aborted);
-    stale_reads(
-        cx,
-        part,
-        &acked,
-        &cells.map,
-        &inconsistent_offsets,
-        &gaps,
-        stale,
-    );
+    let mut reads_group = || {
+        shared_cells(cx, &cells.map, inconsistent, duplicate);
+        let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
+        let gaps = read_steps(cx, part, &known, [nm_poll, int_nm_poll, skip, int_skip]);
+        stale_reads(
+            cx,
+            part,
+            &acked,
+            &cells.map,
+            &inconsistent_offsets,
+            &gaps,
+            stale,
+        );
+    };
+    let mut sends_group = || {
+        send_steps(cx, &done, &known, [nm_send, int_nm_send, int_send_skip]);
+        realtime_send_order(cx, &done, &losses.ops, realtime);
+        aborted_reads(cx, &sends, &done, &cells.map, aborted);
+        (info_read(cx, &sends, &cells), complete(w, part))
+    };
+    let (info_read, complete) = if threads > 1 {
+        thread::scope(|s| {
+            s.spawn(reads_group);
+            sends_group()
+        })
+    } else {
+        reads_group();
+        sends_group()
+    };
+    Checked {
+        found,
+        unread: losses.rows,
+        complete,
+        acked: sends.iter().filter(|o| o.ty == w.ok).count() as u64,
+        info_read,
+    }
+}
 
+/// The info (unknown-outcome) sends whose value was read: they were written after all.
+fn info_read(cx: &Ctx, sends: &[&Op], cells: &Cells) -> u64 {
     let read_values: FxHashSet<i64> = cells
         .map
         .iter()
         .filter(|(_, c)| c.read)
         .map(|(&(_, v), _)| v)
         .collect();
-    let info_read = sends
+    sends
         .iter()
-        .filter(|o| o.ty == w.info && o.value.get().is_some_and(|v| read_values.contains(&v)))
-        .count() as u64;
-    Checked {
-        found,
-        unread: losses.rows,
-        complete: complete(w, part),
-        acked: sends.iter().filter(|o| o.ty == w.ok).count() as u64,
-        info_read,
-    }
+        .filter(|o| o.ty == cx.w.info && o.value.get().is_some_and(|v| read_values.contains(&v)))
+        .count() as u64
 }
 
 /// One cell per distinct (offset, value) read or acked, and what the final state holds.

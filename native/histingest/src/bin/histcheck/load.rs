@@ -13,13 +13,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
-use arrow_schema::DataType;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::statistics::Statistics;
@@ -331,17 +333,28 @@ impl From<String> for Failure {
 /// benchmark's generator, one partition alone (`--share 0/3 --threads 1`) of 10M operations
 /// in all (1.67M completed operations, 6.06M records read): 0.99 GB at peak, 2.1 times the
 /// rows (before the records dropped their operation's columns: 1.41 GB, 2.3 times).
-const OP_BYTES: u64 = 23 * std::mem::size_of::<Op>() as u64 / 10;
-const READ_BYTES: u64 = 23 * std::mem::size_of::<Read>() as u64 / 10;
+/// With more than one thread to a partition its two groups of checks build their maps at
+/// once: 1.1 times the peak of one thread (the same partition: 1.07 GB against 0.97).
+const OP_BYTES: [u64; 2] = [
+    23 * std::mem::size_of::<Op>() as u64 / 10,
+    25 * std::mem::size_of::<Op>() as u64 / 10,
+];
+const READ_BYTES: [u64; 2] = [
+    23 * std::mem::size_of::<Read>() as u64 / 10,
+    25 * std::mem::size_of::<Read>() as u64 / 10,
+];
 
 fn batches(
     path: &Path,
     columns: &[&str],
     row_groups: Vec<usize>,
 ) -> Res<impl Iterator<Item = Res<RecordBatch>>> {
-    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| format!("{}: not a Parquet table ({e})", path.display()))?;
+    let open = || File::open(path).map_err(|e| format!("{}: {e}", path.display()));
+    let not_parquet = |e| format!("{}: not a Parquet table ({e})", path.display());
+    let inferred = ParquetRecordBatchReaderBuilder::try_new(open()?).map_err(not_parquet)?;
+    let options = ArrowReaderOptions::new().with_schema(text_as_dictionary(inferred.schema()));
+    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options)
+        .map_err(not_parquet)?;
     let schema = builder.parquet_schema();
     let mut leaves = Vec::new();
     for name in columns {
@@ -359,6 +372,25 @@ fn batches(
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let shown = path.display().to_string();
     Ok(reader.map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
+}
+
+/// `schema` with its text columns read as dictionaries: both ingest paths write text with a
+/// dictionary, so a batch's texts come as its few distinct values and a key per row, and the
+/// load interns each distinct value once a batch instead of hashing every row's text
+/// (Cols::texts). A column chunk whose pages fell back to plain text reads so too.
+fn text_as_dictionary(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 => f.as_ref().clone().with_data_type(DataType::Dictionary(
+                Box::new(DataType::Int32),
+                Box::new(DataType::Utf8),
+            )),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 /// A batch's columns by name, each cast to what the ingest writes.
@@ -390,12 +422,24 @@ impl Cols<'_> {
         opts(a.as_primitive::<Int32Type>().iter(), name)
     }
 
+    /// Whether each row's text is `word` (a null is not).
+    fn is(&self, name: &str, word: &str) -> Res<Vec<bool>> {
+        let mut words = Strings::default();
+        let id = words.id(word);
+        let ids = self.texts(name, &mut words)?;
+        Ok(ids.iter().map(|t| t.get() == Some(id)).collect())
+    }
+
+    /// Each row's text as its interned id, through the batch's dictionary: each distinct
+    /// text is interned once (text_as_dictionary).
     fn texts(&self, name: &str, strings: &mut Strings) -> Res<Vec<Opt<u32>>> {
-        let a = self.get(name, &DataType::Utf8)?;
+        let dict = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let col = self.get(name, &dict)?;
+        let d = col.as_dictionary::<Int32Type>();
+        let values = d.values().as_string::<i32>();
+        let ids: Vec<Option<u32>> = values.iter().map(|s| s.map(|s| strings.id(s))).collect();
         opts(
-            a.as_string::<i32>()
-                .iter()
-                .map(|s| s.map(|s| strings.id(s))),
+            d.keys().iter().map(|k| k.and_then(|k| ids[k as usize])),
             name,
         )
     }
@@ -428,17 +472,20 @@ pub struct Tables<'a> {
 
 /// Loads the rows of the partitions `wanted` (from the row groups that may hold them), or
 /// stops with `Failure::TooBig` as soon as they would hold more than `limit` bytes (checked
-/// after each batch of rows). `rows_of`: each partition's rows of ops and of reads, when
-/// known, to size its vectors once (the operations' for every row, invocations too: the
-/// room never written to is never touched, so it takes address space, not memory).
+/// after each batch of rows, by both tables' loaders). `rows_of`: each partition's rows of
+/// ops and of reads, when known, to size its vectors once (the operations' for every row,
+/// invocations too: the room never written to is never touched, so it takes address space,
+/// not memory). `threads`: each partition's threads; above 1 the two tables load at once,
+/// on two threads (they share nothing but the count of rows kept), and the memory held per
+/// row is reckoned for the checks' two groups at once (checks.rs).
 pub fn load(
     t: &Tables,
     default_acks: &str,
     wanted: &Wanted,
     limit: Option<u64>,
     rows_of: [Option<&BTreeMap<i32, usize>>; 2],
+    threads: usize,
 ) -> Result<History, Failure> {
-    let (ops, reads) = (t.ops, t.reads);
     let mut strings = Strings::default();
     let words = Words {
         ok: strings.id("ok"),
@@ -450,38 +497,132 @@ pub fn load(
         all: strings.id("all"),
         default_acks: strings.id(default_acks),
     };
-    let mut partitions: BTreeMap<i32, Partition> = BTreeMap::new();
     let [ops_of, reads_of] = rows_of;
-    for (&p, &n) in ops_of.into_iter().flatten() {
-        if wanted.partition(p) {
-            partitions.entry(p).or_default().ops.reserve_exact(n);
-        }
-    }
-    for (&p, &n) in reads_of.into_iter().flatten() {
-        if wanted.partition(p) {
-            partitions.entry(p).or_default().reads.reserve_exact(n);
-        }
-    }
-    let mut ops_by_f_type = BTreeMap::new();
-    let (mut kept_ops, mut n_reads) = (0u64, 0u64);
-    let within = |ops: u64, reads: u64| match limit {
-        Some(l) if ops * OP_BYTES + reads * READ_BYTES > l => Err(Failure::TooBig { limit: l }),
-        _ => Ok(()),
+    let sized = |of: Option<&BTreeMap<i32, usize>>| -> BTreeMap<i32, usize> {
+        of.into_iter()
+            .flatten()
+            .filter(|(&p, _)| wanted.partition(p))
+            .map(|(&p, &n)| (p, n))
+            .collect()
     };
-    let reserved: u64 = partitions.values().map(|p| p.reads.capacity() as u64).sum();
-    within(0, reserved)?; // known before reading a row
+    let kept = Kept {
+        limit,
+        per_row: usize::from(threads > 1),
+        ops: AtomicU64::new(0),
+        reads: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    };
+    let reserved: u64 = sized(reads_of).values().map(|&n| n as u64).sum();
+    kept.add(0, reserved)?; // known before reading a row
+    kept.reads.store(0, Ordering::Relaxed);
     let (ops_groups, reads_groups) = (t.ops_groups.wanted(wanted), t.reads_groups.wanted(wanted));
     let row_groups = ops_groups.len() + reads_groups.len();
-    for batch in batches(ops, &OPS, ops_groups)? {
-        within(kept_ops, n_reads)?;
+    let load_reads = || load_reads(t.reads, reads_groups, wanted, sized(reads_of), &kept);
+    let (ops, reads) = if threads > 1 {
+        thread::scope(|s| {
+            let reads = s.spawn(load_reads);
+            let ops = load_ops(
+                t.ops,
+                ops_groups,
+                wanted,
+                sized(ops_of),
+                &kept,
+                &mut strings,
+                &words,
+            );
+            let reads = reads.join().expect("the reads' loader does not panic");
+            (ops, reads)
+        })
+    } else {
+        let ops = load_ops(
+            t.ops,
+            ops_groups,
+            wanted,
+            sized(ops_of),
+            &kept,
+            &mut strings,
+            &words,
+        );
+        // the reads are not read once the operations failed (their error is the one said)
+        let reads = match ops {
+            Ok(_) => load_reads(),
+            Err(_) => Ok(Default::default()),
+        };
+        (ops, reads)
+    };
+    let (mut by_partition, ops_by_f_type) = ops?;
+    let (reads, n_reads) = reads?;
+    for (p, rows) in reads {
+        by_partition.entry(p).or_default().reads = rows;
+    }
+    kept.add(0, 0)?;
+    Ok(History {
+        strings,
+        words,
+        partitions: by_partition,
+        ops_by_f_type,
+        n_reads,
+        row_groups,
+    })
+}
+
+/// The rows both loaders have kept so far, against the memory limit; the first loader to
+/// pass it stops the other.
+struct Kept {
+    limit: Option<u64>,
+    /// Which of OP_BYTES and READ_BYTES.
+    per_row: usize,
+    ops: AtomicU64,
+    reads: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Kept {
+    /// Count `ops` and `reads` more rows; TooBig once past the limit, or once the other
+    /// loader found it so.
+    fn add(&self, ops: u64, reads: u64) -> Result<(), Failure> {
+        let o = self.ops.fetch_add(ops, Ordering::Relaxed) + ops;
+        let r = self.reads.fetch_add(reads, Ordering::Relaxed) + reads;
+        match self.limit {
+            Some(l)
+                if self.stop.load(Ordering::Relaxed)
+                    || o * OP_BYTES[self.per_row] + r * READ_BYTES[self.per_row] > l =>
+            {
+                self.stop.store(true, Ordering::Relaxed);
+                Err(Failure::TooBig { limit: l })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+type OpsLoaded = (BTreeMap<i32, Partition>, BTreeMap<(u32, u32), u64>);
+
+/// The completed operations of the wanted partitions, each partition's vector sized once
+/// from `sized`, and the count of every wanted row by (f, type).
+fn load_ops(
+    path: &Path,
+    groups: Vec<usize>,
+    wanted: &Wanted,
+    sized: BTreeMap<i32, usize>,
+    kept: &Kept,
+    strings: &mut Strings,
+    words: &Words,
+) -> Result<OpsLoaded, Failure> {
+    let mut partitions: BTreeMap<i32, Partition> = BTreeMap::new();
+    for (p, n) in sized {
+        partitions.entry(p).or_default().ops.reserve_exact(n);
+    }
+    let mut ops_by_f_type = BTreeMap::new();
+    for batch in batches(path, &OPS, groups)? {
         let batch = batch?;
         let c = Cols {
             batch: &batch,
-            path: ops,
+            path,
         };
         let part = c.i32s("partition")?;
-        let ty = c.texts("type", &mut strings)?;
-        let f = c.texts("f", &mut strings)?;
+        let ty = c.texts("type", strings)?;
+        let f = c.texts("f", strings)?;
         let (index, time, value, offset) = (
             c.i64s("index")?,
             c.i64s("time")?,
@@ -489,10 +630,10 @@ pub fn load(
             c.i64s("offset")?,
         );
         let (process, node, error, acks) = (
-            c.texts("process", &mut strings)?,
-            c.texts("node", &mut strings)?,
-            c.texts("error", &mut strings)?,
-            c.texts("acks", &mut strings)?,
+            c.texts("process", strings)?,
+            c.texts("node", strings)?,
+            c.texts("error", strings)?,
+            c.texts("acks", strings)?,
         );
         let (epoch, hwm, invoke_time, invoke_offset) = (
             c.i64s("epoch")?,
@@ -505,6 +646,7 @@ pub fn load(
             c.i64s("prev_send_op")?,
             c.i64s("prev_send_txn")?,
         );
+        let mut batch_kept = 0u64;
         for i in 0..batch.num_rows() {
             let keep = match part[i].get() {
                 Some(p) => wanted.partition(p),
@@ -522,9 +664,9 @@ pub fn load(
             if t != words.ok && t != words.info && t != words.fail {
                 continue; // an invocation: the checks read its completion, which repeats it
             }
-            kept_ops += 1;
+            batch_kept += 1;
             partitions.entry(p).or_default().ops.push(Op {
-                index: required(index[i], "an index", ops)?,
+                index: required(index[i], "an index", path)?,
                 time: time[i],
                 process: process[i],
                 ty: t,
@@ -543,45 +685,57 @@ pub fn load(
                 prev_send_txn: prev_send_txn[i],
             });
         }
+        kept.add(batch_kept, 0)?;
     }
-    for batch in batches(reads, &READS, reads_groups)? {
-        within(kept_ops, n_reads)?;
+    Ok((partitions, ops_by_f_type))
+}
+
+/// The records read in the wanted partitions, by partition (each vector sized once from
+/// `sized`), and how many.
+fn load_reads(
+    path: &Path,
+    groups: Vec<usize>,
+    wanted: &Wanted,
+    sized: BTreeMap<i32, usize>,
+    kept: &Kept,
+) -> Result<(BTreeMap<i32, Vec<Read>>, u64), Failure> {
+    let mut reads: BTreeMap<i32, Vec<Read>> = BTreeMap::new();
+    for (p, n) in sized {
+        reads.entry(p).or_default().reserve_exact(n);
+    }
+    let mut n_reads = 0u64;
+    for batch in batches(path, &READS, groups)? {
         let batch = batch?;
         let c = Cols {
             batch: &batch,
-            path: reads,
+            path,
         };
         let part = c.i32s("partition")?;
         let (index, offset, value) = (c.i64s("index")?, c.i64s("offset")?, c.i64s("value")?);
-        let f = c.texts("f", &mut strings)?;
+        let final_poll = c.is("f", "final-poll")?;
         let pos = c.i32s("pos")?;
         let (prev_offset, prev_op) = (c.i64s("prev_offset")?, c.i64s("prev_op")?);
+        let mut batch_kept = 0u64;
         for i in 0..batch.num_rows() {
             let Some(p) = part[i].get() else {
-                return Err(format!("{}: a read without a partition", reads.display()).into());
+                return Err(format!("{}: a read without a partition", path.display()).into());
             };
             if !wanted.partition(p) {
                 continue;
             }
-            n_reads += 1;
-            partitions.entry(p).or_default().reads.push(Read {
-                index: required(index[i], "an index", reads)?,
-                offset: required(offset[i], "an offset", reads)?,
+            batch_kept += 1;
+            reads.entry(p).or_default().push(Read {
+                index: required(index[i], "an index", path)?,
+                offset: required(offset[i], "an offset", path)?,
                 value: value[i],
                 prev_offset: prev_offset[i],
                 prev_op: prev_op[i],
                 pos: pos[i],
-                final_poll: f[i].get() == Some(words.final_poll),
+                final_poll: final_poll[i],
             });
         }
+        n_reads += batch_kept;
+        kept.add(0, batch_kept)?;
     }
-    within(kept_ops, n_reads)?;
-    Ok(History {
-        strings,
-        words,
-        partitions,
-        ops_by_f_type,
-        n_reads,
-        row_groups,
-    })
+    Ok((reads, n_reads))
 }

@@ -7,11 +7,14 @@
 //! a share of the partitions, and merges their outputs the same way.
 //!
 //! Usage: histcheck OPS.parquet READS.parquet --acks ACKS --examples N
-//!        [--share R/K] [--threads N] [--memory-limit BYTES]
+//!        [--share R/K] [--threads N] [--at-once P] [--memory-limit BYTES]
 //! `--share R/K` checks only the partitions p with p mod K == R (default 0/1: all of them).
 //! On tables clustered by partition (load.rs) it reads only those partitions' row groups,
-//! and loads and checks them in waves of `--threads` partitions, so it holds one wave's rows
-//! at a time (and `--memory-limit` bounds a wave).
+//! and loads and checks them in waves of `--at-once` partitions (default: `--threads`), so
+//! it holds one wave's rows at a time (and `--memory-limit` bounds a wave). `--threads` is
+//! the cores it may use: a wave of fewer partitions than threads gives each partition the
+//! threads left over (its two tables load at once, and its checks run in two groups), so
+//! `--at-once 1` checks one partition at a time on every core, in one partition's memory.
 //! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
 //! Exit 0: stdout is one JSON object:
 //!   {"anomalies": {name: [count, [example, ...]]}, "unread": [row, ...],
@@ -51,13 +54,15 @@ struct Args {
     examples: usize,
     wanted: Wanted,
     threads: usize,
+    /// Partitions loaded and checked at once (a wave).
+    at_once: usize,
     memory_limit: Option<u64>,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     let usage = "usage: histcheck OPS READS --acks ACKS --examples N [--share R/K] \
-                 [--threads N] [--memory-limit BYTES]";
+                 [--threads N] [--at-once P] [--memory-limit BYTES]";
     let ops = PathBuf::from(it.next().ok_or(usage)?);
     let reads = PathBuf::from(it.next().ok_or(usage)?);
     let mut acks = None;
@@ -70,15 +75,17 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut threads = thread::available_parallelism().map_or(1, |n| n.get());
     let mut memory_limit = None;
+    let mut at_once = None;
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--acks" => acks = Some(it.next().ok_or(usage)?),
-            "--examples" | "--threads" | "--share" | "--memory-limit" => {
+            "--examples" | "--threads" | "--at-once" | "--share" | "--memory-limit" => {
                 let v = it.next().ok_or(usage)?;
                 let bad = || format!("{flag}: not a number: {v:.40}");
                 match flag.as_str() {
                     "--examples" => examples = Some(v.parse().map_err(|_| bad())?),
                     "--threads" => threads = v.parse::<usize>().map_err(|_| bad())?.max(1),
+                    "--at-once" => at_once = Some(v.parse::<usize>().map_err(|_| bad())?.max(1)),
                     "--memory-limit" => memory_limit = Some(v.parse().map_err(|_| bad())?),
                     _ => {
                         let (r, k) = v.split_once('/').ok_or_else(bad)?;
@@ -105,12 +112,13 @@ fn parse_args() -> Result<Args, String> {
         examples: examples.ok_or(usage)?,
         wanted,
         threads,
+        at_once: at_once.unwrap_or(threads),
         memory_limit,
     })
 }
 
 /// The loads that check the share asked for, one after the other: on clustered tables
-/// (load.rs), waves of `threads` partitions, the biggest first, so that the memory held is
+/// (load.rs), waves of `at_once` partitions, the biggest first, so that the memory held is
 /// a wave's, not the share's; else the whole share at once.
 fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
     let w = &args.wanted;
@@ -135,7 +143,7 @@ fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
     let mut order: Vec<(i32, usize)> = sizes.into_iter().collect();
     order.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
     let mut out: Vec<Wanted> = order
-        .chunks(args.threads)
+        .chunks(args.at_once)
         .map(|c| Wanted {
             share: w.share,
             of: w.of,
@@ -153,6 +161,17 @@ fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
     out
 }
 
+/// (partitions checked at once, threads each) for a wave: the wave's partitions share the
+/// threads, the threads left over go to each partition's own load and checks.
+fn threads_of(args: &Args, wanted: &Wanted) -> (usize, usize) {
+    let workers = match &wanted.only {
+        Some(only) if !only.is_empty() => only.len().min(args.at_once),
+        _ => args.at_once, // tables not clustered: the partitions are known once loaded
+    }
+    .min(args.threads);
+    (workers, args.threads / workers)
+}
+
 /// What the waves found, merged: each partition's results, and the statistics.
 #[derive(Default)]
 struct Found {
@@ -162,15 +181,16 @@ struct Found {
     row_groups: usize,
 }
 
-/// Check each partition of `h` on its own thread, the biggest first.
-fn check_all(h: &load::History, threads: usize, found: &mut Found) {
+/// Check each partition of `h` on its own thread, the biggest first, `workers` at a time,
+/// each on `inner` threads of its own.
+fn check_all(h: &load::History, workers: usize, inner: usize, found: &mut Found) {
     let parts: Vec<(&i32, &load::Partition)> = h.partitions.iter().collect();
     let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(parts[i].1.ops.len() + parts[i].1.reads.len()));
     let results: Mutex<Vec<Option<Checked>>> = Mutex::new((0..parts.len()).map(|_| None).collect());
     let next = AtomicUsize::new(0);
     thread::scope(|s| {
-        for _ in 0..threads.min(parts.len()) {
+        for _ in 0..workers.min(parts.len()) {
             s.spawn(|| {
                 while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let (&p, part) = parts[i];
@@ -179,7 +199,7 @@ fn check_all(h: &load::History, threads: usize, found: &mut Found) {
                         s: &h.strings,
                         w: &h.words,
                     };
-                    let out = check(&cx, part);
+                    let out = check(&cx, part, inner);
                     results.lock().unwrap()[i] = Some(out);
                 }
             });
@@ -213,6 +233,7 @@ fn run(args: &Args) -> Result<Value, Failure> {
     let mut found = Found::default();
     let (mut loading, mut checking) = (0.0, 0.0);
     for wanted in waves(args, &ops_groups, &reads_groups) {
+        let (workers, inner) = threads_of(args, &wanted);
         let t = std::time::Instant::now();
         let h = load(
             &tables,
@@ -220,10 +241,11 @@ fn run(args: &Args) -> Result<Value, Failure> {
             &wanted,
             args.memory_limit,
             [rows_of[0].as_ref(), rows_of[1].as_ref()],
+            inner,
         )?;
         loading += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
-        check_all(&h, args.threads, &mut found);
+        check_all(&h, workers, inner, &mut found);
         checking += t.elapsed().as_secs_f64();
     }
     if std::env::var_os("HISTCHECK_TIMES").is_some() {
