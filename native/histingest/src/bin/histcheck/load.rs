@@ -518,23 +518,8 @@ pub fn load(
     let (ops_groups, reads_groups) = (t.ops_groups.wanted(wanted), t.reads_groups.wanted(wanted));
     let row_groups = ops_groups.len() + reads_groups.len();
     let load_reads = || load_reads(t.reads, reads_groups, wanted, sized(reads_of), &kept);
-    let (ops, reads) = if threads > 1 {
-        thread::scope(|s| {
-            let reads = s.spawn(load_reads);
-            let ops = load_ops(
-                t.ops,
-                ops_groups,
-                wanted,
-                sized(ops_of),
-                &kept,
-                &mut strings,
-                &words,
-            );
-            let reads = reads.join().expect("the reads' loader does not panic");
-            (ops, reads)
-        })
-    } else {
-        let ops = load_ops(
+    let load_ops = || {
+        load_ops(
             t.ops,
             ops_groups,
             wanted,
@@ -542,7 +527,16 @@ pub fn load(
             &kept,
             &mut strings,
             &words,
-        );
+        )
+    };
+    let (ops, reads) = if threads > 1 {
+        thread::scope(|s| {
+            let reads = s.spawn(load_reads);
+            let ops = load_ops();
+            (ops, reads.join().expect("the reads' loader does not panic"))
+        })
+    } else {
+        let ops = load_ops();
         // the reads are not read once the operations failed (their error is the one said)
         let reads = match ops {
             Ok(_) => load_reads(),
