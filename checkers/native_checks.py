@@ -13,10 +13,10 @@ It holds the rows of the partitions it checks in memory (about 4 GB for 10M oper
 18M records read), so Spark's tasks give it a memory limit: past it, it stops as it loads
 (ShareTooBigError) and the SQL plans check instead. On the tables ingest.py writes, clustered
 by partition, it reads only the row groups of its share (each output says how many it read,
-"row_groups_read") and loads and checks the share in waves of `at_once` partitions (by default as many as
-`threads`), the threads left over going to each partition's own load and checks: a Spark
-task (`at_once=1`, every core of its machine) holds one partition's rows at a time, and
-uses the cores the other tasks leave idle once they are done.
+"row_groups_read") and loads and checks the share in waves of `at_once` partitions (by
+default as many as `threads`), the threads left over going to each partition's own load and
+checks: a Spark task (`at_once=1`, every core of its machine) holds one partition's rows at
+a time, and uses the cores the other tasks leave idle once they are done.
 tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
 """
 
