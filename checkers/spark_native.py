@@ -16,9 +16,9 @@ partitions in 2 tasks at 10M operations) the rest use the cores they leave. Too 
 means one partition is, and more shares would not help. Fewer do: the check is tried once
 more in one task with the whole budget, the partitions one after the other (the
 100M-operation history of the benchmark, 3 partitions of some 14 GB each, is checked so on
-a 23 GB machine: two at once would not fit). On other tables (written before the clustering) each task reads both
-tables whole and holds its whole share, so the check is tried once more in
-MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way),
+a 23 GB machine: two at once would not fit). On other tables (written before the
+clustering) each task reads both tables whole and holds its whole share, so the check is
+tried once more in MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way),
 unless the share that stopped (the one Spark reports: its task failed first) held one
 partition alone: that partition's share would hold it whole again within the same budget,
 so there is no second try (the driver reads the tables' partition column to know, stopping
