@@ -9,24 +9,24 @@ once, and `histcheck` stops as it loads once its rows would pass it (ShareTooBig
 
 On tables clustered by partition (what ingest.py writes: each row group of one partition),
 each task reads only its share's row groups and checks its partitions one at a time
-(`at_once=1`), so a task holds one partition's rows at most. Each task may use every core
-of its machine (its partition's two tables load at once and its checks run in two groups):
+(`at_once=1`), so a task holds one partition's rows at most. Each task may use every core of
+its machine (its partition's two tables load at once and its checks run in two groups):
 while all tasks run they share the cores, and once some are done (the shares are uneven: 3
 partitions in 2 tasks at 10M operations) the rest use the cores they leave. Too big then
 means one partition is, and more shares would not help. Fewer do: the check is tried once
 more in one task with the whole budget, the partitions one after the other (the
-100M-operation history of the benchmark, 3 partitions of some 14 GB each, is checked so on
-a 23 GB machine: two at once would not fit). On other tables (written before the
-clustering) each task reads both tables whole and holds its whole share, so the check is
-tried once more in MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way),
+100M-operation history of the benchmark, 3 partitions of some 14 GB each, is checked so on a
+23 GB machine: two at once would not fit). On other tables (written before the clustering)
+each task reads both tables whole and holds its whole share, so the check is tried once more
+in MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way),
 unless the share that stopped (the one Spark reports: its task failed first) held one
-partition alone: that partition's share would hold it whole again within the same budget,
-so there is no second try (the driver reads the tables' partition column to know, stopping
-at a second partition of that share). When the share that stopped held two or more, the
-second try is made even if one of them alone is too big: which share stops first is a race,
-and where it held several nothing tells whether each alone fits. If it is still too big, or
-there was no second try, spark_checks.run leaves the check to the SQL plans, as it does
-when a task cannot run `histcheck` (not built on that executor); each said on stderr.
+partition alone: that partition's share would hold it whole again within the same budget, so
+there is no second try (the driver reads the tables' partition column to know, stopping at a
+second partition of that share). When the share that stopped held two or more, the second
+try is made even if one of them alone is too big: which share stops first is a race, and
+where it held several nothing tells whether each alone fits. If it is still too big, or
+there was no second try, spark_checks.run leaves the check to the SQL plans, as it does when
+a task cannot run `histcheck` (not built on that executor); each said on stderr.
 
 The tasks read the tables from the same paths as Spark's own readers, so the tables must be
 where every executor sees them (as for the SQL plans: the checker's scratch folder on one
