@@ -21,7 +21,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::statistics::Statistics;
@@ -349,12 +351,14 @@ fn batches(
     columns: &[&str],
     row_groups: Vec<usize>,
 ) -> Res<impl Iterator<Item = Res<RecordBatch>>> {
-    let open = || File::open(path).map_err(|e| format!("{}: {e}", path.display()));
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let not_parquet = |e| format!("{}: not a Parquet table ({e})", path.display());
-    let inferred = ParquetRecordBatchReaderBuilder::try_new(open()?).map_err(not_parquet)?;
+    // the footer is read once; the schema with text as dictionaries is derived from it
+    let inferred = ArrowReaderMetadata::load(&file, Default::default()).map_err(not_parquet)?;
     let options = ArrowReaderOptions::new().with_schema(text_as_dictionary(inferred.schema()));
-    let builder = ParquetRecordBatchReaderBuilder::try_new_with_options(open()?, options)
-        .map_err(not_parquet)?;
+    let meta =
+        ArrowReaderMetadata::try_new(inferred.metadata().clone(), options).map_err(not_parquet)?;
+    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta);
     let schema = builder.parquet_schema();
     let mut leaves = Vec::new();
     for name in columns {
@@ -513,8 +517,7 @@ pub fn load(
         stop: AtomicBool::new(false),
     };
     let reserved: u64 = sized(reads_of).values().map(|&n| n as u64).sum();
-    kept.add(0, reserved)?; // known before reading a row
-    kept.reads.store(0, Ordering::Relaxed);
+    kept.fits(0, reserved)?; // known before reading a row
     let (ops_groups, reads_groups) = (t.ops_groups.wanted(wanted), t.reads_groups.wanted(wanted));
     let row_groups = ops_groups.len() + reads_groups.len();
     let load_reads = || load_reads(t.reads, reads_groups, wanted, sized(reads_of), &kept);
@@ -545,11 +548,11 @@ pub fn load(
         (ops, reads)
     };
     let (mut by_partition, ops_by_f_type) = ops?;
-    let (reads, n_reads) = reads?;
-    for (p, rows) in reads {
+    for (p, rows) in reads? {
         by_partition.entry(p).or_default().reads = rows;
     }
-    kept.add(0, 0)?;
+    let n_reads = kept.reads.load(Ordering::Relaxed);
+    kept.fits(kept.ops.load(Ordering::Relaxed), n_reads)?;
     Ok(History {
         strings,
         words,
@@ -572,15 +575,20 @@ struct Kept {
 }
 
 impl Kept {
-    /// Count `ops` and `reads` more rows; TooBig once past the limit, or once the other
-    /// loader found it so.
+    /// Count `ops` and `reads` more rows, then `fits` with every row counted so far.
     fn add(&self, ops: u64, reads: u64) -> Result<(), Failure> {
         let o = self.ops.fetch_add(ops, Ordering::Relaxed) + ops;
         let r = self.reads.fetch_add(reads, Ordering::Relaxed) + reads;
+        self.fits(o, r)
+    }
+
+    /// TooBig when `ops` and `reads` rows would pass the limit, or once the other loader
+    /// found its rows so.
+    fn fits(&self, ops: u64, reads: u64) -> Result<(), Failure> {
         match self.limit {
             Some(l)
                 if self.stop.load(Ordering::Relaxed)
-                    || o * OP_BYTES[self.per_row] + r * READ_BYTES[self.per_row] > l =>
+                    || ops * OP_BYTES[self.per_row] + reads * READ_BYTES[self.per_row] > l =>
             {
                 self.stop.store(true, Ordering::Relaxed);
                 Err(Failure::TooBig { limit: l })
@@ -685,19 +693,18 @@ fn load_ops(
 }
 
 /// The records read in the wanted partitions, by partition (each vector sized once from
-/// `sized`), and how many.
+/// `sized`), counted in `kept`.
 fn load_reads(
     path: &Path,
     groups: Vec<usize>,
     wanted: &Wanted,
     sized: BTreeMap<i32, usize>,
     kept: &Kept,
-) -> Result<(BTreeMap<i32, Vec<Read>>, u64), Failure> {
+) -> Result<BTreeMap<i32, Vec<Read>>, Failure> {
     let mut reads: BTreeMap<i32, Vec<Read>> = BTreeMap::new();
     for (p, n) in sized {
         reads.entry(p).or_default().reserve_exact(n);
     }
-    let mut n_reads = 0u64;
     for batch in batches(path, &READS, groups)? {
         let batch = batch?;
         let c = Cols {
@@ -728,8 +735,7 @@ fn load_reads(
                 final_poll: final_poll[i],
             });
         }
-        n_reads += batch_kept;
         kept.add(0, batch_kept)?;
     }
-    Ok((reads, n_reads))
+    Ok(reads)
 }
