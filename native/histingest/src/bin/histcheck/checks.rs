@@ -11,6 +11,7 @@ use std::thread;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{json, Value};
 
+use crate::cells::{Cell, CellMap};
 use crate::load::{Op, Partition, Read, Strings, Words};
 
 /// The anomalies, in checkers.definitions.ANOMALIES order without the two the loss
@@ -39,13 +40,6 @@ pub struct Checked {
     pub complete: bool,
     pub acked: u64,
     pub info_read: u64,
-}
-
-#[derive(Clone, Copy)]
-struct Cell {
-    read: bool,
-    in_final: bool,
-    first_op: i64,
 }
 
 /// A completed (ok or info) send with its resolved offset (definitions.py: committed).
@@ -160,7 +154,7 @@ fn info_read(cx: &Ctx, sends: &[&Op], cells: &Cells) -> u64 {
         .map
         .iter()
         .filter(|(_, c)| c.read)
-        .map(|(&(_, v), _)| v)
+        .map(|((_, v), _)| v)
         .collect();
     sends
         .iter()
@@ -170,7 +164,7 @@ fn info_read(cx: &Ctx, sends: &[&Op], cells: &Cells) -> u64 {
 
 /// One cell per distinct (offset, value) read or acked, and what the final state holds.
 struct Cells {
-    map: FxHashMap<(i64, i64), Cell>,
+    map: CellMap,
     /// Values in the final state: the partition's last ok final read where there is one,
     /// else every read.
     present: FxHashSet<i64>,
@@ -187,41 +181,49 @@ fn cells(cx: &Ctx, part: &Partition, acked: &[&Op]) -> Cells {
         .filter(|o| o.f == w.final_poll && o.ty == w.ok)
         .map(|o| o.index)
         .max();
-    // sized once for the acked records, most of the cells: growing by rehashing would
-    // hold the old table beside the new one and fault in fresh pages each time
-    let mut map: FxHashMap<(i64, i64), Cell> =
-        FxHashMap::with_capacity_and_hasher(acked.len(), Default::default());
-    for r in &part.reads {
-        let Some(v) = r.value.get() else { continue };
+    let read_cells = || {
+        part.reads
+            .iter()
+            .filter_map(|r| Some((r, r.offset, r.value.get()?)))
+    };
+    let acked_cells = || {
+        acked
+            .iter()
+            .filter_map(|o| Some((o, o.offset.get()?, o.value.get()?)))
+    };
+    let offsets = read_cells().map(|c| c.1).chain(acked_cells().map(|c| c.1));
+    let span = offsets.fold(None, |s: Option<(i64, i64)>, off| {
+        Some(s.map_or((off, off), |(lo, hi)| (lo.min(off), hi.max(off))))
+    });
+    // sized once for the cells (or the acked records, most of them, where the offsets are
+    // too sparse for a vector): growing would hold the old table beside the new one and
+    // fault in fresh pages each time
+    let mut map = CellMap::new(span, acked.len());
+    for (r, off, v) in read_cells() {
         let is_final = Some(r.index) == last_final;
-        map.entry((r.offset, v))
-            .and_modify(|c| {
-                c.read = true;
-                c.in_final |= is_final;
-                c.first_op = c.first_op.min(r.index);
-            })
-            .or_insert(Cell {
-                read: true,
-                in_final: is_final,
-                first_op: r.index,
-            });
-    }
-    for o in acked {
-        let (Some(off), Some(v)) = (o.offset.get(), o.value.get()) else {
-            continue;
+        let new = Cell {
+            read: true,
+            in_final: is_final,
+            first_op: r.index,
         };
-        map.entry((off, v))
-            .and_modify(|c| c.first_op = c.first_op.min(o.index))
-            .or_insert(Cell {
-                read: false,
-                in_final: false,
-                first_op: o.index,
-            });
+        map.upsert(off, v, new, |c| {
+            c.read = true;
+            c.in_final |= is_final;
+            c.first_op = c.first_op.min(r.index);
+        });
+    }
+    for (o, off, v) in acked_cells() {
+        let new = Cell {
+            read: false,
+            in_final: false,
+            first_op: o.index,
+        };
+        map.upsert(off, v, new, |c| c.first_op = c.first_op.min(o.index));
     }
     let mut read_min: FxHashMap<i64, i64> = FxHashMap::default();
     let mut present: FxHashSet<i64> = FxHashSet::default();
     let mut max_present: Option<i64> = None;
-    for (&(off, v), c) in &map {
+    for ((off, v), c) in map.iter() {
         if c.read {
             read_min
                 .entry(v)
@@ -306,7 +308,7 @@ fn known(cells: &Cells, lost: &FxHashSet<(i64, i64)>) -> Vec<i64> {
         .map
         .keys()
         .filter(|k| !lost.contains(k))
-        .map(|&(off, _)| off)
+        .map(|(off, _)| off)
         .collect();
     known.sort_unstable();
     known.dedup();
@@ -347,18 +349,13 @@ fn repeated(keys: impl Iterator<Item = i64> + Clone) -> FxHashSet<i64> {
 
 /// inconsistent-offsets and duplicate: cells sharing an offset, or a value. Only the cells
 /// of a repeated offset or value are gathered (a healthy history has none).
-fn shared_cells(
-    cx: &Ctx,
-    cells: &FxHashMap<(i64, i64), Cell>,
-    inconsistent: &mut Found,
-    duplicate: &mut Found,
-) {
+fn shared_cells(cx: &Ctx, cells: &CellMap, inconsistent: &mut Found, duplicate: &mut Found) {
     let p = cx.p;
     let twice_offsets = repeated(cells.keys().map(|k| k.0));
     let twice_values = repeated(cells.keys().map(|k| k.1));
     let mut by_offset: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
     let mut by_value: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
-    for (&(off, v), c) in cells {
+    for ((off, v), c) in cells.iter() {
         if twice_offsets.contains(&off) {
             by_offset.entry(off).or_default().push((v, c.first_op));
         }
@@ -528,13 +525,7 @@ fn realtime_send_order(cx: &Ctx, done: &[Done], lost_ops: &FxHashSet<i64>, out: 
 }
 
 /// aborted-read: a read value whose send definitely failed (and never completed).
-fn aborted_reads(
-    cx: &Ctx,
-    sends: &[&Op],
-    done: &[Done],
-    cells: &FxHashMap<(i64, i64), Cell>,
-    out: &mut Found,
-) {
+fn aborted_reads(cx: &Ctx, sends: &[&Op], done: &[Done], cells: &CellMap, out: &mut Found) {
     let (w, p) = (cx.w, cx.p);
     let done_values: FxHashSet<i64> = done.iter().filter_map(|d| d.op.value.get()).collect();
     let mut failed: FxHashMap<i64, Vec<&Op>> = FxHashMap::default();
@@ -546,7 +537,7 @@ fn aborted_reads(
     if failed.is_empty() {
         return;
     }
-    for (&(off, v), c) in cells.iter().filter(|(_, c)| c.read) {
+    for ((off, v), c) in cells.iter().filter(|(_, c)| c.read) {
         for o in failed.get(&v).into_iter().flatten() {
             out.push((
                 vec![p as i64, off, v, o.index],
@@ -610,7 +601,7 @@ fn stale_reads(
     cx: &Ctx,
     part: &Partition,
     acked: &[&Op],
-    cells: &FxHashMap<(i64, i64), Cell>,
+    cells: &CellMap,
     inconsistent: &FxHashSet<i64>,
     gaps: &[(&Read, i64)],
     out: &mut Found,
@@ -638,7 +629,7 @@ fn stale_reads(
         .filter(|o| o.acks.get().unwrap_or(w.default_acks) == w.all)
         .filter_map(|o| {
             let (offset, value) = (o.offset.get()?, o.value.get()?);
-            cells.get(&(offset, value)).filter(|c| c.read)?;
+            cells.get(offset, value).filter(|c| c.read)?;
             Some(Visible {
                 offset,
                 value,

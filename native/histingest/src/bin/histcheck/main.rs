@@ -30,6 +30,7 @@
 
 #[path = "../../alloc.rs"]
 mod alloc;
+mod cells;
 mod checks;
 mod load;
 #[path = "../../orphan.rs"]
