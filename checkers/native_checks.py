@@ -83,6 +83,27 @@ def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
     return json.loads(done.stdout)
 
 
+def estimate(ops_path: Path, reads_path: Path, share: tuple[int, int] = (0, 1),
+             threads: int | None = None, at_once: int | None = None) -> list[int] | None:
+    """The memory each wave of `share` would need, by the estimate histcheck's memory limit
+    stops by, from the tables' footers alone (no row read; `histcheck --estimate`); None
+    when the tables are not clustered by partition, where nothing tells before loading."""
+    program = binary()
+    if program is None:
+        raise NativeCheckError(f"{BINARY} is not built (make bootstrap builds it)")
+    cmd = [program, str(ops_path), str(reads_path), "--acks", "all", "--examples", "0",
+           "--share", f"{share[0]}/{share[1]}", "--threads", str(threads or os.cpu_count() or 1),
+           "--estimate"]
+    if at_once is not None:
+        cmd += ["--at-once", str(at_once)]
+    done = subprocess.run(cmd, capture_output=True, check=False)
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [
+            f"exit {done.returncode}"]
+        raise NativeCheckError(f"{BINARY} --estimate failed: {why[0]:.300}")
+    return json.loads(done.stdout)["waves"]
+
+
 def merge(shares: list[dict[str, Any]], examples: int) -> dict[str, Any]:
     """One output from the outputs of disjoint shares (see the module's docstring)."""
     anomalies = {}

@@ -7,26 +7,29 @@ holds each share's rows in its task's memory. So each task gets a memory limit,
 TASK_MEMORY_FRACTION of this machine's available memory divided among the tasks that run at
 once, and `histcheck` stops as it loads once its rows would pass it (ShareTooBigError).
 
-On tables clustered by partition (what ingest.py writes: each row group of one partition),
-each task reads only its share's row groups and checks its partitions one at a time
-(`at_once=1`), so a task holds one partition's rows at most. Each task may use every core of
-its machine (its partition's two tables load at once and its checks run in two groups):
-while all tasks run they share the cores, and once some are done (the shares are uneven: 3
-partitions in 2 tasks at 10M operations) the rest use the cores they leave. Too big then
-means one partition is, and more shares would not help. Fewer do: the check is tried once
-more in one task with the whole budget, the partitions one after the other (the
-100M-operation history of the benchmark, 3 partitions of some 14 GB each, is checked so on a
-23 GB machine: two at once would not fit). On other tables (written before the clustering)
-each task reads both tables whole and holds its whole share, so the check is tried once more
-in MAX_SHARES_PER_CORE times as many shares (a history of many partitions fits that way),
-unless the share that stopped (the one Spark reports: its task failed first) held one
-partition alone: that partition's share would hold it whole again within the same budget, so
-there is no second try (the driver reads the tables' partition column to know, stopping at a
-second partition of that share). When the share that stopped held two or more, the second
-try is made even if one of them alone is too big: which share stops first is a race, and
-where it held several nothing tells whether each alone fits. If it is still too big, or
-there was no second try, spark_checks.run leaves the check to the SQL plans, as it does when
-a task cannot run `histcheck` (not built on that executor); each said on stderr.
+On tables clustered by partition (what ingest.py writes: each row group of one partition), each
+task reads only its share's row groups and checks its partitions one at a time (`at_once=1`),
+so a task holds one partition's rows at most. Each task may use every core of its machine (its
+partition's two tables load at once and its checks run in two groups): while all tasks run they
+share the cores, and once some are done (the shares are uneven: 3 partitions in 2 tasks at 10M
+operations) the rest use the cores they leave. Too big then means one partition is, and more
+shares would not help. Fewer do: the check is tried once more in one task with the whole
+budget, the partitions one after the other (the 100M-operation history of the benchmark, 3
+partitions of some 10 GB each, is checked so on a 23 GB machine: two at once would not fit).
+The footers tell before a row is read (`histcheck --estimate`: each partition's rows from the
+row groups' statistics, priced as the memory limit prices them), so when they say a partition
+would pass a task's budget the first try is not made: the one task is tried at once. On other
+tables (written before the clustering) each task reads both tables whole and holds its whole
+share, so the check is tried once more in MAX_SHARES_PER_CORE times as many shares (a history
+of many partitions fits that way), unless the share that stopped (the one Spark reports: its
+task failed first) held one partition alone: that partition's share would hold it whole again
+within the same budget, so there is no second try (the driver reads the tables' partition
+column to know, stopping at a second partition of that share). When the share that stopped held
+two or more, the second try is made even if one of them alone is too big: which share stops
+first is a race, and where it held several nothing tells whether each alone fits. If it is
+still too big, or there was no second try, spark_checks.run leaves the check to the SQL plans,
+as it does when a task cannot run `histcheck` (not built on that executor); each said on
+stderr.
 
 The tasks read the tables from the same paths as Spark's own readers, so the tables must be
 where every executor sees them (as for the SQL plans: the checker's scratch folder on one
@@ -46,7 +49,7 @@ from pyspark.sql import SparkSession
 
 from checkers import native_checks
 from checkers.native_checks import NativeCheckError, ShareTooBigError
-from checkers.spark import task_failure
+from checkers.spark import say, task_failure
 
 # Of the memory available on this machine, what the concurrent tasks' rows may take (the
 # rest: Spark's JVMs, about 4.5 GB for the driver at 100M operations, and the page cache).
@@ -106,12 +109,31 @@ def run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, exampl
     """The merged raw output of the tasks (native_checks.merge), and the plan it took: `how`,
     else (a share too big) one share with every task's budget on clustered tables, and
     MAX_SHARES_PER_CORE times as many shares on others; ShareTooBigError when the second
-    try could not fit either, or when there was no second try to make."""
+    try could not fit either, or when there was no second try to make. On clustered tables
+    whose footers already say a partition would pass a task's budget, the first try is not
+    made: the one share with every task's budget is tried at once."""
+    how = _fitting(how, ops_path, reads_path)
     try:
         return _run(spark, ops_path, reads_path, acks, examples, how), how
     except ShareTooBigError as e:
         more = _second_try(e, how, ops_path, reads_path)
         return _run(spark, ops_path, reads_path, acks, examples, more), more
+
+
+def _fitting(how: Plan, ops_path: Path, reads_path: Path) -> Plan:
+    """`how`, or one share with every task's budget when the footers say the biggest
+    partition's rows would pass a task's budget: its task would stop partway through loading
+    it (some 15 s at 100M operations) before the second try. The estimate is histcheck's own,
+    with a partition's completed operations taken as half its operations' rows (an upper
+    bound); the one task still stops by the rows it loads, so nothing is refused by it."""
+    if how.shares == 1:
+        return how
+    waves = native_checks.estimate(ops_path, reads_path, at_once=1)
+    if not waves or max(waves) <= how.budget:
+        return how
+    say(f"a partition needs some {max(waves) >> 20} MiB, past a task's {how.budget >> 20} MiB: "
+        "one task checks the partitions one after the other")
+    return Plan(1, how.budget * how.shares)
 
 
 def _second_try(e: ShareTooBigError, how: Plan, ops_path: Path, reads_path: Path) -> Plan:

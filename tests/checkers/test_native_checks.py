@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from histories import merge
+from histories import History, merge
 from test_checker_anomalies import SCENARIOS
 
 from checkers import native_checks, reference
@@ -69,6 +69,33 @@ def test_a_missing_acknowledgement_is_a_loss_the_native_checks_find(zoo, tmp_pat
     assert len(after.unread) == len(before.unread) + 1
     assert target.value in set(after.unread["value"]) - set(before.unread["value"])
     _same(after, reference.run(zoo.ops_path, tmp_path / "reads.parquet", "all", UNCAPPED))
+
+
+def _retried_and_unknown(retried: bool) -> History:
+    """A send of 22 that failed, then (when `retried`) sent again and acked; two sends of
+    unknown outcome (info), 30 read later and 31 never."""
+    h = History()
+    h.send(1, 0, 20, 0)
+    h.send(3, 0, 22, type="fail", error="NOT_LEADER")
+    if retried:
+        h.send(3, 0, 22, 1)
+    h.send(4, 0, 30, type="info")
+    h.send(5, 0, 31, type="info")
+    h.final(9, 0, [(0, 20), (1, 22), (2, 30)])
+    return h
+
+
+@pytest.mark.parametrize("retried", [True, False])
+def test_a_failed_value_sent_again_is_no_aborted_read_and_info_sends_read_count(
+        tmp_path, retried):
+    """A failed send's value read is an aborted read only when no send of it completed (the
+    twin: without the retry it is one); an info send counts as read when its value was."""
+    run = _retried_and_unknown(retried).write(tmp_path / "run")
+    ing = ingest(run / "history.jsonl", run / "parquet")
+    n = native_checks.run(ing.ops_path, ing.reads_path, "all", UNCAPPED)
+    _same(n, reference.run(ing.ops_path, ing.reads_path, "all", UNCAPPED))
+    assert n.anomalies.get("aborted-read", (0, []))[0] == (0 if retried else 1)
+    assert n.stats["info_sends_read"] == 1
 
 
 @pytest.mark.parametrize("threads, at_once", [(2, 1), (3, 2), (4, 1)])

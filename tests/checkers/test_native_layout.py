@@ -158,25 +158,64 @@ def test_each_spark_task_reads_only_its_share(tables, ordered, spark):
     assert clustered == in_order == whole
 
 
+def test_the_footers_estimate_what_the_memory_limit_stops_by(tables, ordered):
+    """`histcheck --estimate` reads no row: each wave's memory by the estimate the memory
+    limit stops by, a partition's completed operations taken as half its operations' rows.
+    The generator completes every invocation, so the biggest wave's estimate is exactly the
+    least limit a task checks within; tables in history order give no estimate."""
+    waves = native_checks.estimate(tables.ops_path, tables.reads_path, at_once=1)
+    assert len(waves) == 3 and waves == sorted(waves, reverse=True)
+    assert waves[0] == _least_limit(tables.ops_path, tables.reads_path)
+    one_partition = native_checks.estimate(tables.ops_path, tables.reads_path, (1, 2))
+    assert len(one_partition) == 1 and one_partition[0] in waves
+    assert native_checks.estimate(*ordered, at_once=1) is None
+
+
 @pytest.mark.spark
 def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables, spark,
                                                                           tries):
     """On clustered tables a task holds one partition at a time, so too big means one
-    partition is: tried once more in one task with both tasks' memory (one partition at a
-    time in all), never in more shares."""
+    partition is, and the footers tell before any row is read: one task with both tasks'
+    memory (one partition at a time in all) is tried at once, never more shares."""
     tiny = spark_native.Plan(2, 1000)
     with pytest.raises(native_checks.ShareTooBigError):
         spark_native.run(spark, tables.ops_path, tables.reads_path, "all", EXAMPLES, tiny)
-    assert tries == [2, 1]
+    assert tries == [1]
     tries.clear()
     # the least memory limit one task needs, taking the partitions one at a time
     hi = _least_limit(tables.ops_path, tables.reads_path)
-    # each of two tasks short of it, the two budgets together enough: the second try checks
+    # each of two tasks short of it, the two budgets together enough: one try, one task
     out, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
                                  EXAMPLES, spark_native.Plan(2, hi * 3 // 4))
-    assert (tries, took) == ([2, 1], spark_native.Plan(1, hi * 3 // 4 * 2))
+    assert (tries, took) == ([1], spark_native.Plan(1, hi * 3 // 4 * 2))
     whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
     assert out == whole
+
+
+@pytest.mark.spark
+def test_shares_that_fit_by_the_footers_are_tried_as_planned(tables, spark, tries):
+    """The must-fail twin of the test above: at the least budget each task checks within,
+    the first plan's two tasks run."""
+    hi = _least_limit(tables.ops_path, tables.reads_path)
+    out, took = spark_native.run(spark, tables.ops_path, tables.reads_path, "all",
+                                 EXAMPLES, spark_native.Plan(2, hi))
+    assert (tries, took) == ([2], spark_native.Plan(2, hi))
+    out.pop("row_groups_read")
+    whole = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES)
+    whole.pop("row_groups_read")
+    assert out == whole
+
+
+def test_a_task_too_big_on_clustered_tables_is_tried_once_more_in_one_task(tables):
+    """Where the footers did not tell (an executor with more cores than the driver reckons
+    its memory otherwise), a share too big on clustered tables is tried once more in one task
+    with every task's budget; from one task, not at all."""
+    too_big = native_checks.ShareTooBigError("share 1/2 needs more than 1000 bytes")
+    paths = (tables.ops_path, tables.reads_path)
+    assert spark_native._second_try(too_big, spark_native.Plan(2, 1000), *paths) == \
+        spark_native.Plan(1, 2000)
+    with pytest.raises(native_checks.ShareTooBigError):
+        spark_native._second_try(too_big, spark_native.Plan(1, 2000), *paths)
 
 
 @pytest.mark.spark

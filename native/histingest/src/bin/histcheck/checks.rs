@@ -11,6 +11,7 @@ use std::thread;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::{json, Value};
 
+use crate::cells::{Cell, CellMap};
 use crate::load::{Op, Partition, Read, Strings, Words};
 
 /// The anomalies, in checkers.definitions.ANOMALIES order without the two the loss
@@ -39,13 +40,6 @@ pub struct Checked {
     pub complete: bool,
     pub acked: u64,
     pub info_read: u64,
-}
-
-#[derive(Clone, Copy)]
-struct Cell {
-    read: bool,
-    in_final: bool,
-    first_op: i64,
 }
 
 /// A completed (ok or info) send with its resolved offset (definitions.py: committed).
@@ -155,22 +149,33 @@ pub fn check(cx: &Ctx, part: &Partition, threads: usize) -> Checked {
 }
 
 /// The info (unknown-outcome) sends whose value was read: they were written after all.
+/// The info sends are few and the cells many: the cells are looked up in a map of the info
+/// sends' values, not the other way round (a set of every value read, built to be probed
+/// a few times, was seconds at 100M operations).
 fn info_read(cx: &Ctx, sends: &[&Op], cells: &Cells) -> u64 {
-    let read_values: FxHashSet<i64> = cells
-        .map
-        .iter()
-        .filter(|(_, c)| c.read)
-        .map(|(&(_, v), _)| v)
-        .collect();
-    sends
-        .iter()
-        .filter(|o| o.ty == cx.w.info && o.value.get().is_some_and(|v| read_values.contains(&v)))
-        .count() as u64
+    let mut info: FxHashMap<i64, (u64, bool)> = FxHashMap::default();
+    for o in sends.iter().filter(|o| o.ty == cx.w.info) {
+        if let Some(v) = o.value.get() {
+            info.entry(v).or_insert((0, false)).0 += 1;
+        }
+    }
+    if info.is_empty() {
+        return 0;
+    }
+    for ((_, v), _) in cells.map.iter().filter(|(_, c)| c.read) {
+        if let Some((_, read)) = info.get_mut(&v) {
+            *read = true;
+        }
+    }
+    info.values()
+        .filter(|(_, read)| *read)
+        .map(|(n, _)| n)
+        .sum()
 }
 
 /// One cell per distinct (offset, value) read or acked, and what the final state holds.
 struct Cells {
-    map: FxHashMap<(i64, i64), Cell>,
+    map: CellMap,
     /// Values in the final state: the partition's last ok final read where there is one,
     /// else every read.
     present: FxHashSet<i64>,
@@ -187,41 +192,49 @@ fn cells(cx: &Ctx, part: &Partition, acked: &[&Op]) -> Cells {
         .filter(|o| o.f == w.final_poll && o.ty == w.ok)
         .map(|o| o.index)
         .max();
-    // sized once for the acked records, most of the cells: growing by rehashing would
-    // hold the old table beside the new one and fault in fresh pages each time
-    let mut map: FxHashMap<(i64, i64), Cell> =
-        FxHashMap::with_capacity_and_hasher(acked.len(), Default::default());
-    for r in &part.reads {
-        let Some(v) = r.value.get() else { continue };
+    let read_cells = || {
+        part.reads
+            .iter()
+            .filter_map(|r| Some((r, r.offset, r.value.get()?)))
+    };
+    let acked_cells = || {
+        acked
+            .iter()
+            .filter_map(|o| Some((o, o.offset.get()?, o.value.get()?)))
+    };
+    let offsets = read_cells().map(|c| c.1).chain(acked_cells().map(|c| c.1));
+    let span = offsets.fold(None, |s: Option<(i64, i64)>, off| {
+        Some(s.map_or((off, off), |(lo, hi)| (lo.min(off), hi.max(off))))
+    });
+    // sized once for the cells (or the acked records, most of them, where the offsets are
+    // too sparse for a vector): growing would hold the old table beside the new one and
+    // fault in fresh pages each time
+    let mut map = CellMap::new(span, acked.len());
+    for (r, off, v) in read_cells() {
         let is_final = Some(r.index) == last_final;
-        map.entry((r.offset, v))
-            .and_modify(|c| {
-                c.read = true;
-                c.in_final |= is_final;
-                c.first_op = c.first_op.min(r.index);
-            })
-            .or_insert(Cell {
-                read: true,
-                in_final: is_final,
-                first_op: r.index,
-            });
-    }
-    for o in acked {
-        let (Some(off), Some(v)) = (o.offset.get(), o.value.get()) else {
-            continue;
+        let new = Cell {
+            read: true,
+            in_final: is_final,
+            first_op: r.index,
         };
-        map.entry((off, v))
-            .and_modify(|c| c.first_op = c.first_op.min(o.index))
-            .or_insert(Cell {
-                read: false,
-                in_final: false,
-                first_op: o.index,
-            });
+        map.upsert(off, v, new, |c| {
+            c.read = true;
+            c.in_final |= is_final;
+            c.first_op = c.first_op.min(r.index);
+        });
+    }
+    for (o, off, v) in acked_cells() {
+        let new = Cell {
+            read: false,
+            in_final: false,
+            first_op: o.index,
+        };
+        map.upsert(off, v, new, |c| c.first_op = c.first_op.min(o.index));
     }
     let mut read_min: FxHashMap<i64, i64> = FxHashMap::default();
     let mut present: FxHashSet<i64> = FxHashSet::default();
     let mut max_present: Option<i64> = None;
-    for (&(off, v), c) in &map {
+    for ((off, v), c) in map.iter() {
         if c.read {
             read_min
                 .entry(v)
@@ -306,7 +319,7 @@ fn known(cells: &Cells, lost: &FxHashSet<(i64, i64)>) -> Vec<i64> {
         .map
         .keys()
         .filter(|k| !lost.contains(k))
-        .map(|&(off, _)| off)
+        .map(|(off, _)| off)
         .collect();
     known.sort_unstable();
     known.dedup();
@@ -347,18 +360,13 @@ fn repeated(keys: impl Iterator<Item = i64> + Clone) -> FxHashSet<i64> {
 
 /// inconsistent-offsets and duplicate: cells sharing an offset, or a value. Only the cells
 /// of a repeated offset or value are gathered (a healthy history has none).
-fn shared_cells(
-    cx: &Ctx,
-    cells: &FxHashMap<(i64, i64), Cell>,
-    inconsistent: &mut Found,
-    duplicate: &mut Found,
-) {
+fn shared_cells(cx: &Ctx, cells: &CellMap, inconsistent: &mut Found, duplicate: &mut Found) {
     let p = cx.p;
     let twice_offsets = repeated(cells.keys().map(|k| k.0));
     let twice_values = repeated(cells.keys().map(|k| k.1));
     let mut by_offset: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
     let mut by_value: FxHashMap<i64, Vec<(i64, i64)>> = FxHashMap::default();
-    for (&(off, v), c) in cells {
+    for ((off, v), c) in cells.iter() {
         if twice_offsets.contains(&off) {
             by_offset.entry(off).or_default().push((v, c.first_op));
         }
@@ -508,11 +516,13 @@ fn realtime_send_order(cx: &Ctx, done: &[Done], lost_ops: &FxHashSet<i64>, out: 
         .collect();
     acks.sort_unstable();
     let holders = running_max_holders(&acks, |a| a.2);
+    let mut near = 0;
     for d in &committed {
         let (Some(t), Some(off)) = (d.op.invoke_time.get(), d.resolved) else {
             continue;
         };
-        let n = holders.partition_point(|a| a.0 < t);
+        let n = partition_point_near(&holders, near, |a| a.0 < t);
+        near = n;
         let Some(&(at, op, latest)) = n.checked_sub(1).map(|i| &holders[i]) else {
             continue;
         };
@@ -528,25 +538,25 @@ fn realtime_send_order(cx: &Ctx, done: &[Done], lost_ops: &FxHashSet<i64>, out: 
 }
 
 /// aborted-read: a read value whose send definitely failed (and never completed).
-fn aborted_reads(
-    cx: &Ctx,
-    sends: &[&Op],
-    done: &[Done],
-    cells: &FxHashMap<(i64, i64), Cell>,
-    out: &mut Found,
-) {
+fn aborted_reads(cx: &Ctx, sends: &[&Op], done: &[Done], cells: &CellMap, out: &mut Found) {
     let (w, p) = (cx.w, cx.p);
-    let done_values: FxHashSet<i64> = done.iter().filter_map(|d| d.op.value.get()).collect();
+    // the failed sends' values, less those some send completed with: the completed sends
+    // are many, so they are looked up in the failed ones' map, not the other way round
     let mut failed: FxHashMap<i64, Vec<&Op>> = FxHashMap::default();
     for o in sends.iter().filter(|o| o.ty == w.fail) {
-        if let Some(v) = o.value.get().filter(|v| !done_values.contains(v)) {
+        if let Some(v) = o.value.get() {
             failed.entry(v).or_default().push(o);
+        }
+    }
+    if !failed.is_empty() {
+        for v in done.iter().filter_map(|d| d.op.value.get()) {
+            failed.remove(&v);
         }
     }
     if failed.is_empty() {
         return;
     }
-    for (&(off, v), c) in cells.iter().filter(|(_, c)| c.read) {
+    for ((off, v), c) in cells.iter().filter(|(_, c)| c.read) {
         for o in failed.get(&v).into_iter().flatten() {
             out.push((
                 vec![p as i64, off, v, o.index],
@@ -591,6 +601,41 @@ fn complete(w: &Words, part: &Partition) -> bool {
 
 /// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
 /// last of them before an instant holds the highest value seen before it.
+/// `sorted.partition_point(pred)`, searched outward from `near`. The sends come in the
+/// order they completed, so their invocation times are nearly sorted and each is found a
+/// few steps from the one before; a binary search over the whole range missed the cache at
+/// nearly every step at 100M operations.
+fn partition_point_near<T>(sorted: &[T], near: usize, pred: impl Fn(&T) -> bool) -> usize {
+    let n = sorted.len();
+    let near = near.min(n);
+    let (mut lo, mut hi) = (0, near);
+    let mut step = 1;
+    if near < n && pred(&sorted[near]) {
+        // past `near`: gallop forward to the first probe that fails
+        (lo, hi) = (near + 1, n);
+        while near + step < n {
+            if !pred(&sorted[near + step]) {
+                hi = near + step;
+                break;
+            }
+            lo = near + step + 1;
+            step *= 2;
+        }
+    } else {
+        // at or before `near`: gallop back to the first probe that holds
+        while step <= hi {
+            let probe = hi - step;
+            if pred(&sorted[probe]) {
+                lo = probe + 1;
+                break;
+            }
+            hi = probe;
+            step *= 2;
+        }
+    }
+    lo + sorted[lo..hi].partition_point(pred)
+}
+
 fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> {
     let mut best: Option<i64> = None;
     let mut out = Vec::new();
@@ -610,7 +655,7 @@ fn stale_reads(
     cx: &Ctx,
     part: &Partition,
     acked: &[&Op],
-    cells: &FxHashMap<(i64, i64), Cell>,
+    cells: &CellMap,
     inconsistent: &FxHashSet<i64>,
     gaps: &[(&Read, i64)],
     out: &mut Found,
@@ -638,7 +683,7 @@ fn stale_reads(
         .filter(|o| o.acks.get().unwrap_or(w.default_acks) == w.all)
         .filter_map(|o| {
             let (offset, value) = (o.offset.get()?, o.value.get()?);
-            cells.get(&(offset, value)).filter(|c| c.read)?;
+            cells.get(offset, value).filter(|c| c.read)?;
             Some(Visible {
                 offset,
                 value,
@@ -710,4 +755,31 @@ fn stale_reads(
         }
     }
     out.extend(best.into_iter().map(|(op, b)| (vec![op], b.3)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_point_near_finds_what_partition_point_finds() {
+        let mut x = 12345u64;
+        for len in [0usize, 1, 2, 3, 7, 64, 100] {
+            let mut sorted: Vec<u64> = (0..len)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (x >> 59) as u64
+                })
+                .collect();
+            sorted.sort_unstable();
+            for t in 0..34u64 {
+                let want = sorted.partition_point(|&a| a < t);
+                for near in 0..len + 3 {
+                    assert_eq!(partition_point_near(&sorted, near, |&a| a < t), want);
+                }
+            }
+        }
+    }
 }

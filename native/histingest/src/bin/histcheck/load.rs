@@ -131,6 +131,53 @@ pub struct Partition {
     pub reads: Vec<Read>,
 }
 
+/// The row vectors of the waves checked already, emptied, for the next waves to fill.
+///
+/// A 100M-operation partition's vectors take some 5 GB. Freed, the allocator returns them to
+/// the kernel, and the next wave's vectors are fresh memory the kernel must fault in and zero
+/// again (docs/checkers.md). The waves go biggest first, so a later wave's vector mostly fits
+/// in one of these.
+#[derive(Default)]
+pub struct Spare {
+    ops: Vec<Vec<Op>>,
+    reads: Vec<Vec<Read>>,
+}
+
+impl Spare {
+    /// Keep the vectors of `h`'s partitions, emptied.
+    pub fn keep(&mut self, h: History) {
+        for (_, part) in h.partitions {
+            self.ops.push(part.ops);
+            self.reads.push(part.reads);
+        }
+        for v in &mut self.ops {
+            v.clear();
+        }
+        for v in &mut self.reads {
+            v.clear();
+        }
+    }
+}
+
+/// An empty vector with room for `n` rows: the smallest of `spare` that has it, else a new one.
+fn room<T>(spare: &mut Vec<Vec<T>>, n: usize) -> Vec<T> {
+    let fits = (0..spare.len())
+        .filter(|&i| spare[i].capacity() >= n)
+        .min_by_key(|&i| spare[i].capacity());
+    match fits {
+        Some(i) => spare.swap_remove(i),
+        None => Vec::with_capacity(n),
+    }
+}
+
+/// Each partition's vector with room for its rows (`sized`), from `spare` where it can.
+fn with_room<T>(sized: BTreeMap<i32, usize>, spare: &mut Vec<Vec<T>>) -> BTreeMap<i32, Vec<T>> {
+    sized
+        .into_iter()
+        .map(|(p, n)| (p, room(spare, n)))
+        .collect()
+}
+
 /// The ids of the words the checks compare with.
 pub struct Words {
     pub ok: u32,
@@ -346,6 +393,13 @@ const READ_BYTES: [u64; 2] = [
     25 * std::mem::size_of::<Read>() as u64 / 10,
 ];
 
+/// The memory `ops` completed operations and `reads` records hold by the estimate (above),
+/// on `spare_threads` or not.
+pub fn need(ops: u64, reads: u64, spare_threads: bool) -> u64 {
+    let i = usize::from(spare_threads);
+    ops * OP_BYTES[i] + reads * READ_BYTES[i]
+}
+
 fn batches(
     path: &Path,
     columns: &[&str],
@@ -489,6 +543,7 @@ pub fn load(
     limit: Option<u64>,
     rows_of: [Option<&BTreeMap<i32, usize>>; 2],
     threads: usize,
+    spare: &mut Spare,
 ) -> Result<History, Failure> {
     let mut strings = Strings::default();
     let words = Words {
@@ -511,7 +566,7 @@ pub fn load(
     };
     let kept = Kept {
         limit,
-        per_row: usize::from(threads > 1),
+        spare_threads: threads > 1,
         ops: AtomicU64::new(0),
         reads: AtomicU64::new(0),
         stop: AtomicBool::new(false),
@@ -520,13 +575,18 @@ pub fn load(
     kept.fits(0, reserved)?; // known before reading a row
     let (ops_groups, reads_groups) = (t.ops_groups.wanted(wanted), t.reads_groups.wanted(wanted));
     let row_groups = ops_groups.len() + reads_groups.len();
-    let load_reads = || load_reads(t.reads, reads_groups, wanted, sized(reads_of), &kept);
+    let (spare_ops, spare_reads) = (&mut spare.ops, &mut spare.reads);
+    let load_reads = || {
+        let rooms = with_room(sized(reads_of), spare_reads);
+        load_reads(t.reads, reads_groups, wanted, rooms, &kept)
+    };
     let load_ops = || {
+        let rooms = with_room(sized(ops_of), spare_ops);
         load_ops(
             t.ops,
             ops_groups,
             wanted,
-            sized(ops_of),
+            rooms,
             &kept,
             &mut strings,
             &words,
@@ -567,8 +627,8 @@ pub fn load(
 /// pass it stops the other.
 struct Kept {
     limit: Option<u64>,
-    /// Which of OP_BYTES and READ_BYTES.
-    per_row: usize,
+    /// Whether a partition's checks run in two groups at once (the estimate's second column).
+    spare_threads: bool,
     ops: AtomicU64,
     reads: AtomicU64,
     stop: AtomicBool,
@@ -588,7 +648,7 @@ impl Kept {
         match self.limit {
             Some(l)
                 if self.stop.load(Ordering::Relaxed)
-                    || ops * OP_BYTES[self.per_row] + reads * READ_BYTES[self.per_row] > l =>
+                    || need(ops, reads, self.spare_threads) > l =>
             {
                 self.stop.store(true, Ordering::Relaxed);
                 Err(Failure::TooBig { limit: l })
@@ -600,21 +660,24 @@ impl Kept {
 
 type OpsLoaded = (BTreeMap<i32, Partition>, BTreeMap<(u32, u32), u64>);
 
-/// The completed operations of the wanted partitions, each partition's vector sized once
-/// from `sized`, and the count of every wanted row by (f, type).
+/// The completed operations of the wanted partitions (into `rooms`' vectors where given,
+/// each sized once), and the count of every wanted row by (f, type).
 fn load_ops(
     path: &Path,
     groups: Vec<usize>,
     wanted: &Wanted,
-    sized: BTreeMap<i32, usize>,
+    rooms: BTreeMap<i32, Vec<Op>>,
     kept: &Kept,
     strings: &mut Strings,
     words: &Words,
 ) -> Result<OpsLoaded, Failure> {
-    let mut partitions: BTreeMap<i32, Partition> = BTreeMap::new();
-    for (p, n) in sized {
-        partitions.entry(p).or_default().ops.reserve_exact(n);
-    }
+    let mut partitions: BTreeMap<i32, Partition> = rooms
+        .into_iter()
+        .map(|(p, ops)| {
+            let reads = Vec::new();
+            (p, Partition { ops, reads })
+        })
+        .collect();
     let mut ops_by_f_type = BTreeMap::new();
     for batch in batches(path, &OPS, groups)? {
         let batch = batch?;
@@ -692,19 +755,16 @@ fn load_ops(
     Ok((partitions, ops_by_f_type))
 }
 
-/// The records read in the wanted partitions, by partition (each vector sized once from
-/// `sized`), counted in `kept`.
+/// The records read in the wanted partitions, by partition (into `rooms`' vectors where
+/// given, each sized once), counted in `kept`.
 fn load_reads(
     path: &Path,
     groups: Vec<usize>,
     wanted: &Wanted,
-    sized: BTreeMap<i32, usize>,
+    rooms: BTreeMap<i32, Vec<Read>>,
     kept: &Kept,
 ) -> Result<BTreeMap<i32, Vec<Read>>, Failure> {
-    let mut reads: BTreeMap<i32, Vec<Read>> = BTreeMap::new();
-    for (p, n) in sized {
-        reads.entry(p).or_default().reserve_exact(n);
-    }
+    let mut reads = rooms;
     for batch in batches(path, &READS, groups)? {
         let batch = batch?;
         let c = Cols {

@@ -16,6 +16,10 @@
 //! threads left over (its two tables load at once, and its checks run in two groups), so
 //! `--at-once 1` checks one partition at a time on every core, in one partition's memory.
 //! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
+//! With `--estimate` it reads no row: stdout is {"waves": [bytes, ...]}, the memory each wave
+//! would need by the estimate `--memory-limit` stops by, from the tables' footers (each
+//! partition's completed operations taken as half its operations' rows, an upper bound),
+//! or {"waves": null} when the tables are not clustered (nothing tells before loading).
 //! Exit 0: stdout is one JSON object:
 //!   {"anomalies": {name: [count, [example, ...]]}, "unread": [row, ...],
 //!    "complete_partitions": [p, ...], "stats": {...}, "row_groups_read": N}
@@ -26,6 +30,7 @@
 
 #[path = "../../alloc.rs"]
 mod alloc;
+mod cells;
 mod checks;
 mod load;
 #[path = "../../orphan.rs"]
@@ -42,7 +47,7 @@ use std::thread;
 use serde_json::{json, Map, Value};
 
 use checks::{check, Checked, Ctx, NAMES};
-use load::{load, Failure, Groups, Tables, Wanted};
+use load::{load, Failure, Groups, Spare, Tables, Wanted};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -57,12 +62,13 @@ struct Args {
     /// Partitions loaded and checked at once (a wave).
     at_once: usize,
     memory_limit: Option<u64>,
+    estimate: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     let usage = "usage: histcheck OPS READS --acks ACKS --examples N [--share R/K] \
-                 [--threads N] [--at-once P] [--memory-limit BYTES]";
+                 [--threads N] [--at-once P] [--memory-limit BYTES] [--estimate]";
     let ops = PathBuf::from(it.next().ok_or(usage)?);
     let reads = PathBuf::from(it.next().ok_or(usage)?);
     let mut acks = None;
@@ -76,9 +82,11 @@ fn parse_args() -> Result<Args, String> {
     let mut threads = thread::available_parallelism().map_or(1, |n| n.get());
     let mut memory_limit = None;
     let mut at_once = None;
+    let mut estimate = false;
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--acks" => acks = Some(it.next().ok_or(usage)?),
+            "--estimate" => estimate = true,
             "--examples" | "--threads" | "--at-once" | "--share" | "--memory-limit" => {
                 let v = it.next().ok_or(usage)?;
                 let bad = || format!("{flag}: not a number: {v:.40}");
@@ -114,6 +122,7 @@ fn parse_args() -> Result<Args, String> {
         threads,
         at_once: at_once.unwrap_or(threads),
         memory_limit,
+        estimate,
     })
 }
 
@@ -172,6 +181,21 @@ fn threads_of(args: &Args, wanted: &Wanted) -> (usize, usize) {
     (workers, args.threads / workers)
 }
 
+/// Each wave's memory by the estimate, from the footers alone (`--estimate`); None when the
+/// tables are not clustered. A partition's completed operations are taken as half its
+/// operations' rows: each completion follows its invocation, so no more can be kept.
+fn estimate(args: &Args, ops: &Groups, reads: &Groups) -> Option<Vec<u64>> {
+    let (op_rows, read_rows) = (ops.rows_by_partition()?, reads.rows_by_partition()?);
+    let rows = |of: &BTreeMap<i32, usize>, p: &i32| of.get(p).copied().unwrap_or(0) as u64;
+    let wave = |wanted: &Wanted| -> u64 {
+        let spare_threads = threads_of(args, wanted).1 > 1;
+        let only = wanted.only.iter().flatten();
+        only.map(|p| load::need(rows(&op_rows, p) / 2, rows(&read_rows, p), spare_threads))
+            .sum()
+    };
+    Some(waves(args, ops, reads).iter().map(wave).collect())
+}
+
 /// What the waves found, merged: each partition's results, and the statistics.
 #[derive(Default)]
 struct Found {
@@ -220,6 +244,9 @@ fn check_all(h: &load::History, workers: usize, inner: usize, found: &mut Found)
 fn run(args: &Args) -> Result<Value, Failure> {
     let started = std::time::Instant::now();
     let (ops_groups, reads_groups) = (Groups::read(&args.ops)?, Groups::read(&args.reads)?);
+    if args.estimate {
+        return Ok(json!({"waves": estimate(args, &ops_groups, &reads_groups)}));
+    }
     let tables = Tables {
         ops: &args.ops,
         reads: &args.reads,
@@ -232,6 +259,7 @@ fn run(args: &Args) -> Result<Value, Failure> {
     ];
     let mut found = Found::default();
     let (mut loading, mut checking) = (0.0, 0.0);
+    let mut spare = Spare::default();
     for wanted in waves(args, &ops_groups, &reads_groups) {
         let (workers, inner) = threads_of(args, &wanted);
         let t = std::time::Instant::now();
@@ -242,10 +270,12 @@ fn run(args: &Args) -> Result<Value, Failure> {
             args.memory_limit,
             [rows_of[0].as_ref(), rows_of[1].as_ref()],
             inner,
+            &mut spare,
         )?;
         loading += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         check_all(&h, workers, inner, &mut found);
+        spare.keep(h);
         checking += t.elapsed().as_secs_f64();
     }
     if std::env::var_os("HISTCHECK_TIMES").is_some() {
