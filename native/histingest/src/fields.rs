@@ -1,25 +1,28 @@
-//! A history line of the shapes the harness writes -> its fields' raw JSON text, in one
-//! pass over the bytes and without serde_json (which was a third of the ingest's parsing).
+//! A history line of the shapes the harness writes -> its fields, typed as they are scanned,
+//! in one pass over the bytes and without serde_json (which was a third of the ingest's
+//! parsing).
 //!
 //! It knows a subset of JSON only: an object whose keys are strings without escapes, and
 //! whose values are null, true, false, integers, strings without escapes, or arrays of
 //! these (records are arrays of integer pairs). Anything else (an escape, a float, an
-//! object value, a field given twice, text after the object, ...) gives None, and
-//! serde_json reads the line instead: so what this takes is valid JSON, captured as
-//! serde_json captures it, and every line it does not vouch for is serde_json's to take or
-//! refuse, with serde_json's message.
+//! object value, a field given twice, text after the object, bytes that are not UTF-8, ...)
+//! gives None, and serde_json reads the line instead: so what this takes is valid JSON,
+//! captured as serde_json captures it, and every line it does not vouch for is serde_json's
+//! to take or refuse, with serde_json's message.
+//!
+//! One pass does all the work the parsers used to do in three (UTF-8 over the whole line,
+//! this scan, then each field trimmed and re-read): every integer is read as its digits are
+//! validated, a `records` array of integer pairs is read into its pairs as it is scanned,
+//! and UTF-8 is checked only inside strings (all else this scanner takes is ASCII).
 
-use crate::parse::Fields;
+use crate::parse::{Field, Fields, Kind};
 
 /// Arrays nested deeper than this are left to serde_json.
 const DEPTH: usize = 8;
 
-/// The fields of `text`, one JSON object; None when serde_json must read it.
-pub fn scan(text: &str) -> Option<Fields<'_>> {
-    let mut s = Cursor {
-        b: text.as_bytes(),
-        i: 0,
-    };
+/// The fields of `line`, one JSON object; None when serde_json must read it.
+pub fn scan(line: &[u8]) -> Option<Fields<'_>> {
+    let mut s = Cursor { b: line, i: 0 };
     let mut fl = Fields::default();
     s.ws();
     s.eat(b'{')?;
@@ -32,11 +35,14 @@ pub fn scan(text: &str) -> Option<Fields<'_>> {
             s.ws();
             s.eat(b':')?;
             s.ws();
-            let start = s.i;
-            s.value(DEPTH)?;
+            let field = if key == b"records" {
+                s.records(&mut fl.pairs)?
+            } else {
+                s.value(DEPTH)?
+            };
             if let Some(slot) = slot(&mut fl, key) {
                 // a field given twice is serde_json's error to give
-                if slot.replace(&text[start..s.i]).is_some() {
+                if slot.replace(field).is_some() {
                     return None;
                 }
             }
@@ -53,7 +59,7 @@ pub fn scan(text: &str) -> Option<Fields<'_>> {
 }
 
 /// Where a key's value goes; None for a key the checkers do not read (skipped, as serde's).
-fn slot<'f, 'a>(fl: &'f mut Fields<'a>, key: &[u8]) -> Option<&'f mut Option<&'a str>> {
+fn slot<'f, 'a>(fl: &'f mut Fields<'a>, key: &[u8]) -> Option<&'f mut Option<Field<'a>>> {
     Some(match key {
         b"index" => &mut fl.index,
         b"time" => &mut fl.time,
@@ -102,17 +108,33 @@ impl<'a> Cursor<'a> {
         (self.next()? == c).then_some(())
     }
 
-    /// A string without escapes or control characters: its bytes between the quotes.
+    /// The scanned bytes from `start` as text.
+    fn text(&self, start: usize) -> &'a str {
+        let bytes = &self.b[start..self.i];
+        // SAFETY: every token this cursor takes is ASCII but a string's contents, which
+        // `string` checks are UTF-8; a token starts and ends at an ASCII byte, so the bytes
+        // of whole tokens are UTF-8
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
+
+    /// A string without escapes or control characters, UTF-8: its bytes between the quotes.
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let start = self.i;
+        let mut high = 0u8;
         loop {
             match self.next()? {
-                b'"' => return Some(&self.b[start..self.i - 1]),
+                b'"' => break,
                 b'\\' | 0..=0x1f => return None,
-                _ => {}
+                c => high |= c,
             }
         }
+        let inner = &self.b[start..self.i - 1];
+        // only a string may hold bytes past ASCII: checked here, not over the whole line
+        if high >= 0x80 {
+            std::str::from_utf8(inner).ok()?;
+        }
+        Some(inner)
     }
 
     fn literal(&mut self, word: &[u8]) -> Option<()> {
@@ -121,35 +143,54 @@ impl<'a> Cursor<'a> {
     }
 
     /// An integer as JSON writes one (no leading zeros); a fraction or exponent: None.
-    fn integer(&mut self) -> Option<()> {
-        if self.peek() == Some(b'-') {
+    /// Some(its value) when it fits 64 bits (as Rust's i64 parse reads it), Some(None) past.
+    fn integer(&mut self) -> Option<Option<i64>> {
+        let negative = self.peek() == Some(b'-');
+        if negative {
             self.i += 1;
         }
-        match self.next()? {
-            b'0' => {}
-            b'1'..=b'9' => {
-                while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+        let mut magnitude = match self.next()? {
+            b'0' => Some(0u64),
+            c @ b'1'..=b'9' => {
+                let mut m = Some(u64::from(c - b'0'));
+                while let Some(c @ b'0'..=b'9') = self.peek() {
                     self.i += 1;
+                    m = m
+                        .and_then(|m| m.checked_mul(10))
+                        .and_then(|m| m.checked_add(u64::from(c - b'0')));
                 }
+                m
             }
             _ => return None,
+        };
+        if let Some(b'.' | b'e' | b'E') = self.peek() {
+            return None;
         }
-        match self.peek() {
-            Some(b'.' | b'e' | b'E') => None,
-            _ => Some(()),
-        }
+        magnitude = magnitude.filter(|&m| m <= i64::MAX as u64 + u64::from(negative));
+        Some(magnitude.map(|m| {
+            if negative {
+                (m as i64).wrapping_neg()
+            } else {
+                m as i64
+            }
+        }))
     }
 
-    fn value(&mut self, depth: usize) -> Option<()> {
-        match self.peek()? {
-            b'"' => self.string().map(drop),
-            b'n' => self.literal(b"null"),
-            b't' => self.literal(b"true"),
-            b'f' => self.literal(b"false"),
-            b'-' | b'0'..=b'9' => self.integer(),
-            b'[' if depth > 0 => self.array(depth - 1),
-            _ => None,
-        }
+    fn value(&mut self, depth: usize) -> Option<Field<'a>> {
+        let start = self.i;
+        let kind = match self.peek()? {
+            b'"' => self.string().map(|_| Kind::Str)?,
+            b'n' => self.literal(b"null").map(|()| Kind::Null)?,
+            b't' => self.literal(b"true").map(|()| Kind::Other)?,
+            b'f' => self.literal(b"false").map(|()| Kind::Other)?,
+            b'-' | b'0'..=b'9' => self.integer()?.map_or(Kind::Other, Kind::Int),
+            b'[' if depth > 0 => self.array(depth - 1).map(|()| Kind::Other)?,
+            _ => return None,
+        };
+        Some(Field {
+            text: self.text(start),
+            kind,
+        })
     }
 
     fn array(&mut self, depth: usize) -> Option<()> {
@@ -169,6 +210,58 @@ impl<'a> Cursor<'a> {
             }
         }
     }
+
+    /// A `records` value: read into `pairs` when it is `[[offset, value], ...]` as
+    /// `parse::records` takes it, else scanned as any value (and `pairs` left None).
+    fn records(&mut self, pairs: &mut Option<Vec<(i64, i64)>>) -> Option<Field<'a>> {
+        let start = self.i;
+        match self.pairs() {
+            Some(read) => {
+                *pairs = Some(read);
+                Some(Field {
+                    text: self.text(start),
+                    kind: Kind::Other,
+                })
+            }
+            None => {
+                self.i = start;
+                self.value(DEPTH)
+            }
+        }
+    }
+
+    /// `[[offset, value], ...]` with offsets in [0, 2^63 - 1) and 64-bit values, or None.
+    fn pairs(&mut self) -> Option<Vec<(i64, i64)>> {
+        self.eat(b'[')?;
+        self.ws();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Some(Vec::new());
+        }
+        // about 10 bytes a pair as the harness writes them ("[12, 345], ")
+        let mut out = Vec::with_capacity((self.b.len() - self.i) / 10);
+        loop {
+            self.eat(b'[')?;
+            self.ws();
+            let offset = self.integer()??;
+            self.ws();
+            self.eat(b',')?;
+            self.ws();
+            let value = self.integer()??;
+            self.ws();
+            self.eat(b']')?;
+            if !(0..i64::MAX).contains(&offset) {
+                return None;
+            }
+            out.push((offset, value));
+            self.ws();
+            match self.next()? {
+                b',' => self.ws(),
+                b']' => return Some(out),
+                _ => return None,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -176,7 +269,20 @@ mod tests {
     use super::*;
 
     fn raw(text: &str) -> Option<Vec<Option<&str>>> {
-        scan(text).map(|f| vec![f.index, f.process, f.value, f.records, f.complete])
+        scan(text.as_bytes()).map(|f| {
+            [f.index, f.process, f.value, f.records, f.complete]
+                .iter()
+                .map(|f| f.map(|f| f.text))
+                .collect()
+        })
+    }
+
+    fn kinds(text: &str) -> Vec<Option<Kind>> {
+        let f = scan(text.as_bytes()).expect("a line the scanner takes");
+        [f.index, f.process, f.value, f.records, f.complete]
+            .iter()
+            .map(|f| f.map(|f| f.kind))
+            .collect()
     }
 
     #[test]
@@ -201,6 +307,74 @@ mod tests {
     }
 
     #[test]
+    fn integers_are_read_as_they_are_scanned() {
+        assert_eq!(
+            kinds(r#"{"index": 0, "process": -9223372036854775808, "value": 9223372036854775807}"#),
+            vec![
+                Some(Kind::Int(0)),
+                Some(Kind::Int(i64::MIN)),
+                Some(Kind::Int(i64::MAX)),
+                None,
+                None
+            ]
+        );
+        // -0 is 0 to Rust's i64 parse, as to the exact path's int
+        assert_eq!(kinds(r#"{"index": -0}"#)[0], Some(Kind::Int(0)));
+        // past 64 bits: JSON still, but no integer here (the typing refuses or keeps its text)
+        for past in [
+            r#"{"index": 9223372036854775808}"#,
+            r#"{"index": -9223372036854775809}"#,
+            r#"{"index": 99999999999999999999999}"#,
+        ] {
+            assert_eq!(kinds(past)[0], Some(Kind::Other), "{past}");
+        }
+        assert_eq!(
+            kinds(r#"{"index": null, "process": "é", "value": [1], "complete": false}"#),
+            vec![
+                Some(Kind::Null),
+                Some(Kind::Str),
+                Some(Kind::Other),
+                None,
+                Some(Kind::Other)
+            ]
+        );
+    }
+
+    #[test]
+    fn records_are_read_into_pairs_or_left_to_parse() {
+        let pairs = |text: &str| scan(text.as_bytes()).expect("scanned").pairs;
+        assert_eq!(
+            pairs(r#"{"records": [[0, 10], [1,-11] ], "hwm": 2}"#),
+            Some(vec![(0, 10), (1, -11)])
+        );
+        assert_eq!(pairs(r#"{"records": [ ]}"#), Some(vec![]));
+        assert_eq!(
+            pairs(r#"{"records": [[9223372036854775806, 1]]}"#),
+            Some(vec![(i64::MAX - 1, 1)])
+        );
+        // JSON the pairs reader does not take: scanned as any array, its text kept for
+        // parse::records to refuse (the must-fail twins of the shapes above)
+        for text in [
+            r#"{"records": [[-1, 1]]}"#,
+            r#"{"records": [[9223372036854775807, 1]]}"#,
+            r#"{"records": [[0, 99999999999999999999]]}"#,
+            r#"{"records": [[0, 1, 2]]}"#,
+            r#"{"records": [[0, "1"]]}"#,
+            r#"{"records": [[0], 1]}"#,
+            r#"{"records": null}"#,
+            r#"{"records": 7}"#,
+        ] {
+            let fl = scan(text.as_bytes()).expect("valid JSON of the known shapes");
+            assert_eq!(fl.pairs, None, "{text}");
+            assert!(fl.records.is_some(), "{text}");
+        }
+        // and JSON it does not know at all stays serde_json's
+        assert!(scan(br#"{"records": [[0, 1.5]]}"#).is_none());
+        assert!(scan(br#"{"records": [[0, 1],]}"#).is_none());
+        assert!(scan(br#"{"records": [[0, 1]], "records": []}"#).is_none());
+    }
+
+    #[test]
     fn the_rest_is_left_to_serde() {
         for text in [
             r#"{"index": 1.5}"#,
@@ -220,9 +394,28 @@ mod tests {
             r#"[1]"#,
             r#"{"index": 1"#,
         ] {
-            assert!(scan(text).is_none(), "{text}");
+            assert!(scan(text.as_bytes()).is_none(), "{text}");
         }
         // a field the checkers do not read may repeat, as serde_json lets it
-        assert!(scan(r#"{"x": 1, "x": 2}"#).is_some());
+        assert!(scan(br#"{"x": 1, "x": 2}"#).is_some());
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_left_to_serde() {
+        // UTF-8 is checked inside strings only: in a value, a key, a skipped field's string
+        for text in [
+            &b"{\"process\": \"c\xff\"}"[..],
+            b"{\"x\xc3\": 1}",
+            b"{\"other\": [\"\xed\xa0\x80\"]}",
+            b"{\"index\": 1}\xff",
+            b"{\"index\": 1\xc2\xa0}",
+        ] {
+            assert!(scan(text).is_none(), "{text:?}");
+        }
+        // and valid UTF-8 past ASCII is taken, as it was
+        assert_eq!(
+            scan("{\"process\": \"ç0\"}".as_bytes()).and_then(|f| f.process.map(|p| p.text)),
+            Some("\"ç0\"")
+        );
     }
 }
