@@ -262,16 +262,17 @@ fn shape(process: &str, typ: Typ, f: &str, fl: &Fields) -> Result<(), Bad> {
     Ok(())
 }
 
-/// A line's fields: the scanner's, or serde_json's for a line the scanner leaves (only then
-/// is the whole line checked as UTF-8: the scanner checks the strings it takes).
-fn fields_of(raw: &[u8]) -> Result<Fields<'_>, Bad> {
-    if let Some(fl) = fields::scan(raw) {
-        return Ok(fl);
+/// A line's fields, into `fl`: the scanner's, or serde_json's for a line the scanner leaves
+/// (only then is the whole line checked as UTF-8: the scanner checks the strings it takes).
+fn fields_of<'a>(raw: &'a [u8], fl: &mut Fields<'a>) -> Result<(), Bad> {
+    if fields::scan(raw, fl).is_some() {
+        return Ok(());
     }
     let text = std::str::from_utf8(raw).map_err(|e| Bad::Json(e.to_string()))?;
-    Ok(serde_json::from_str::<Raw>(text)
+    *fl = serde_json::from_str::<Raw>(text)
         .map_err(|e| Bad::Json(e.to_string()))?
-        .fields())
+        .fields();
+    Ok(())
 }
 
 /// A field the line must have (the message is built only for a line that lacks it).
@@ -284,7 +285,8 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     if raw.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r')) != Some(&b'{') {
         return Err(Bad::Json("not a JSON object".into()));
     }
-    let mut fl = fields_of(raw)?;
+    let mut fl = Fields::default();
+    fields_of(raw, &mut fl)?;
     let index = required(int(fl.index, "index")?, "missing 'index'")?;
     let time = required(int(fl.time, "time")?, "missing 'time'")?;
     if index < 0 || time < 0 {
