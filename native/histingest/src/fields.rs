@@ -103,6 +103,19 @@ fn stops(word: u64) -> u64 {
     quote | backslash | below(word, 0x20) | (word & HIGHS)
 }
 
+/// The value of a run of ASCII digits, None past 64 bits. Up to 18 digits cannot pass them,
+/// so those are summed without a check (a checked multiply per digit was the scanner's
+/// costliest loop: most of a line's bytes are its integers).
+fn magnitude(digits: &[u8]) -> Option<u64> {
+    let digit = |d: &u8| u64::from(d - b'0');
+    if digits.len() <= 18 {
+        return Some(digits.iter().fold(0, |m, d| m * 10 + digit(d)));
+    }
+    digits
+        .iter()
+        .try_fold(0u64, |m, d| m.checked_mul(10)?.checked_add(digit(d)))
+}
+
 struct Cursor<'a> {
     b: &'a [u8],
     i: usize,
@@ -111,9 +124,12 @@ struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     /// JSON's whitespace, as serde_json skips it.
     fn ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
-            self.i += 1;
+        // counted in a local: kept in `self`, the index went to memory at every byte
+        let mut i = self.i;
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(i) {
+            i += 1;
         }
+        self.i = i;
     }
 
     fn peek(&self) -> Option<u8> {
@@ -190,28 +206,27 @@ impl<'a> Cursor<'a> {
     /// An integer as JSON writes one (no leading zeros); a fraction or exponent: None.
     /// Some(its value) when it fits 64 bits (as Rust's i64 parse reads it), Some(None) past.
     fn integer(&mut self) -> Option<Option<i64>> {
-        let negative = self.peek() == Some(b'-');
-        if negative {
-            self.i += 1;
-        }
-        let mut magnitude = match self.next()? {
-            b'0' => Some(0u64),
-            c @ b'1'..=b'9' => {
-                let mut m = Some(u64::from(c - b'0'));
-                while let Some(c @ b'0'..=b'9') = self.peek() {
-                    self.i += 1;
-                    m = m
-                        .and_then(|m| m.checked_mul(10))
-                        .and_then(|m| m.checked_add(u64::from(c - b'0')));
+        let b = self.b;
+        let mut i = self.i;
+        let negative = b.get(i) == Some(&b'-');
+        i += usize::from(negative);
+        let first = i;
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                i += 1;
+                while let Some(b'0'..=b'9') = b.get(i) {
+                    i += 1;
                 }
-                m
             }
             _ => return None,
-        };
-        if let Some(b'.' | b'e' | b'E') = self.peek() {
+        }
+        self.i = i;
+        if let Some(b'.' | b'e' | b'E') = b.get(i) {
             return None;
         }
-        magnitude = magnitude.filter(|&m| m <= i64::MAX as u64 + u64::from(negative));
+        let magnitude = magnitude(&b[first..i]);
+        let magnitude = magnitude.filter(|&m| m <= i64::MAX as u64 + u64::from(negative));
         Some(magnitude.map(|m| {
             if negative {
                 (m as i64).wrapping_neg()
@@ -457,6 +472,23 @@ mod tests {
                 Some(Kind::Other)
             ]
         );
+    }
+
+    #[test]
+    fn magnitudes_are_exact_up_to_64_bits_and_none_past() {
+        for m in [
+            0u64,
+            7,
+            999_999_999_999_999_999,
+            1_000_000_000_000_000_000,
+            u64::MAX,
+        ] {
+            assert_eq!(magnitude(m.to_string().as_bytes()), Some(m), "{m}");
+        }
+        // 2^64 and past: the unchecked sum would wrap here, the checked one refuses
+        assert_eq!(magnitude(b"18446744073709551616"), None);
+        assert_eq!(magnitude(b"99999999999999999999"), None);
+        assert_eq!(magnitude(b"000000000000000000000000012"), Some(12));
     }
 
     #[test]
