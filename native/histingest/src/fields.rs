@@ -103,17 +103,11 @@ fn stops(word: u64) -> u64 {
     quote | backslash | below(word, 0x20) | (word & HIGHS)
 }
 
-/// The value of a run of ASCII digits, None past 64 bits. Up to 18 digits cannot pass them,
-/// so those are summed without a check (a checked multiply per digit was the scanner's
-/// costliest loop: most of a line's bytes are its integers).
-fn magnitude(digits: &[u8]) -> Option<u64> {
-    let digit = |d: &u8| u64::from(d - b'0');
-    if digits.len() <= 18 {
-        return Some(digits.iter().fold(0, |m, d| m * 10 + digit(d)));
-    }
-    digits
-        .iter()
-        .try_fold(0u64, |m, d| m.checked_mul(10)?.checked_add(digit(d)))
+/// The value of a run of ASCII digits, None past 64 bits.
+fn checked_magnitude(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |m, d| {
+        m.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
 }
 
 struct Cursor<'a> {
@@ -205,17 +199,22 @@ impl<'a> Cursor<'a> {
 
     /// An integer as JSON writes one (no leading zeros); a fraction or exponent: None.
     /// Some(its value) when it fits 64 bits (as Rust's i64 parse reads it), Some(None) past.
+    #[inline]
     fn integer(&mut self) -> Option<Option<i64>> {
         let b = self.b;
         let mut i = self.i;
         let negative = b.get(i) == Some(&b'-');
         i += usize::from(negative);
         let first = i;
+        // summed as the digits are checked, without a checked multiply per digit (the
+        // scanner's costliest loop: most of a line's bytes are integers): up to 19 digits
+        // cannot wrap a u64, a longer run is summed again with checks
+        let mut sum = 0u64;
         match b.get(i) {
             Some(b'0') => i += 1,
             Some(b'1'..=b'9') => {
-                i += 1;
-                while let Some(b'0'..=b'9') = b.get(i) {
+                while let Some(&c @ b'0'..=b'9') = b.get(i) {
+                    sum = sum.wrapping_mul(10).wrapping_add(u64::from(c - b'0'));
                     i += 1;
                 }
             }
@@ -225,7 +224,11 @@ impl<'a> Cursor<'a> {
         if let Some(b'.' | b'e' | b'E') = b.get(i) {
             return None;
         }
-        let magnitude = magnitude(&b[first..i]);
+        let magnitude = if i - first <= 19 {
+            Some(sum)
+        } else {
+            checked_magnitude(&b[first..i])
+        };
         let magnitude = magnitude.filter(|&m| m <= i64::MAX as u64 + u64::from(negative));
         Some(magnitude.map(|m| {
             if negative {
@@ -475,20 +478,17 @@ mod tests {
     }
 
     #[test]
-    fn magnitudes_are_exact_up_to_64_bits_and_none_past() {
-        for m in [
-            0u64,
-            7,
-            999_999_999_999_999_999,
-            1_000_000_000_000_000_000,
-            u64::MAX,
-        ] {
-            assert_eq!(magnitude(m.to_string().as_bytes()), Some(m), "{m}");
-        }
-        // 2^64 and past: the unchecked sum would wrap here, the checked one refuses
-        assert_eq!(magnitude(b"18446744073709551616"), None);
-        assert_eq!(magnitude(b"99999999999999999999"), None);
-        assert_eq!(magnitude(b"000000000000000000000000012"), Some(12));
+    fn integers_of_19_digits_and_more_are_exact_or_refused() {
+        let kind = |digits: &str| kinds(&format!("{{\"index\": {digits}}}"))[0];
+        assert_eq!(kind("1000000000000000000"), Some(Kind::Int(10i64.pow(18))));
+        // 19 digits past i64 (the unchecked sum is exact there, the range check refuses)
+        assert_eq!(kind("9999999999999999999"), Some(Kind::Other));
+        // 2^64 and 2^64 + 1: an unchecked sum wraps to 0 and 1 here, the checked one refuses
+        assert_eq!(kind("18446744073709551616"), Some(Kind::Other));
+        assert_eq!(kind("18446744073709551617"), Some(Kind::Other));
+        assert_eq!(kind("-18446744073709551617"), Some(Kind::Other));
+        assert_eq!(checked_magnitude(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(checked_magnitude(b"18446744073709551616"), None);
     }
 
     #[test]
