@@ -1,7 +1,7 @@
 //! One history line -> a typed op, exactly as `checkers/ingest.py` types it, or UNSURE.
 //!
-//! Every field is first captured as its raw JSON text (serde_json validates the whole line),
-//! then typed by hand, so that nothing is coerced: "10", 1.5 and true are not integers here
+//! Every field is first captured as its raw JSON text, with what the line scanner learnt of
+//! it on the way (fields.rs; serde_json validates the lines it leaves), then typed by hand, so that nothing is coerced: "10", 1.5 and true are not integers here
 //! either. Where Python's typing and this one could differ (floats inside a nemesis value,
 //! integers past 64 bits, duplicate keys), the line is UNSURE rather than guessed.
 
@@ -59,27 +59,69 @@ pub enum Parsed {
     Torn(u64),
 }
 
-/// The fields the checkers read, each as its raw JSON text (a present `null` is kept, as
-/// "null"): from the line scanner (`fields.rs`) when the line is of the shape it knows, else
-/// from serde_json.
+/// One field's value: its JSON text (trimmed; a present `null` is kept, as "null") and what
+/// the scanner learnt of it on the way, so that nothing is read twice.
+#[derive(Clone, Copy)]
+pub struct Field<'a> {
+    pub text: &'a str,
+    pub kind: Kind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Null,
+    /// A plain JSON integer that fits 64 bits, as Python's int (`plain_int`).
+    Int(i64),
+    /// A string without escapes: its text is the quotes and the bytes between them.
+    Str,
+    /// Anything else (a boolean, an array, an integer past 64 bits, an escaped string, ...).
+    Other,
+}
+
+impl<'a> Field<'a> {
+    /// A value's raw JSON text as serde_json captured it, classified as the scanner would.
+    fn classify(raw: &'a str) -> Field<'a> {
+        let text = raw.trim();
+        let kind = if text == "null" {
+            Kind::Null
+        } else if let Some(i) = plain_int(text) {
+            Kind::Int(i)
+        } else if text.starts_with('"') && !text.contains('\\') {
+            Kind::Str
+        } else {
+            Kind::Other
+        };
+        Field { text, kind }
+    }
+
+    /// The text between the quotes of a string without escapes.
+    fn unquoted(&self) -> &'a str {
+        &self.text[1..self.text.len() - 1]
+    }
+}
+
+/// The fields the checkers read: from the line scanner (`fields.rs`) when the line is of the
+/// shape it knows, else from serde_json.
 #[derive(Default)]
 pub struct Fields<'a> {
-    pub index: Option<&'a str>,
-    pub time: Option<&'a str>,
-    pub process: Option<&'a str>,
-    pub r#type: Option<&'a str>,
-    pub f: Option<&'a str>,
-    pub partition: Option<&'a str>,
-    pub value: Option<&'a str>,
-    pub offset: Option<&'a str>,
-    pub node: Option<&'a str>,
-    pub epoch: Option<&'a str>,
-    pub error: Option<&'a str>,
-    pub hwm: Option<&'a str>,
-    pub acks: Option<&'a str>,
-    pub records: Option<&'a str>,
-    pub txn: Option<&'a str>,
-    pub complete: Option<&'a str>,
+    pub index: Option<Field<'a>>,
+    pub time: Option<Field<'a>>,
+    pub process: Option<Field<'a>>,
+    pub r#type: Option<Field<'a>>,
+    pub f: Option<Field<'a>>,
+    pub partition: Option<Field<'a>>,
+    pub value: Option<Field<'a>>,
+    pub offset: Option<Field<'a>>,
+    pub node: Option<Field<'a>>,
+    pub epoch: Option<Field<'a>>,
+    pub error: Option<Field<'a>>,
+    pub hwm: Option<Field<'a>>,
+    pub acks: Option<Field<'a>>,
+    pub records: Option<Field<'a>>,
+    pub txn: Option<Field<'a>>,
+    pub complete: Option<Field<'a>>,
+    /// `records` read into its pairs by the scanner, when they are what `records` takes.
+    pub pairs: Option<Vec<(i64, i64)>>,
 }
 
 /// The same fields as serde_json reads them (any line the scanner leaves to it).
@@ -121,7 +163,7 @@ struct Raw<'a> {
 
 impl<'a> Raw<'a> {
     fn fields(self) -> Fields<'a> {
-        let g = |r: Option<&'a RawValue>| r.map(RawValue::get);
+        let g = |r: Option<&'a RawValue>| r.map(|r| Field::classify(r.get()));
         Fields {
             index: g(self.index),
             time: g(self.time),
@@ -139,6 +181,7 @@ impl<'a> Raw<'a> {
             records: g(self.records),
             txn: g(self.txn),
             complete: g(self.complete),
+            pairs: None,
         }
     }
 }
@@ -213,10 +256,28 @@ fn shape(process: &str, typ: Typ, f: &str, fl: &Fields) -> Result<(), Bad> {
         return line_bad("a fail without an error");
     }
     let complete = is_null(fl.complete);
-    if f == "final-poll" && complete.is_some_and(|c| c != "true" && c != "false") {
+    if f == "final-poll" && complete.is_some_and(|c| c.text != "true" && c.text != "false") {
         return line_bad("'complete' is not a boolean");
     }
     Ok(())
+}
+
+/// A line's fields, into `fl`: the scanner's, or serde_json's for a line the scanner leaves
+/// (only then is the whole line checked as UTF-8: the scanner checks the strings it takes).
+fn fields_of<'a>(raw: &'a [u8], fl: &mut Fields<'a>) -> Result<(), Bad> {
+    if fields::scan(raw, fl).is_some() {
+        return Ok(());
+    }
+    let text = std::str::from_utf8(raw).map_err(|e| Bad::Json(e.to_string()))?;
+    *fl = serde_json::from_str::<Raw>(text)
+        .map_err(|e| Bad::Json(e.to_string()))?
+        .fields();
+    Ok(())
+}
+
+/// A field the line must have (the message is built only for a line that lacks it).
+fn required<T>(v: Option<T>, why: &'static str) -> Result<T, Bad> {
+    v.ok_or_else(|| Bad::Line(why.into()))
 }
 
 fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
@@ -224,30 +285,35 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     if raw.iter().find(|b| !matches!(b, b' ' | b'\t' | b'\r')) != Some(&b'{') {
         return Err(Bad::Json("not a JSON object".into()));
     }
-    let text = std::str::from_utf8(raw).map_err(|e| Bad::Json(e.to_string()))?;
-    let fl = match fields::scan(text) {
-        Some(fl) => fl,
-        None => serde_json::from_str::<Raw>(text)
-            .map_err(|e| Bad::Json(e.to_string()))?
-            .fields(),
-    };
-    let index = int(fl.index, "index")?.ok_or(Bad::Line("missing 'index'".into()))?;
-    let time = int(fl.time, "time")?.ok_or(Bad::Line("missing 'time'".into()))?;
+    let mut fl = Fields::default();
+    fields_of(raw, &mut fl)?;
+    let index = required(int(fl.index, "index")?, "missing 'index'")?;
+    let time = required(int(fl.time, "time")?, "missing 'time'")?;
     if index < 0 || time < 0 {
         return line_bad("negative index or time");
     }
-    let process =
-        text_or_int(fl.process, "process")?.ok_or(Bad::Line("missing 'process'".into()))?;
-    let typ = match string(fl.r#type, "type")?.as_deref() {
-        Some("invoke") => Typ::Invoke,
-        Some("ok") => Typ::Ok,
-        Some("fail") => Typ::Fail,
-        Some("info") => Typ::Info,
-        _ => return line_bad("'type' is not invoke, ok, fail or info"),
+    let process = required(text_or_int(fl.process, "process")?, "missing 'process'")?;
+    let typ = match is_null(fl.r#type) {
+        Some(t) if t.kind == Kind::Str => match t.unquoted() {
+            "invoke" => Typ::Invoke,
+            "ok" => Typ::Ok,
+            "fail" => Typ::Fail,
+            "info" => Typ::Info,
+            _ => return line_bad("'type' is not invoke, ok, fail or info"),
+        },
+        // an escaped or odd type: typed the long way, with its message
+        _ => match string(fl.r#type, "type")?.as_deref() {
+            Some("invoke") => Typ::Invoke,
+            Some("ok") => Typ::Ok,
+            Some("fail") => Typ::Fail,
+            Some("info") => Typ::Info,
+            _ => return line_bad("'type' is not invoke, ok, fail or info"),
+        },
     };
-    let f = string(fl.f, "f")?
-        .filter(|f| !f.is_empty())
-        .ok_or(Bad::Line("'f' must be a string".into()))?;
+    let f = required(
+        string(fl.f, "f")?.filter(|f| !f.is_empty()),
+        "'f' must be a string",
+    )?;
     let is_send = f == "send";
     let is_read_f = READ_FS.contains(&f.as_str());
     let partition = int(fl.partition, "partition")?;
@@ -277,7 +343,7 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     let epoch = int(fl.epoch, "epoch")?;
     let node = text_or_int(fl.node, "node")?;
     let error = text_or_int(fl.error, "error")?;
-    let acks = match fl.acks.map(str::trim) {
+    let acks = match fl.acks.map(|a| a.text) {
         None | Some("null") => None,
         Some("\"all\"" | "\"-1\"" | "-1") => Some("all"),
         Some("\"1\"" | "1") => Some("1"),
@@ -289,9 +355,10 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     let records = if typ == Typ::Ok && is_read_f {
         match is_null(fl.records) {
             None => return line_bad("an ok read without its records"),
-            Some(raw) => Some(records(raw).ok_or(Bad::Line(
-                "'records' are not [offset, value] pairs of 64-bit integers".into(),
-            ))?),
+            Some(raw) => Some(required(
+                fl.pairs.take().or_else(|| records(raw.text)),
+                "'records' are not [offset, value] pairs of 64-bit integers",
+            )?),
         }
     } else {
         None
@@ -317,8 +384,8 @@ fn parse_line(raw: &[u8], line: u64, max_partition: i64) -> Result<Op, Bad> {
     })
 }
 
-fn is_null(raw: Option<&str>) -> Option<&str> {
-    raw.map(str::trim).filter(|t| *t != "null")
+fn is_null(field: Option<Field>) -> Option<Field> {
+    field.filter(|f| f.kind != Kind::Null)
 }
 
 /// A plain JSON integer that fits 64 bits, as Python's int.
@@ -330,12 +397,11 @@ fn plain_int(t: &str) -> Option<i64> {
     t.parse::<i64>().ok()
 }
 
-fn int(raw: Option<&str>, key: &str) -> Result<Option<i64>, Bad> {
-    match is_null(raw) {
-        None => Ok(None),
-        Some(t) => plain_int(t)
-            .map(Some)
-            .ok_or_else(|| Bad::Line(format!("'{key}' is not a 64-bit integer"))),
+fn int(field: Option<Field>, key: &str) -> Result<Option<i64>, Bad> {
+    match field.map(|f| f.kind) {
+        None | Some(Kind::Null) => Ok(None),
+        Some(Kind::Int(i)) => Ok(Some(i)),
+        Some(_) => Err(Bad::Line(format!("'{key}' is not a 64-bit integer"))),
     }
 }
 
@@ -349,10 +415,11 @@ fn decode(t: &str) -> Option<Text> {
         .map(|s| Text::new(&s))
 }
 
-fn string(raw: Option<&str>, key: &str) -> Result<Option<Text>, Bad> {
-    match is_null(raw) {
+fn string(field: Option<Field>, key: &str) -> Result<Option<Text>, Bad> {
+    match is_null(field) {
         None => Ok(None),
-        Some(t) if t.starts_with('"') => decode(t)
+        Some(f) if f.kind == Kind::Str => Ok(Some(Text::new(f.unquoted()))),
+        Some(f) if f.text.starts_with('"') => decode(f.text)
             .map(Some)
             .ok_or_else(|| Bad::Line(format!("'{key}' is not text"))),
         Some(_) => line_bad(format!("'{key}' must be a string")),
@@ -360,25 +427,27 @@ fn string(raw: Option<&str>, key: &str) -> Result<Option<Text>, Bad> {
 }
 
 /// A string, or an integer as its decimal text (Python's str(v)).
-fn text_or_int(raw: Option<&str>, key: &str) -> Result<Option<Text>, Bad> {
-    match is_null(raw) {
-        Some(t) if !t.starts_with('"') => match plain_int(t) {
-            Some(i) => Ok(Some(Text::int(i))),
-            None => line_bad(format!("'{key}' must be a string or an integer")),
-        },
-        _ => string(raw, key),
+fn text_or_int(field: Option<Field>, key: &str) -> Result<Option<Text>, Bad> {
+    match is_null(field) {
+        Some(Field {
+            kind: Kind::Int(i), ..
+        }) => Ok(Some(Text::int(i))),
+        Some(f) if !f.text.starts_with('"') => {
+            line_bad(format!("'{key}' must be a string or an integer"))
+        }
+        _ => string(field, key),
     }
 }
 
 /// (the integer value, or the value as compact JSON text as Python's json.dumps writes it).
-fn value(raw: Option<&str>) -> Result<(Option<i64>, Option<String>), Bad> {
-    let Some(t) = is_null(raw) else {
+fn value(field: Option<Field>) -> Result<(Option<i64>, Option<String>), Bad> {
+    let Some(f) = is_null(field) else {
         return Ok((None, None));
     };
-    if let Some(i) = plain_int(t) {
+    if let Kind::Int(i) = f.kind {
         return Ok((Some(i), None));
     }
-    let v: Value = serde_json::from_str(t).map_err(|e| Bad::Line(e.to_string()))?;
+    let v: Value = serde_json::from_str(f.text).map_err(|e| Bad::Line(e.to_string()))?;
     if !integral(&v) {
         return line_bad("'value' holds a number Python would write otherwise");
     }
