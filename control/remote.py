@@ -392,13 +392,17 @@ exit 1
     def stop_all(self, timeout: float = 10.0) -> list[str]:
         """SIGTERM every daemon started here, SIGKILL what is left after timeout.
 
-        Returns the names of the daemons that had to be killed.
+        Returns the names of the daemons that had to be killed. Each is signalled as its
+        process group, or alone while it has none: a daemon just started may not have
+        reached its `setsid` yet (on a loaded machine a stop right after the start found
+        no group, so the daemon missed the TERM and was killed at the end).
         """
         run_dir = shlex.quote(str(self.endpoint.run_dir))
         script = f"""
 cd {run_dir} 2>/dev/null || exit 0
 alive() {{ kill -0 "$1" 2>/dev/null && ! grep -q '^[0-9]* (.*) Z' /proc/$1/stat 2>/dev/null; }}
-for f in *.pid; do [ -f "$f" ] && kill -TERM -"$(cat "$f")" 2>/dev/null; done
+sig() {{ kill -"$1" -"$2" 2>/dev/null || kill -"$1" "$2" 2>/dev/null; }}
+for f in *.pid; do [ -f "$f" ] && sig TERM "$(cat "$f")"; done
 i=0
 while [ $i -lt {max(1, round(timeout * 10))} ]; do
   left=0
@@ -409,7 +413,7 @@ done
 for f in *.pid; do
   [ -f "$f" ] || continue
   p=$(cat "$f")
-  if alive "$p"; then kill -KILL -"$p" 2>/dev/null; echo "${{f%.pid}}"; fi
+  if alive "$p"; then sig KILL "$p"; echo "${{f%.pid}}"; fi
   rm -f "$f"
 done
 """

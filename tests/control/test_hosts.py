@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -167,6 +168,22 @@ def test_daemon_lifecycle(hosts):
     assert not n2.is_running("d1")
     assert not n2.signal("d1", "KILL")
     assert n2.run(["cat", str(log)]).stdout == "hello a b'c\n"
+
+
+def test_stop_all_stops_a_daemon_that_leads_no_process_group(hosts):
+    """A daemon stopped before its `setsid` has no process group of its own yet: stop_all
+    signals the process itself then, so the TERM reaches it (a group signal alone missed it
+    and left it running to the KILL). A pid file naming a process in its shell's group is
+    that state, held still."""
+    n3 = hosts[2].remote
+    pid = n3.run(["sh", "-c", f"sleep 300 >/dev/null 2>&1 & echo $! > "
+                  f"{shlex.quote(str(hosts[2].run_dir))}/grouped.pid; echo $!"]).stdout.strip()
+    assert n3.is_running("grouped")
+    assert n3.stop_all(timeout=5) == []
+    assert not n3.is_running("grouped")
+    # gone, or a zombie its new parent has not reaped yet
+    live = f"grep -q '^[0-9]* (.*) [^Z]' /proc/{pid}/stat 2>/dev/null && echo alive || echo gone"
+    assert n3.run(["sh", "-c", live]).stdout == "gone\n"
 
 
 def test_stop_all_kills_what_ignores_sigterm(hosts):
