@@ -77,9 +77,7 @@ def check_share(ops_path: Path, reads_path: Path, acks: str, examples: int,
     if done.returncode == TOO_BIG:
         raise ShareTooBigError(f"share {share[0]}/{share[1]} needs more than {memory_limit} bytes")
     if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [
-            f"exit {done.returncode}"]
-        raise NativeCheckError(f"{BINARY} failed: {why[0]:.300}")
+        raise NativeCheckError(f"{BINARY} failed: {_why(done)}")
     return json.loads(done.stdout)
 
 
@@ -98,10 +96,14 @@ def estimate(ops_path: Path, reads_path: Path, share: tuple[int, int] = (0, 1),
         cmd += ["--at-once", str(at_once)]
     done = subprocess.run(cmd, capture_output=True, check=False)
     if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [
-            f"exit {done.returncode}"]
-        raise NativeCheckError(f"{BINARY} --estimate failed: {why[0]:.300}")
+        raise NativeCheckError(f"{BINARY} --estimate failed: {_why(done)}")
     return json.loads(done.stdout)["waves"]
+
+
+def _why(done: subprocess.CompletedProcess) -> str:
+    """What a failed histcheck said last on stderr (or its exit status), cut short."""
+    last = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+    return (last[0] if last else f"exit {done.returncode}")[:300]
 
 
 def merge(shares: list[dict[str, Any]], examples: int) -> dict[str, Any]:
