@@ -113,10 +113,24 @@ pub fn check(cx: &Ctx, part: &Partition, threads: usize) -> Checked {
     let mut reads_group = || {
         shared_cells(cx, &cells.map, inconsistent, duplicate);
         let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
-        let gaps = read_steps(cx, part, &known, [nm_poll, int_nm_poll, skip, int_skip]);
+        let polls = by_key(
+            part.ops
+                .iter()
+                .filter(|o| (o.f == w.poll || o.f == w.final_poll) && o.ty == w.ok)
+                .collect(),
+            |o| o.index,
+        );
+        let gaps = read_steps(
+            cx,
+            part,
+            &polls,
+            &known,
+            [nm_poll, int_nm_poll, skip, int_skip],
+        );
         stale_reads(
             cx,
             part,
+            &polls,
             &acked,
             &cells.map,
             &inconsistent_offsets,
@@ -312,7 +326,10 @@ struct Losses {
 fn losses(cx: &Ctx, cells: &Cells, done: &[Done]) -> Losses {
     let (w, p) = (cx.w, cx.p);
     let at_own_offset = |d: &Done| match (d.resolved, d.op.value.get()) {
-        (Some(off), Some(v)) => cells.map.get(off, v).is_some_and(|c| cells.in_final_state(c)),
+        (Some(off), Some(v)) => cells
+            .map
+            .get(off, v)
+            .is_some_and(|c| cells.in_final_state(c)),
         _ => false,
     };
     let elsewhere: Vec<&Done> = done
@@ -449,22 +466,18 @@ fn shared_cells(cx: &Ctx, cells: &CellMap, inconsistent: &mut Found, duplicate: 
 fn read_steps<'a>(
     cx: &Ctx,
     part: &'a Partition,
+    polls: &[&Op],
     known: &[i64],
     out: [&mut Found; 4],
 ) -> Vec<(&'a Read, i64)> {
     let p = cx.p;
     let [nm_poll, int_nm_poll, skip, int_skip] = out;
-    let read_ops: FxHashMap<i64, &Op> = part
-        .ops
-        .iter()
-        .filter(|o| (o.f == cx.w.poll || o.f == cx.w.final_poll) && o.ty == cx.w.ok)
-        .map(|o| (o.index, o))
-        .collect();
     let mut gaps = Vec::new();
     let mut op: Option<&Op> = None; // the reads of one operation are consecutive
+    let mut near = 0;
     for r in &part.reads {
         if op.is_none_or(|o| o.index != r.index) {
-            op = read_ops.get(&r.index).copied();
+            op = find_near(polls, &mut near, r.index, |o| o.index).copied();
         }
         // what every record of the read repeats from its operation (load.rs: Read)
         let (process, from_offset) =
@@ -512,14 +525,16 @@ fn read_steps<'a>(
 fn send_steps(cx: &Ctx, done: &[Done], known: &[i64], out: [&mut Found; 3]) {
     let p = cx.p;
     let [nm_send, int_nm_send, int_send_skip] = out;
-    let resolved_of: FxHashMap<i64, Option<i64>> =
-        done.iter().map(|d| (d.op.index, d.resolved)).collect();
+    // a send's previous one is a few sends back: the other producers' since
+    let by_index = by_key(done.iter().collect(), |d| d.op.index);
+    let mut near = 0;
     for d in done {
         let o = d.op;
         let Some(prev_op) = o.prev_send_op.get() else {
             continue;
         };
-        let (Some(off), Some(Some(prev))) = (d.resolved, resolved_of.get(&prev_op).copied()) else {
+        let prev = find_near(&by_index, &mut near, prev_op, |d| d.op.index);
+        let (Some(off), Some(prev)) = (d.resolved, prev.and_then(|p| p.resolved)) else {
             continue;
         };
         let internal = o.txn.get().is_some() && o.txn.get() == o.prev_send_txn.get();
@@ -644,8 +659,6 @@ fn complete(w: &Words, part: &Partition) -> bool {
         })
 }
 
-/// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
-/// last of them before an instant holds the highest value seen before it.
 /// `sorted.partition_point(pred)`, searched outward from `near`. The sends come in the
 /// order they completed, so their invocation times are nearly sorted and each is found a
 /// few steps from the one before; a binary search over the whole range missed the cache at
@@ -681,6 +694,30 @@ fn partition_point_near<T>(sorted: &[T], near: usize, pred: impl Fn(&T) -> bool)
     lo + sorted[lo..hi].partition_point(pred)
 }
 
+/// The entry of `sorted` (by `key_of`, no key twice) whose key is `key`, searched from
+/// `near`, which is left where the search ended: lookups in about key order take a few
+/// steps each (a hash map of every entry, probed at random, missed the cache at 100M).
+fn find_near<'a, T>(
+    sorted: &'a [T],
+    near: &mut usize,
+    key: i64,
+    key_of: impl Fn(&T) -> i64,
+) -> Option<&'a T> {
+    *near = partition_point_near(sorted, *near, |t| key_of(t) < key);
+    sorted.get(*near).filter(|t| key_of(t) == key)
+}
+
+/// `items` by `key_of`: as they come when they come sorted (the loader keeps a partition's
+/// rows in history order), else sorted.
+fn by_key<T>(mut items: Vec<T>, key_of: impl Fn(&T) -> i64) -> Vec<T> {
+    if !items.is_sorted_by_key(&key_of) {
+        items.sort_by_key(key_of);
+    }
+    items
+}
+
+/// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
+/// last of them before an instant holds the highest value seen before it.
 fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> {
     let mut best: Option<i64> = None;
     let mut out = Vec::new();
@@ -696,9 +733,11 @@ fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> 
 /// stale-read: a poll that missed an acks=all record acknowledged before it began (hwm-behind,
 /// other-value, skipped: definitions.py); each poll's example is its lowest (missed offset,
 /// kind, missed ack op), so the order the polls are looked at in does not matter.
+#[allow(clippy::too_many_arguments)]
 fn stale_reads(
     cx: &Ctx,
     part: &Partition,
+    polls: &[&Op],
     acked: &[&Op],
     cells: &CellMap,
     inconsistent: &FxHashSet<i64>,
@@ -706,10 +745,9 @@ fn stale_reads(
     out: &mut Found,
 ) {
     let (w, p) = (cx.w, cx.p);
-    let polls: FxHashMap<i64, Poll> = part
-        .ops
+    // the polls by op index, those with an invocation's time (the others cannot be stale)
+    let polls: Vec<(i64, Poll)> = polls
         .iter()
-        .filter(|o| (o.f == w.poll || o.f == w.final_poll) && o.ty == w.ok)
         .filter_map(|o| {
             let invoke_time = o.invoke_time.get()?;
             Some((
@@ -723,6 +761,8 @@ fn stale_reads(
             ))
         })
         .collect();
+    let poll_near =
+        |near: &mut usize, op: i64| find_near(&polls, near, op, |(i, _)| *i).map(|(_, q)| q);
     let mut visible: Vec<Visible> = acked
         .iter()
         .filter(|o| o.acks.get().unwrap_or(w.default_acks) == w.all)
@@ -756,14 +796,16 @@ fn stale_reads(
     // hwm-behind: a poll's HWM at or below the highest visible offset acked before it began.
     visible.sort_unstable_by_key(|v| (v.ack_time, v.ack_op));
     let holders = running_max_holders(&visible, |v| v.offset);
-    for (&op, q) in &polls {
+    let mut near = 0; // polls come in about the order they were invoked
+    for (op, q) in &polls {
         let Some(hwm) = q.hwm else { continue };
-        let n = holders.partition_point(|v| v.ack_time < q.invoke_time);
+        let n = partition_point_near(&holders, near, |v| v.ack_time < q.invoke_time);
+        near = n;
         let Some(m) = n.checked_sub(1).map(|i| holders[i]) else {
             continue;
         };
         if hwm <= m.offset && q.from_offset.is_none_or(|f| f <= m.offset) {
-            offer(op, q, 0, &m);
+            offer(*op, q, 0, &m);
         }
     }
     // other-value: a read of another value at an offset where an acked record was visible.
@@ -772,12 +814,13 @@ fn stale_reads(
         for v in visible.iter().filter(|v| inconsistent.contains(&v.offset)) {
             at.entry(v.offset).or_default().push(*v);
         }
+        let mut near = 0;
         for r in part
             .reads
             .iter()
             .filter(|r| inconsistent.contains(&r.offset))
         {
-            let Some(q) = polls.get(&r.index) else {
+            let Some(q) = poll_near(&mut near, r.index) else {
                 continue;
             };
             let t = q.invoke_time; // the read's invoke_time (load.rs: Read)
@@ -790,9 +833,10 @@ fn stale_reads(
     }
     // skipped: a gap in a poll over the first visible record at or after its start.
     visible.sort_unstable();
+    let mut near = 0;
     for &(r, lo) in gaps {
         let n = visible.partition_point(|v| v.offset < lo);
-        let (Some(m), Some(q)) = (visible.get(n), polls.get(&r.index)) else {
+        let (Some(m), Some(q)) = (visible.get(n), poll_near(&mut near, r.index)) else {
             continue;
         };
         if m.offset < r.offset && m.ack_time < q.invoke_time {
