@@ -113,10 +113,24 @@ pub fn check(cx: &Ctx, part: &Partition, threads: usize) -> Checked {
     let mut reads_group = || {
         shared_cells(cx, &cells.map, inconsistent, duplicate);
         let inconsistent_offsets: FxHashSet<i64> = inconsistent.iter().map(|(k, _)| k[1]).collect();
-        let gaps = read_steps(cx, part, &known, [nm_poll, int_nm_poll, skip, int_skip]);
+        let polls = by_key(
+            part.ops
+                .iter()
+                .filter(|o| (o.f == w.poll || o.f == w.final_poll) && o.ty == w.ok)
+                .collect(),
+            |o| o.index,
+        );
+        let gaps = read_steps(
+            cx,
+            part,
+            &polls,
+            &known,
+            [nm_poll, int_nm_poll, skip, int_skip],
+        );
         stale_reads(
             cx,
             part,
+            &polls,
             &acked,
             &cells.map,
             &inconsistent_offsets,
@@ -173,15 +187,31 @@ fn info_read(cx: &Ctx, sends: &[&Op], cells: &Cells) -> u64 {
         .sum()
 }
 
-/// One cell per distinct (offset, value) read or acked, and what the final state holds.
+/// One cell per distinct (offset, value) read or acked, and which of them the final state
+/// holds.
 struct Cells {
     map: CellMap,
-    /// Values in the final state: the partition's last ok final read where there is one,
-    /// else every read.
-    present: FxHashSet<i64>,
-    max_present: Option<i64>,
-    /// Each value's lowest offset read.
-    read_min: FxHashMap<i64, i64>,
+    /// Whether the partition has an ok final read: then the final state is its last one's
+    /// cells, else every cell read.
+    has_final: bool,
+}
+
+impl Cells {
+    fn in_final_state(&self, c: &Cell) -> bool {
+        if self.has_final {
+            c.in_final
+        } else {
+            c.read
+        }
+    }
+
+    /// The final state's cells, (offset, value).
+    fn final_state(&self) -> impl Iterator<Item = (i64, i64)> + '_ {
+        self.map
+            .iter()
+            .filter(|(_, c)| self.in_final_state(c))
+            .map(|(k, _)| k)
+    }
 }
 
 fn cells(cx: &Ctx, part: &Partition, acked: &[&Op]) -> Cells {
@@ -231,37 +261,40 @@ fn cells(cx: &Ctx, part: &Partition, acked: &[&Op]) -> Cells {
         };
         map.upsert(off, v, new, |c| c.first_op = c.first_op.min(o.index));
     }
-    let mut read_min: FxHashMap<i64, i64> = FxHashMap::default();
-    let mut present: FxHashSet<i64> = FxHashSet::default();
-    let mut max_present: Option<i64> = None;
-    for ((off, v), c) in map.iter() {
-        if c.read {
-            read_min
-                .entry(v)
-                .and_modify(|m| *m = (*m).min(off))
-                .or_insert(off);
-        }
-        if (last_final.is_some() && c.in_final) || (last_final.is_none() && c.read) {
-            present.insert(v);
-            max_present = max_present.max(Some(off));
-        }
-    }
     Cells {
         map,
-        present,
-        max_present,
-        read_min,
+        has_final: last_final.is_some(),
     }
 }
 
 /// Completed sends, their offsets learned from reads where the send names none.
+///
+/// Only the sends no acknowledgement places (info sends, and ok ones without an offset)
+/// need a read's offset, and they are few: their values are looked up as the cells go by,
+/// in a map of those values alone (a map of every value read, probed by every send, was
+/// a third of the steps before the checks at 100M operations: random probes far past the
+/// caches).
 fn done<'a>(cx: &Ctx, sends: &[&'a Op], cells: &Cells) -> Vec<Done<'a>> {
     let w = cx.w;
-    sends
-        .iter()
-        .filter(|o| o.ty == w.ok || o.ty == w.info)
+    let completed = || sends.iter().filter(|o| o.ty == w.ok || o.ty == w.info);
+    let unplaced = |o: &Op| o.ty == w.info || o.offset.get().is_none();
+    let mut read_min: FxHashMap<i64, i64> = completed()
+        .filter(|o| unplaced(o))
+        .filter_map(|o| Some((o.value.get()?, i64::MAX)))
+        .collect();
+    if !read_min.is_empty() {
+        for ((off, v), _) in cells.map.iter().filter(|(_, c)| c.read) {
+            if let Some(m) = read_min.get_mut(&v) {
+                *m = (*m).min(off);
+            }
+        }
+    }
+    completed()
         .map(|&o| {
-            let read_offset = o.value.get().and_then(|v| cells.read_min.get(&v).copied());
+            let read_offset = match o.value.get() {
+                Some(v) if unplaced(o) => read_min.get(&v).copied().filter(|&m| m != i64::MAX),
+                _ => None,
+            };
             // an info send has an offset only once committed (read): else it may never have been
             let committed = o.ty == w.ok || read_offset.is_some();
             Done {
@@ -285,16 +318,45 @@ struct Losses {
     ops: FxHashSet<i64>,
 }
 
+/// A committed send is lost when the final state holds its value at no offset. Nearly
+/// always the final state holds it at the send's own offset, a slot of the cells' vector
+/// (sends come in about offset order, so in about slot order); only the others' values
+/// are looked for at other offsets, in one pass over the final state (a set of every value
+/// in it, probed by every send, took seconds at 100M operations).
 fn losses(cx: &Ctx, cells: &Cells, done: &[Done]) -> Losses {
     let (w, p) = (cx.w, cx.p);
+    let at_own_offset = |d: &Done| match (d.resolved, d.op.value.get()) {
+        (Some(off), Some(v)) => cells
+            .map
+            .get(off, v)
+            .is_some_and(|c| cells.in_final_state(c)),
+        _ => false,
+    };
+    let elsewhere: Vec<&Done> = done
+        .iter()
+        .filter(|d| d.committed && !at_own_offset(d))
+        .collect();
+    let mut found: FxHashMap<i64, bool> = elsewhere
+        .iter()
+        .filter_map(|d| Some((d.op.value.get()?, false)))
+        .collect();
     let mut out = Losses {
         rows: Vec::new(),
         cells: FxHashSet::default(),
         ops: FxHashSet::default(),
     };
-    for d in done.iter().filter(|d| d.committed) {
+    if elsewhere.is_empty() {
+        return out;
+    }
+    for (_, v) in cells.final_state() {
+        if let Some(f) = found.get_mut(&v) {
+            *f = true;
+        }
+    }
+    let max_present = cells.final_state().map(|(off, _)| off).max();
+    for d in elsewhere {
         let o = d.op;
-        if o.value.get().is_some_and(|v| cells.present.contains(&v)) {
+        if o.value.get().is_some_and(|v| found[&v]) {
             continue;
         }
         out.rows.push(json!({
@@ -302,7 +364,7 @@ fn losses(cx: &Ctx, cells: &Cells, done: &[Done]) -> Losses {
             "process": cx.text(o.process.get()), "ack_index": o.index, "ack_time": o.time.get(),
             "invoke_time": o.invoke_time.get(), "node": cx.text(o.node.get()),
             "epoch": o.epoch.get(), "acks": cx.text(Some(o.acks.get().unwrap_or(w.default_acks))),
-            "max_read_offset": cells.max_present,
+            "max_read_offset": max_present,
         }));
         out.ops.insert(o.index);
         if let (Some(off), Some(v)) = (d.resolved, o.value.get()) {
@@ -404,22 +466,18 @@ fn shared_cells(cx: &Ctx, cells: &CellMap, inconsistent: &mut Found, duplicate: 
 fn read_steps<'a>(
     cx: &Ctx,
     part: &'a Partition,
+    polls: &[&Op],
     known: &[i64],
     out: [&mut Found; 4],
 ) -> Vec<(&'a Read, i64)> {
     let p = cx.p;
     let [nm_poll, int_nm_poll, skip, int_skip] = out;
-    let read_ops: FxHashMap<i64, &Op> = part
-        .ops
-        .iter()
-        .filter(|o| (o.f == cx.w.poll || o.f == cx.w.final_poll) && o.ty == cx.w.ok)
-        .map(|o| (o.index, o))
-        .collect();
     let mut gaps = Vec::new();
     let mut op: Option<&Op> = None; // the reads of one operation are consecutive
+    let mut near = 0;
     for r in &part.reads {
         if op.is_none_or(|o| o.index != r.index) {
-            op = read_ops.get(&r.index).copied();
+            op = find_near(polls, &mut near, r.index, |o| o.index).copied();
         }
         // what every record of the read repeats from its operation (load.rs: Read)
         let (process, from_offset) =
@@ -467,14 +525,16 @@ fn read_steps<'a>(
 fn send_steps(cx: &Ctx, done: &[Done], known: &[i64], out: [&mut Found; 3]) {
     let p = cx.p;
     let [nm_send, int_nm_send, int_send_skip] = out;
-    let resolved_of: FxHashMap<i64, Option<i64>> =
-        done.iter().map(|d| (d.op.index, d.resolved)).collect();
+    // a send's previous one is a few sends back: the other producers' since
+    let by_index = by_key(done.iter().collect(), |d| d.op.index);
+    let mut near = 0;
     for d in done {
         let o = d.op;
         let Some(prev_op) = o.prev_send_op.get() else {
             continue;
         };
-        let (Some(off), Some(Some(prev))) = (d.resolved, resolved_of.get(&prev_op).copied()) else {
+        let prev = find_near(&by_index, &mut near, prev_op, |d| d.op.index);
+        let (Some(off), Some(prev)) = (d.resolved, prev.and_then(|p| p.resolved)) else {
             continue;
         };
         let internal = o.txn.get().is_some() && o.txn.get() == o.prev_send_txn.get();
@@ -599,8 +659,6 @@ fn complete(w: &Words, part: &Partition) -> bool {
         })
 }
 
-/// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
-/// last of them before an instant holds the highest value seen before it.
 /// `sorted.partition_point(pred)`, searched outward from `near`. The sends come in the
 /// order they completed, so their invocation times are nearly sorted and each is found a
 /// few steps from the one before; a binary search over the whole range missed the cache at
@@ -636,6 +694,30 @@ fn partition_point_near<T>(sorted: &[T], near: usize, pred: impl Fn(&T) -> bool)
     lo + sorted[lo..hi].partition_point(pred)
 }
 
+/// The entry of `sorted` (by `key_of`, no key twice) whose key is `key`, searched from
+/// `near`, which is left where the search ended: lookups in about key order take a few
+/// steps each (a hash map of every entry, probed at random, missed the cache at 100M).
+fn find_near<'a, T>(
+    sorted: &'a [T],
+    near: &mut usize,
+    key: i64,
+    key_of: impl Fn(&T) -> i64,
+) -> Option<&'a T> {
+    *near = partition_point_near(sorted, *near, |t| key_of(t) < key);
+    sorted.get(*near).filter(|t| key_of(t) == key)
+}
+
+/// `items` by `key_of`: as they come when they come sorted (the loader keeps a partition's
+/// rows in history order), else sorted.
+fn by_key<T>(mut items: Vec<T>, key_of: impl Fn(&T) -> i64) -> Vec<T> {
+    if !items.is_sorted_by_key(&key_of) {
+        items.sort_by_key(key_of);
+    }
+    items
+}
+
+/// The rows of `sorted` (by time) that hold the running maximum of `of` when they come: the
+/// last of them before an instant holds the highest value seen before it.
 fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> {
     let mut best: Option<i64> = None;
     let mut out = Vec::new();
@@ -651,9 +733,11 @@ fn running_max_holders<T: Copy>(sorted: &[T], of: impl Fn(&T) -> i64) -> Vec<T> 
 /// stale-read: a poll that missed an acks=all record acknowledged before it began (hwm-behind,
 /// other-value, skipped: definitions.py); each poll's example is its lowest (missed offset,
 /// kind, missed ack op), so the order the polls are looked at in does not matter.
+#[allow(clippy::too_many_arguments)]
 fn stale_reads(
     cx: &Ctx,
     part: &Partition,
+    polls: &[&Op],
     acked: &[&Op],
     cells: &CellMap,
     inconsistent: &FxHashSet<i64>,
@@ -661,10 +745,9 @@ fn stale_reads(
     out: &mut Found,
 ) {
     let (w, p) = (cx.w, cx.p);
-    let polls: FxHashMap<i64, Poll> = part
-        .ops
+    // the polls by op index, those with an invocation's time (the others cannot be stale)
+    let polls: Vec<(i64, Poll)> = polls
         .iter()
-        .filter(|o| (o.f == w.poll || o.f == w.final_poll) && o.ty == w.ok)
         .filter_map(|o| {
             let invoke_time = o.invoke_time.get()?;
             Some((
@@ -678,6 +761,8 @@ fn stale_reads(
             ))
         })
         .collect();
+    let poll_near =
+        |near: &mut usize, op: i64| find_near(&polls, near, op, |(i, _)| *i).map(|(_, q)| q);
     let mut visible: Vec<Visible> = acked
         .iter()
         .filter(|o| o.acks.get().unwrap_or(w.default_acks) == w.all)
@@ -711,14 +796,16 @@ fn stale_reads(
     // hwm-behind: a poll's HWM at or below the highest visible offset acked before it began.
     visible.sort_unstable_by_key(|v| (v.ack_time, v.ack_op));
     let holders = running_max_holders(&visible, |v| v.offset);
-    for (&op, q) in &polls {
+    let mut near = 0; // polls come in about the order they were invoked
+    for (op, q) in &polls {
         let Some(hwm) = q.hwm else { continue };
-        let n = holders.partition_point(|v| v.ack_time < q.invoke_time);
+        let n = partition_point_near(&holders, near, |v| v.ack_time < q.invoke_time);
+        near = n;
         let Some(m) = n.checked_sub(1).map(|i| holders[i]) else {
             continue;
         };
         if hwm <= m.offset && q.from_offset.is_none_or(|f| f <= m.offset) {
-            offer(op, q, 0, &m);
+            offer(*op, q, 0, &m);
         }
     }
     // other-value: a read of another value at an offset where an acked record was visible.
@@ -727,12 +814,13 @@ fn stale_reads(
         for v in visible.iter().filter(|v| inconsistent.contains(&v.offset)) {
             at.entry(v.offset).or_default().push(*v);
         }
+        let mut near = 0;
         for r in part
             .reads
             .iter()
             .filter(|r| inconsistent.contains(&r.offset))
         {
-            let Some(q) = polls.get(&r.index) else {
+            let Some(q) = poll_near(&mut near, r.index) else {
                 continue;
             };
             let t = q.invoke_time; // the read's invoke_time (load.rs: Read)
@@ -745,9 +833,10 @@ fn stale_reads(
     }
     // skipped: a gap in a poll over the first visible record at or after its start.
     visible.sort_unstable();
+    let mut near = 0;
     for &(r, lo) in gaps {
         let n = visible.partition_point(|v| v.offset < lo);
-        let (Some(m), Some(q)) = (visible.get(n), polls.get(&r.index)) else {
+        let (Some(m), Some(q)) = (visible.get(n), poll_near(&mut near, r.index)) else {
             continue;
         };
         if m.offset < r.offset && m.ack_time < q.invoke_time {

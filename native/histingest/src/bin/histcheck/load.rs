@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::thread;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int32Type, Int64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::types::{ArrowPrimitiveType, Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, PrimitiveArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
@@ -472,12 +472,12 @@ impl Cols<'_> {
 
     fn i64s(&self, name: &str) -> Res<Vec<Opt<i64>>> {
         let a = self.get(name, &DataType::Int64)?;
-        opts(a.as_primitive::<Int64Type>().iter(), name)
+        primitive_opts(a.as_primitive::<Int64Type>(), name)
     }
 
     fn i32s(&self, name: &str) -> Res<Vec<Opt<i32>>> {
         let a = self.get(name, &DataType::Int32)?;
-        opts(a.as_primitive::<Int32Type>().iter(), name)
+        primitive_opts(a.as_primitive::<Int32Type>(), name)
     }
 
     /// Whether each row's text is `word` (a null is not).
@@ -511,6 +511,39 @@ fn opts<T: Sentinel>(
     let mut out = Vec::with_capacity(values.len());
     for v in values {
         out.push(Opt::new(v, name)?);
+    }
+    Ok(out)
+}
+
+/// A primitive column's values in their sentinel form: the values copied whole, then the
+/// nulls marked, where no value is the sentinel (always, but for a history past this
+/// checker's range, which `opts` then refuses). Element by element, with a null check each, this
+/// was a tenth of loading a partition at 100M operations.
+fn primitive_opts<P: ArrowPrimitiveType>(
+    a: &PrimitiveArray<P>,
+    name: &str,
+) -> Res<Vec<Opt<P::Native>>>
+where
+    P::Native: Sentinel,
+{
+    let mut sentinel = false; // checked in the same pass as the copy: one read of the values
+    let mut out: Vec<Opt<P::Native>> = a
+        .values()
+        .iter()
+        .map(|&v| {
+            sentinel |= v == P::Native::NULL;
+            Opt(v)
+        })
+        .collect();
+    if sentinel {
+        return opts(a.iter(), name);
+    }
+    if let Some(nulls) = a.nulls().filter(|n| n.null_count() > 0) {
+        for (o, valid) in out.iter_mut().zip(nulls.iter()) {
+            if !valid {
+                *o = Opt(P::Native::NULL);
+            }
+        }
     }
     Ok(out)
 }

@@ -10,8 +10,9 @@
 //!        [--share R/K] [--threads N] [--at-once P] [--memory-limit BYTES]
 //! `--share R/K` checks only the partitions p with p mod K == R (default 0/1: all of them).
 //! On tables clustered by partition (load.rs) it reads only those partitions' row groups,
-//! and loads and checks them in waves of `--at-once` partitions (default: `--threads`), so
-//! it holds one wave's rows at a time (and `--memory-limit` bounds a wave). `--threads` is
+//! and loads and checks them in waves of `--at-once` partitions (default: one, unless there
+//! are at least twice as many partitions as threads: then `--threads`), so it holds one
+//! wave's rows at a time (and `--memory-limit` bounds a wave). `--threads` is
 //! the cores it may use: a wave of fewer partitions than threads gives each partition the
 //! threads left over (its two tables load at once, and its checks run in two groups), so
 //! `--at-once 1` checks one partition at a time on every core, in one partition's memory.
@@ -59,8 +60,8 @@ struct Args {
     examples: usize,
     wanted: Wanted,
     threads: usize,
-    /// Partitions loaded and checked at once (a wave).
-    at_once: usize,
+    /// Partitions loaded and checked at once (a wave); None: `default_at_once`.
+    at_once: Option<usize>,
     memory_limit: Option<u64>,
     estimate: bool,
 }
@@ -120,7 +121,7 @@ fn parse_args() -> Result<Args, String> {
         examples: examples.ok_or(usage)?,
         wanted,
         threads,
-        at_once: at_once.unwrap_or(threads),
+        at_once,
         memory_limit,
         estimate,
     })
@@ -151,8 +152,11 @@ fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
     }
     let mut order: Vec<(i32, usize)> = sizes.into_iter().collect();
     order.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
+    let at_once = args
+        .at_once
+        .unwrap_or_else(|| default_at_once(order.len(), args.threads));
     let mut out: Vec<Wanted> = order
-        .chunks(args.at_once)
+        .chunks(at_once)
         .map(|c| Wanted {
             share: w.share,
             of: w.of,
@@ -170,12 +174,28 @@ fn waves(args: &Args, ops: &Groups, reads: &Groups) -> Vec<Wanted> {
     out
 }
 
+/// Partitions at a time when `--at-once` is not given: one, on every thread, unless there are
+/// at least twice as many partitions as threads, when a partition on each thread keeps them
+/// all busy. A partition alone keeps both cores busy for most of its load and checks (its
+/// tables load at once, its checks run in two groups), and waves of `threads` partitions
+/// hold that many partitions' memory and, with a few partitions, end in a short wave: the
+/// benchmark's 3 partitions on 2 threads took longer in waves of 2, at 10M and at 100M
+/// operations, and held 16 GB at peak at 100M against 10 (docs/checkers.md).
+fn default_at_once(partitions: usize, threads: usize) -> usize {
+    if partitions >= 2 * threads {
+        threads
+    } else {
+        1
+    }
+}
+
 /// (partitions checked at once, threads each) for a wave: the wave's partitions share the
 /// threads, the threads left over go to each partition's own load and checks.
 fn threads_of(args: &Args, wanted: &Wanted) -> (usize, usize) {
     let workers = match &wanted.only {
-        Some(only) if !only.is_empty() => only.len().min(args.at_once),
-        _ => args.at_once, // tables not clustered: the partitions are known once loaded
+        Some(only) if !only.is_empty() => only.len(), // waves hold at most `at_once`
+        // tables not clustered: the partitions are known once loaded
+        _ => args.at_once.unwrap_or(args.threads),
     }
     .min(args.threads);
     (workers, args.threads / workers)
