@@ -10,13 +10,15 @@ and the rows without a partition are counted by share 0 alone. The Spark checker
 (spark_checks.run) runs one share per task; run() here is the same program on one machine.
 
 It holds the rows of the partitions it checks in memory (at peak, one partition at a time,
-about 1.2 GB for the benchmark's 10M operations and 18M records read, 10 GB for 100M), so Spark's tasks give it a memory limit: past it, it stops as it loads
-(ShareTooBigError) and the SQL plans check instead. On the tables ingest.py writes, clustered
-by partition, it reads only the row groups of its share (each output says how many it read,
-"row_groups_read") and loads and checks the share in waves of `at_once` partitions (by
-default one, or as many as `threads` when the share holds at least twice as many partitions),
-the threads left over going to each partition's own load and checks: a Spark task (`at_once=1`, every core of its machine) holds one partition's rows at
-a time, and uses the cores the other tasks leave idle once they are done.
+about 1.2 GB for the benchmark's 10M operations and 18M records read, 10 GB for 100M), so
+Spark's tasks give it a memory limit: past it, it stops as it loads (ShareTooBigError) and
+the SQL plans check instead. On the tables ingest.py writes, clustered by partition, it reads
+only the row groups of its share (each output says how many it read, "row_groups_read") and
+loads and checks the share in waves of `at_once` partitions (by default one, or as many as
+`threads` when the share holds at least twice as many partitions), the threads left over
+going to each partition's own load and checks: a Spark task (`at_once=1`, every core of its
+machine) holds one partition's rows at a time, and uses the cores the other tasks leave idle
+once they are done.
 tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
 """
 

@@ -336,10 +336,6 @@ fn losses(cx: &Ctx, cells: &Cells, done: &[Done]) -> Losses {
         .iter()
         .filter(|d| d.committed && !at_own_offset(d))
         .collect();
-    let mut found: FxHashMap<i64, bool> = elsewhere
-        .iter()
-        .filter_map(|d| Some((d.op.value.get()?, false)))
-        .collect();
     let mut out = Losses {
         rows: Vec::new(),
         cells: FxHashSet::default(),
@@ -348,12 +344,17 @@ fn losses(cx: &Ctx, cells: &Cells, done: &[Done]) -> Losses {
     if elsewhere.is_empty() {
         return out;
     }
-    for (_, v) in cells.final_state() {
+    let mut found: FxHashMap<i64, bool> = elsewhere
+        .iter()
+        .filter_map(|d| Some((d.op.value.get()?, false)))
+        .collect();
+    let mut max_present: Option<i64> = None;
+    for (off, v) in cells.final_state() {
+        max_present = max_present.max(Some(off));
         if let Some(f) = found.get_mut(&v) {
             *f = true;
         }
     }
-    let max_present = cells.final_state().map(|(off, _)| off).max();
     for d in elsewhere {
         let o = d.op;
         if o.value.get().is_some_and(|v| found[&v]) {

@@ -517,8 +517,8 @@ fn opts<T: Sentinel>(
 
 /// A primitive column's values in their sentinel form: the values copied whole, then the
 /// nulls marked, where no value is the sentinel (always, but for a history past this
-/// checker's range, which `opts` then refuses). Element by element, with a null check each, this
-/// was a tenth of loading a partition at 100M operations.
+/// checker's range, which `opts` then refuses). Element by element, with a null check
+/// each, this was a tenth of loading a partition at 100M operations.
 fn primitive_opts<P: ArrowPrimitiveType>(
     a: &PrimitiveArray<P>,
     name: &str,
