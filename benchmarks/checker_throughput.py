@@ -447,6 +447,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--history and --tables need --injected (the generator prints it)")
     if args.before_tools and args.tables and not args.before_tables:
         ap.error("--before-tools with --tables needs --before-tables (that build's tables)")
+    if args.workdir and not args.workdir.is_dir():
+        ap.error(f"--workdir {args.workdir}: not a directory")
     print(f"load average at the start {os.getloadavg()}")
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.workdir)))

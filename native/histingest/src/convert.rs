@@ -64,7 +64,7 @@ pub struct Converter {
     last_index: Option<i64>,
     /// the run clock: the latest time so far
     clock: i64,
-    ids: HashMap<String, u32>,
+    ids: HashMap<Text, u32>,
     processes: Vec<Process>,
     streams: HashMap<(u32, i32), Stream>,
 }
@@ -84,12 +84,12 @@ impl Converter {
         }
     }
 
-    fn id(&mut self, process: &str) -> u32 {
+    fn id(&mut self, process: &Text) -> u32 {
         if let Some(&id) = self.ids.get(process) {
             return id;
         }
         let id = self.processes.len() as u32;
-        self.ids.insert(process.to_string(), id);
+        self.ids.insert(process.clone(), id);
         self.processes.push(Process::default());
         id
     }
@@ -106,7 +106,10 @@ impl Converter {
         }
         let p = &mut self.processes[id as usize];
         if p.retired.is_some_and(|txn| txn.is_none() || txn != op.txn) {
-            return unsure(op.line, format!("process {} used after an info", op.process));
+            return unsure(
+                op.line,
+                format!("process {} used after an info", op.process),
+            );
         }
         let mut last = p.last_time;
         if let Some(txn) = op.txn {
@@ -151,9 +154,9 @@ impl Converter {
         Ok(inv)
     }
 
-    pub fn add(&mut self, op: Op, tables: &mut Tables) -> Result<(), Failure> {
+    pub fn add(&mut self, op: &Op, tables: &mut Tables) -> Result<(), Failure> {
         let id = self.id(&op.process);
-        let inv = self.contract(&op, id)?;
+        let inv = self.contract(op, id)?;
         let mut row = OpRow {
             inv,
             ..OpRow::default()
@@ -172,9 +175,9 @@ impl Converter {
             if let Some(records) = op.records.as_deref().filter(|r| !r.is_empty()) {
                 let prev = stream.last_read;
                 stream.last_read = Some((op.index, records[records.len() - 1].0));
-                tables.reads(&op, records, prev, inv.1, inv.2)?;
+                tables.reads(op, records, prev, inv.1, inv.2)?;
             }
         }
-        tables.op(&op, &row)
+        tables.op(op, &row)
     }
 }
