@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -210,3 +211,32 @@ def test_a_table_stored_otherwise_is_seen(tmp_path):
     default = tmp_path / "default.parquet"
     pq.write_table(pq.read_table(path), default)
     assert _storage(default) != _expected(default)
+
+
+# The columns the contract fills in every row, REQUIRED in Parquet on both paths (no
+# definition levels to encode: docs/checkers.md, "Ingest"); every other column is OPTIONAL.
+NEVER_NULL = {"ops": {"index", "time", "process", "type", "f"},
+              "reads": {"index", "process", "partition", "offset", "value", "time", "f", "pos",
+                        "invoke_time"}}
+
+
+def _required(path: Path) -> set[str]:
+    schema = pq.ParquetFile(path).schema
+    return {schema.column(i).name for i in range(len(schema))
+            if schema.column(i).max_definition_level == 0}
+
+
+def test_both_paths_write_the_never_null_columns_as_required(tmp_path):
+    for path in _both_paths(tmp_path, [json.dumps(op) for op in BASE]):
+        assert _required(path) == NEVER_NULL[path.stem], path
+
+
+def test_a_table_of_optional_columns_is_seen(tmp_path):
+    """The must-fail twin: the same rows with every column nullable fail the comparison."""
+    (path, *_) = _both_paths(tmp_path, [json.dumps(op) for op in BASE])
+    table = pq.read_table(path)
+    optional = tmp_path / "optional.parquet"
+    pq.write_table(table.cast(pa.schema([f.with_nullable(True) for f in table.schema])),
+                   optional)
+    assert _required(optional) != NEVER_NULL["ops"]
+

@@ -559,15 +559,15 @@ impl Tables {
             b.prev_op.append_option(prev.map(|p| p.0));
             b.prev_op.append_value_n(op.index, n - 1);
             b.prev_offset.append_option(prev.map(|p| p.1));
+            for &(offset, _) in &run[..n - 1] {
+                b.prev_offset.append_value(offset);
+            }
             for (i, &(offset, value)) in run.iter().enumerate() {
                 b.process.append_value(op.process.as_str());
                 b.f.append_value(op.f.as_str());
                 b.offset.append_value(offset);
                 b.value.append_value(value);
                 b.pos.append_value(pos + i as i32);
-                if i + 1 < n {
-                    b.prev_offset.append_value(offset);
-                }
             }
             prev = run.last().map(|&(offset, _)| (op.index, offset));
             pos += n as i32;
