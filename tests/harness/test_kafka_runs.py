@@ -53,8 +53,7 @@ def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
                                  "seed=11")
     sends = Counter(op["type"] for op in ops if op["f"] == "send" and op["type"] != "invoke")
     assert sends["ok"] > 300, f"the workload should have made progress: {sends}"
-    oks = [op for op in ops if op["f"] == "send" and op["type"] == "ok"]
-    assert all(isinstance(op["offset"], int) for op in oks), "delivery reports carry offsets"
+    _delivery_reports_carry_offsets(ops)
     assert any(op["f"] == "poll" and op["type"] == "ok" and op["records"] for op in ops)
     finals = [op for op in ops if op["f"] == "final-poll" and op["type"] == "ok"]
     assert {op["partition"] for op in finals if op["complete"]} == {0, 1, 2}
@@ -75,6 +74,18 @@ def test_a_kafka_run_with_kills_is_checked_and_reported(tmp_path):
     _duplicates_follow_message_timeouts(ops, results)
     assert any("Apache Kafka" in n for n in results["notes"]), "invariants said to be unchecked"
     assert (run_dir / "report.html").exists()
+
+
+def _delivery_reports_carry_offsets(ops: list[dict]) -> None:
+    """Every acknowledged send has its offset but for a few after a kill: a retry the broker
+    answers as a duplicate of what it already wrote is delivered without one (confluent-kafka
+    gives None; workloads/rdkafka.py `known_offset`), and the checker learns those from reads."""
+    oks = [op for op in ops if op["f"] == "send" and op["type"] == "ok"]
+    assert all(op["offset"] >= 0 for op in oks if "offset" in op), "offsets are never negative"
+    without = [op for op in oks if "offset" not in op]
+    assert len(without) <= len(oks) // 20, f"{len(without)} of {len(oks)} sends had no offset"
+    first_kill = min((op["time"] for op in ops if op["f"] == "start-kill"), default=float("inf"))
+    assert all(op["time"] > first_kill for op in without), "an offset was missing before a kill"
 
 
 def _duplicates_follow_message_timeouts(ops: list[dict], results: dict) -> None:
