@@ -17,8 +17,9 @@ only the row groups of its share (each output says how many it read, "row_groups
 loads and checks the share in waves of `at_once` partitions (by default one, or as many as
 `threads` when the share holds at least twice as many partitions), the threads left over
 going to each partition's own load and checks: a Spark task (`at_once=1`, every core of its
-machine) holds one partition's rows at a time, and uses the cores the other tasks leave idle
-once they are done.
+machine) holds one partition's rows at a time (two where both fit its memory limit: the next
+then loads while one is checked), and uses the cores the other tasks leave idle once they
+are done.
 tests/checkers/test_native_checks.py holds it to the pandas reference's exact results.
 """
 

@@ -9,7 +9,8 @@ once, and `histcheck` stops as it loads once its rows would pass it (ShareTooBig
 
 On tables clustered by partition (what ingest.py writes: each row group of one partition), each
 task reads only its share's row groups and checks its partitions one at a time (`at_once=1`),
-so a task holds one partition's rows at most. Each task may use every core of its machine (its
+so a task holds one partition's rows at most (two where both fit its budget: the next loads
+while one is checked). Each task may use every core of its machine (its
 partition's two tables load at once and its checks run in two groups): while all tasks run they
 share the cores, and once some are done (the shares are uneven: 3 partitions in 2 tasks at 10M
 operations) the rest use the cores they leave. Too big then means one partition is, and more

@@ -6,6 +6,9 @@ order it is, unless it held one partition alone."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -169,6 +172,35 @@ def test_the_footers_estimate_what_the_memory_limit_stops_by(tables, ordered):
     one_partition = native_checks.estimate(tables.ops_path, tables.reads_path, (1, 2))
     assert len(one_partition) == 1 and one_partition[0] in waves
     assert native_checks.estimate(*ordered, at_once=1) is None
+
+
+def _checked_loading_ahead(tables, memory_limit: int | None) -> tuple[dict, int]:
+    """histcheck's output on two threads, one partition a wave, and the waves it loaded while
+    the wave before was checked (HISTCHECK_TIMES says)."""
+    cmd = [native_checks.binary(), str(tables.ops_path), str(tables.reads_path), "--acks",
+           "all", "--examples", str(EXAMPLES), "--threads", "2", "--at-once", "1"]
+    if memory_limit is not None:
+        cmd += ["--memory-limit", str(memory_limit)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True,
+                          env={**os.environ, "HISTCHECK_TIMES": "1"})
+    ahead = re.search(r"(\d+) of 3 waves loaded ahead", done.stderr)
+    assert ahead, done.stderr
+    return json.loads(done.stdout), int(ahead[1])
+
+
+def test_a_wave_loads_while_the_one_before_is_checked_where_both_fit(tables):
+    """The next partition loads while one is checked (a core idles through part of its
+    checks) only where both fit the memory limit by the footers' estimate; the output is the
+    one thread's either way. The twin: at the least limit the check fits in, nothing loads
+    ahead."""
+    waves = native_checks.estimate(tables.ops_path, tables.reads_path, at_once=1)
+    one = native_checks.check_share(tables.ops_path, tables.reads_path, "all", EXAMPLES,
+                                    threads=1)
+    expected = {None: 2, waves[0] + waves[1]: 2, waves[0] + waves[1] - 1: 1, waves[0]: 0}
+    for limit, ahead in expected.items():
+        out, loaded_ahead = _checked_loading_ahead(tables, limit)
+        assert (limit, loaded_ahead) == (limit, ahead)
+        assert out == one
 
 
 @pytest.mark.spark

@@ -400,6 +400,11 @@ pub fn need(ops: u64, reads: u64, spare_threads: bool) -> u64 {
     ops * OP_BYTES[i] + reads * READ_BYTES[i]
 }
 
+/// The rows of `row_groups` of `path`'s `columns`, a row group at a time: a batch never spans
+/// two row groups, whose text dictionaries differ. One that did came as plain text, cast back
+/// to a dictionary a row at a time (parquet's reader falls back so when a batch meets a second
+/// dictionary): with the ingest's 122,880-row groups and 64K-row batches, every other batch,
+/// about 7 % of a check's time at 10M operations.
 fn batches(
     path: &Path,
     columns: &[&str],
@@ -412,8 +417,7 @@ fn batches(
     let options = ArrowReaderOptions::new().with_schema(text_as_dictionary(inferred.schema()));
     let meta =
         ArrowReaderMetadata::try_new(inferred.metadata().clone(), options).map_err(not_parquet)?;
-    let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta);
-    let schema = builder.parquet_schema();
+    let schema = meta.parquet_schema();
     let mut leaves = Vec::new();
     for name in columns {
         let i = (0..schema.num_columns())
@@ -422,14 +426,22 @@ fn batches(
         leaves.push(i);
     }
     let mask = ProjectionMask::leaves(schema, leaves);
-    let reader = builder
-        .with_projection(mask)
-        .with_row_groups(row_groups)
-        .with_batch_size(64 * 1024)
-        .build()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
     let shown = path.display().to_string();
-    Ok(reader.map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
+    let mut readers = Vec::with_capacity(row_groups.len());
+    for group in row_groups {
+        let file = file.try_clone().map_err(|e| format!("{shown}: {e}"))?;
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+            .with_projection(mask.clone())
+            .with_row_groups(vec![group])
+            .with_batch_size(64 * 1024)
+            .build()
+            .map_err(|e| format!("{shown}: {e}"))?;
+        readers.push(reader);
+    }
+    Ok(readers
+        .into_iter()
+        .flatten()
+        .map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
 }
 
 /// `schema` with its text columns read as dictionaries: both ingest paths write text with a
@@ -470,14 +482,14 @@ impl Cols<'_> {
             .map_err(|e| format!("{}: column {name}: {e}", self.path.display()))
     }
 
-    fn i64s(&self, name: &str) -> Res<Vec<Opt<i64>>> {
+    fn i64s(&self, name: &str) -> Res<Prim<Int64Type>> {
         let a = self.get(name, &DataType::Int64)?;
-        primitive_opts(a.as_primitive::<Int64Type>(), name)
+        Prim::of(a.as_primitive::<Int64Type>(), name)
     }
 
-    fn i32s(&self, name: &str) -> Res<Vec<Opt<i32>>> {
+    fn i32s(&self, name: &str) -> Res<Prim<Int32Type>> {
         let a = self.get(name, &DataType::Int32)?;
-        primitive_opts(a.as_primitive::<Int32Type>(), name)
+        Prim::of(a.as_primitive::<Int32Type>(), name)
     }
 
     /// Whether each row's text is `word` (a null is not).
@@ -515,37 +527,38 @@ fn opts<T: Sentinel>(
     Ok(out)
 }
 
-/// A primitive column's values in their sentinel form: the values copied whole, then the
-/// nulls marked, where no value is the sentinel (always, but for a history past this
-/// checker's range, which `opts` then refuses). Element by element, with a null check
-/// each, this was a tenth of loading a partition at 100M operations.
-fn primitive_opts<P: ArrowPrimitiveType>(
-    a: &PrimitiveArray<P>,
-    name: &str,
-) -> Res<Vec<Opt<P::Native>>>
+/// A primitive column of a batch read in place, a row's value in its sentinel form. Copying
+/// each column into a vector of its own first was a tenth of a check's load, and the ops
+/// table's invocation rows (half of it), which no check keeps, were copied too.
+struct Prim<P: ArrowPrimitiveType> {
+    array: PrimitiveArray<P>, // shares the batch's buffers
+    has_nulls: bool,
+}
+
+impl<P: ArrowPrimitiveType> Prim<P>
 where
     P::Native: Sentinel,
 {
-    let mut sentinel = false; // checked in the same pass as the copy: one read of the values
-    let mut out: Vec<Opt<P::Native>> = a
-        .values()
-        .iter()
-        .map(|&v| {
-            sentinel |= v == P::Native::NULL;
-            Opt(v)
+    /// `a` as it is, or an error when a value in it is the sentinel (no workload writes it;
+    /// the values scanned once, without a copy, and only a hit looks at the nulls).
+    fn of(a: &PrimitiveArray<P>, name: &str) -> Res<Self> {
+        if a.values().iter().any(|&v| v == P::Native::NULL) {
+            opts(a.iter(), name)?;
+        }
+        Ok(Prim {
+            array: a.clone(),
+            has_nulls: a.null_count() > 0,
         })
-        .collect();
-    if sentinel {
-        return opts(a.iter(), name);
     }
-    if let Some(nulls) = a.nulls().filter(|n| n.null_count() > 0) {
-        for (o, valid) in out.iter_mut().zip(nulls.iter()) {
-            if !valid {
-                *o = Opt(P::Native::NULL);
-            }
+
+    #[inline]
+    fn at(&self, i: usize) -> Opt<P::Native> {
+        if self.has_nulls && self.array.is_null(i) {
+            Opt(P::Native::NULL)
+        } else {
+            Opt(self.array.value(i))
         }
     }
-    Ok(out)
 }
 
 fn required(v: Opt<i64>, what: &str, path: &Path) -> Res<i64> {
@@ -746,7 +759,7 @@ fn load_ops(
         );
         let mut batch_kept = 0u64;
         for i in 0..batch.num_rows() {
-            let keep = match part[i].get() {
+            let keep = match part.at(i).get() {
                 Some(p) => wanted.partition(p),
                 None => wanted.unpartitioned(),
             };
@@ -756,7 +769,7 @@ fn load_ops(
             if let (Some(f), Some(t)) = (f[i].get(), ty[i].get()) {
                 *ops_by_f_type.entry((f, t)).or_insert(0) += 1;
             }
-            let (Some(p), Some(f), Some(t)) = (part[i].get(), f[i].get(), ty[i].get()) else {
+            let (Some(p), Some(f), Some(t)) = (part.at(i).get(), f[i].get(), ty[i].get()) else {
                 continue; // only counted: every check is about one partition
             };
             if t != words.ok && t != words.info && t != words.fail {
@@ -764,23 +777,23 @@ fn load_ops(
             }
             batch_kept += 1;
             partitions.entry(p).or_default().ops.push(Op {
-                index: required(index[i], "an index", path)?,
-                time: time[i],
+                index: required(index.at(i), "an index", path)?,
+                time: time.at(i),
                 process: process[i],
                 ty: t,
                 f,
-                value: value[i],
-                offset: offset[i],
+                value: value.at(i),
+                offset: offset.at(i),
                 node: node[i],
-                epoch: epoch[i],
+                epoch: epoch.at(i),
                 error: error[i],
-                hwm: hwm[i],
+                hwm: hwm.at(i),
                 acks: acks[i],
-                invoke_time: invoke_time[i],
-                invoke_offset: invoke_offset[i],
-                txn: txn[i],
-                prev_send_op: prev_send_op[i],
-                prev_send_txn: prev_send_txn[i],
+                invoke_time: invoke_time.at(i),
+                invoke_offset: invoke_offset.at(i),
+                txn: txn.at(i),
+                prev_send_op: prev_send_op.at(i),
+                prev_send_txn: prev_send_txn.at(i),
             });
         }
         kept.add(batch_kept, 0)?;
@@ -811,7 +824,7 @@ fn load_reads(
         let (prev_offset, prev_op) = (c.i64s("prev_offset")?, c.i64s("prev_op")?);
         let mut batch_kept = 0u64;
         for i in 0..batch.num_rows() {
-            let Some(p) = part[i].get() else {
+            let Some(p) = part.at(i).get() else {
                 return Err(format!("{}: a read without a partition", path.display()).into());
             };
             if !wanted.partition(p) {
@@ -819,12 +832,12 @@ fn load_reads(
             }
             batch_kept += 1;
             reads.entry(p).or_default().push(Read {
-                index: required(index[i], "an index", path)?,
-                offset: required(offset[i], "an offset", path)?,
-                value: value[i],
-                prev_offset: prev_offset[i],
-                prev_op: prev_op[i],
-                pos: pos[i],
+                index: required(index.at(i), "an index", path)?,
+                offset: required(offset.at(i), "an offset", path)?,
+                value: value.at(i),
+                prev_offset: prev_offset.at(i),
+                prev_op: prev_op.at(i),
+                pos: pos.at(i),
                 final_poll: final_poll[i],
             });
         }

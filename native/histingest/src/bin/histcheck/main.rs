@@ -15,8 +15,11 @@
 //! wave's rows at a time (and `--memory-limit` bounds a wave). `--threads` is
 //! the cores it may use: a wave of fewer partitions than threads gives each partition the
 //! threads left over (its two tables load at once, and its checks run in two groups), so
-//! `--at-once 1` checks one partition at a time on every core, in one partition's memory.
-//! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr.
+//! `--at-once 1` checks one partition at a time on every core. The next wave loads while a
+//! wave is checked where both waves fit (`Ahead`): within `--memory-limit`, else within a
+//! share of the memory available; otherwise the memory held is one wave's.
+//! With HISTCHECK_TIMES set in the environment it prints its load and check times on stderr,
+//! and how many waves loaded ahead.
 //! With `--estimate` it reads no row: stdout is {"waves": [bytes, ...]}, the memory each wave
 //! would need by the estimate `--memory-limit` stops by, from the tables' footers (each
 //! partition's completed operations taken as half its operations' rows, an upper bound),
@@ -261,6 +264,48 @@ fn check_all(h: &load::History, workers: usize, inner: usize, found: &mut Found)
     found.row_groups += h.row_groups;
 }
 
+/// Which waves load while the wave before them is checked: one core idles through part of a
+/// partition's checks (its first steps run on one thread), and loading the next partition
+/// then fills it. Only where both waves' rows fit, by the footers' estimate: within
+/// `--memory-limit` (the wave loaded ahead is held to what the other leaves of it), else
+/// within MEMORY_FRACTION of the memory available; never on tables not clustered (one wave).
+struct Ahead {
+    estimates: Option<Vec<u64>>,
+    budget: Option<u64>,
+    limit: Option<u64>,
+}
+
+/// Of the memory available, what two waves' rows may take when no limit is given.
+const MEMORY_FRACTION: f64 = 0.6;
+
+impl Ahead {
+    fn new(args: &Args, estimates: Option<Vec<u64>>) -> Ahead {
+        let available = || available_memory().map(|b| (b as f64 * MEMORY_FRACTION) as u64);
+        Ahead {
+            estimates,
+            budget: args.memory_limit.or_else(available),
+            limit: args.memory_limit,
+        }
+    }
+
+    /// Whether wave `i + 1` of `n` loads while wave `i` is checked: Some(its memory limit).
+    fn of(&self, i: usize, n: usize) -> Option<Option<u64>> {
+        let (e, budget) = (self.estimates.as_ref()?, self.budget?);
+        if i + 1 >= n || e[i] + e[i + 1] > budget {
+            return None;
+        }
+        Some(self.limit.map(|l| l.saturating_sub(e[i])))
+    }
+}
+
+/// MemAvailable of /proc/meminfo, in bytes.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 fn run(args: &Args) -> Result<Value, Failure> {
     let started = std::time::Instant::now();
     let (ops_groups, reads_groups) = (Groups::read(&args.ops)?, Groups::read(&args.reads)?);
@@ -279,29 +324,58 @@ fn run(args: &Args) -> Result<Value, Failure> {
     ];
     let mut found = Found::default();
     let (mut loading, mut checking) = (0.0, 0.0);
-    let mut spare = Spare::default();
-    for wanted in waves(args, &ops_groups, &reads_groups) {
-        let (workers, inner) = threads_of(args, &wanted);
-        let t = std::time::Instant::now();
+    let waves = waves(args, &ops_groups, &reads_groups);
+    let ahead = Ahead::new(args, estimate(args, &ops_groups, &reads_groups));
+    let load_wave = |i: usize, limit: Option<u64>, mut spare: Spare| {
+        let inner = threads_of(args, &waves[i]).1;
+        let rows = [rows_of[0].as_ref(), rows_of[1].as_ref()];
         let h = load(
-            &tables,
-            &args.acks,
-            &wanted,
-            args.memory_limit,
-            [rows_of[0].as_ref(), rows_of[1].as_ref()],
-            inner,
-            &mut spare,
-        )?;
-        loading += t.elapsed().as_secs_f64();
-        let t = std::time::Instant::now();
-        check_all(&h, workers, inner, &mut found);
-        spare.keep(h);
-        checking += t.elapsed().as_secs_f64();
-    }
+            &tables, &args.acks, &waves[i], limit, rows, inner, &mut spare,
+        );
+        (h, spare)
+    };
+    let mut spare = Spare::default();
+    let mut next: Option<Result<load::History, Failure>> = None; // a wave loaded ahead
+    let mut loaded_ahead = 0;
+    thread::scope(|s| -> Result<(), Failure> {
+        for i in 0..waves.len() {
+            let t = std::time::Instant::now();
+            let h = match next.take() {
+                Some(Ok(h)) => h,
+                // loaded ahead within less than the limit: loaded again within all of it
+                Some(Err(Failure::TooBig { .. })) | None => {
+                    let (h, kept) = load_wave(i, args.memory_limit, std::mem::take(&mut spare));
+                    spare = kept;
+                    h?
+                }
+                Some(Err(e)) => return Err(e),
+            };
+            loading += t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            let loading_ahead = ahead.of(i, waves.len()).map(|limit| {
+                loaded_ahead += 1;
+                let kept = std::mem::take(&mut spare);
+                s.spawn(move || load_wave(i + 1, limit, kept))
+            });
+            let (workers, inner) = threads_of(args, &waves[i]);
+            check_all(&h, workers, inner, &mut found);
+            checking += t.elapsed().as_secs_f64();
+            if let Some(handle) = loading_ahead {
+                let t = std::time::Instant::now();
+                let (h, kept) = handle.join().expect("a load returns its failures");
+                (next, spare) = (Some(h), kept);
+                loading += t.elapsed().as_secs_f64();
+            }
+            spare.keep(h);
+        }
+        Ok(())
+    })?;
     if std::env::var_os("HISTCHECK_TIMES").is_some() {
         eprintln!(
-            "histcheck: load {loading:.2}s, check {checking:.2}s, {:.2}s in all",
-            started.elapsed().as_secs_f64()
+            "histcheck: load {loading:.2}s, check {checking:.2}s, {:.2}s in all; \
+             {loaded_ahead} of {} waves loaded ahead",
+            started.elapsed().as_secs_f64(),
+            waves.len()
         );
     }
     let results: Vec<(&i32, &Checked)> = found.parts.iter().collect();
