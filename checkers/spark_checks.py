@@ -702,7 +702,7 @@ def run(
     if plan not in ("auto", "native", "sql"):
         raise ValueError(f"plan: {plan!r}")
     if plan != "sql":
-        how = spark_native.plan(spark)
+        how = spark_native.plan(spark, ops_path, reads_path)
         if how is None:
             if plan == "native":
                 raise NativeCheckError("histcheck is not built (make bootstrap builds it)")

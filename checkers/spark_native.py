@@ -12,8 +12,11 @@ task reads only its share's row groups and checks its partitions one at a time (
 so a task holds one partition's rows at most (two where both fit its budget: the next loads
 while one is checked). Each task may use every core of its machine (its
 partition's two tables load at once and its checks run in two groups): while all tasks run they
-share the cores, and once some are done (the shares are uneven: 3 partitions in 2 tasks at 10M
-operations) the rest use the cores they leave. Too big then means one partition is, and more
+share the cores, and once some are done the rest use the cores they leave. On one machine (a
+local master) with fewer than two partitions a core, one task checks them all on every core
+(`shares`): the shares would be uneven (3 partitions in 2 tasks at 10M operations), and one
+`histcheck` loading each partition while it checks the one before fills the cores better than
+two uneven tasks (docs/checkers.md). Too big then means one partition is, and more
 shares would not help. Fewer do: the check is tried once more in one task with the whole
 budget, the partitions one after the other (the 100M-operation history of the benchmark, 3
 partitions of some 10 GB each, is checked so on a 23 GB machine: two at once would not fit).
@@ -75,12 +78,25 @@ def _available_memory() -> int:
     return 0
 
 
-def plan(spark: SparkSession) -> Plan | None:
-    """One share per core, with their memory limit; None when the driver has no histcheck."""
+def plan(spark: SparkSession, ops_path: Path, reads_path: Path) -> Plan | None:
+    """The shares of `shares` and their memory limit, TASK_MEMORY_FRACTION of the available
+    memory among them; None when the driver has no histcheck."""
     if native_checks.binary() is None:
         return None
-    cores = spark.sparkContext.defaultParallelism
-    return Plan(cores, int(_available_memory() * TASK_MEMORY_FRACTION) // cores)
+    sc = spark.sparkContext
+    cores = sc.defaultParallelism
+    waves = native_checks.estimate(ops_path, reads_path, at_once=1)  # one a partition
+    n = shares(cores, len(waves) if waves is not None else None, sc.master.startswith("local"))
+    return Plan(n, int(_available_memory() * TASK_MEMORY_FRACTION) // n)
+
+
+def shares(cores: int, partitions: int | None, one_machine: bool) -> int:
+    """One share per core, but one share alone on one machine when the tables are clustered
+    and hold fewer than two partitions a core (histcheck's own rule for partitions at once):
+    its waves then fill the cores, where tasks of uneven shares leave one idle."""
+    if one_machine and partitions is not None and partitions < 2 * cores:
+        return 1
+    return cores
 
 
 def clustered(*tables: Path) -> bool:

@@ -203,6 +203,30 @@ def test_a_wave_loads_while_the_one_before_is_checked_where_both_fit(tables):
         assert out == one
 
 
+@pytest.mark.parametrize("cores, partitions, one_machine, expected", [
+    (2, 3, True, 1),     # the benchmark's 10M on local[2]: uneven shares
+    (2, 4, True, 2),     # two a core: histcheck's own rule for partitions at once
+    (2, 3, False, 2),    # a cluster: every executor's cores
+    (2, None, True, 2),  # not clustered: nothing tells the partitions before loading
+    (1, 1, True, 1),
+])
+def test_shares_are_one_a_core_but_one_for_few_partitions_on_one_machine(
+        cores, partitions, one_machine, expected):
+    assert spark_native.shares(cores, partitions, one_machine) == expected
+
+
+@pytest.mark.spark
+def test_the_plan_on_one_machine_counts_the_partitions_from_the_footers(tables, ordered,
+                                                                         spark):
+    """local[2] and the 3-partition tables: one task on every core with both tasks' memory;
+    the same rows in history order (no partition told by the footers): a task a core."""
+    cores = spark.sparkContext.defaultParallelism
+    one = spark_native.plan(spark, tables.ops_path, tables.reads_path)
+    per_core = spark_native.plan(spark, *ordered)
+    assert (cores, one.shares, per_core.shares) == (2, 1, 2)
+    assert abs(one.budget - 2 * per_core.budget) < 1 << 30  # the available memory moves
+
+
 @pytest.mark.spark
 def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables, spark,
                                                                           tries):
