@@ -203,6 +203,30 @@ def test_a_wave_loads_while_the_one_before_is_checked_where_both_fit(tables):
         assert out == one
 
 
+def test_row_groups_are_read_one_descriptor_at_a_time(tables, ordered):
+    """histcheck reads a row group at a time (so no batch spans two dictionaries), opening
+    each one's reader as the one before is done: tables of many row groups check within a
+    descriptor limit far below their count (tables in history order: one wave, every row
+    group). The twin: the limit does bite, below what the program needs to start."""
+    import resource
+
+    groups = sum(_row_groups(p) for p in ordered)
+    cmd = [native_checks.binary(), str(ordered[0]), str(ordered[1]), "--acks", "all",
+           "--examples", str(EXAMPLES), "--threads", "2"]
+
+    def limited(n: int) -> subprocess.CompletedProcess:
+        def preexec() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+        return subprocess.run(cmd, capture_output=True, text=True, preexec_fn=preexec)
+
+    few = limited(24)
+    assert groups > 2 * 24 and few.returncode == 0, few.stderr
+    assert json.loads(few.stdout) == json.loads(subprocess.run(cmd, capture_output=True,
+                                                               check=True).stdout)
+    too_few = limited(3)  # stdin, stdout and stderr, nothing to open a table with
+    assert too_few.returncode != 0
+
+
 @pytest.mark.parametrize("cores, partitions, one_machine, expected", [
     (2, 3, True, 1),     # the benchmark's 10M on local[2]: uneven shares
     (2, 4, True, 2),     # two a core: histcheck's own rule for partitions at once

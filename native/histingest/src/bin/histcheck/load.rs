@@ -427,8 +427,8 @@ fn batches(
     }
     let mask = ProjectionMask::leaves(schema, leaves);
     let shown = path.display().to_string();
-    let mut readers = Vec::with_capacity(row_groups.len());
-    for group in row_groups {
+    // each row group's reader opened as the one before is done: one descriptor at a time
+    let open = move |group: usize| -> Res<_> {
         let file = file.try_clone().map_err(|e| format!("{shown}: {e}"))?;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
             .with_projection(mask.clone())
@@ -436,12 +436,16 @@ fn batches(
             .with_batch_size(64 * 1024)
             .build()
             .map_err(|e| format!("{shown}: {e}"))?;
-        readers.push(reader);
-    }
-    Ok(readers
-        .into_iter()
-        .flatten()
-        .map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
+        let shown = shown.clone();
+        Ok(reader.map(move |b| b.map_err(|e| format!("{shown}: {e}"))))
+    };
+    Ok(row_groups.into_iter().flat_map(move |group| {
+        let (batches, failed) = match open(group) {
+            Ok(batches) => (Some(batches), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        batches.into_iter().flatten().chain(failed)
+    }))
 }
 
 /// `schema` with its text columns read as dictionaries: both ingest paths write text with a
