@@ -85,7 +85,10 @@ def plan(spark: SparkSession, ops_path: Path, reads_path: Path) -> Plan | None:
         return None
     sc = spark.sparkContext
     cores = sc.defaultParallelism
-    waves = native_checks.estimate(ops_path, reads_path, at_once=1)  # one a partition
+    try:
+        waves = native_checks.estimate(ops_path, reads_path, at_once=1)  # one a partition
+    except NativeCheckError:
+        waves = None  # the tasks' own runs of histcheck say why, and the SQL plans check
     n = shares(cores, len(waves) if waves is not None else None, sc.master.startswith("local"))
     return Plan(n, int(_available_memory() * TASK_MEMORY_FRACTION) // n)
 

@@ -252,6 +252,18 @@ def test_the_plan_on_one_machine_counts_the_partitions_from_the_footers(tables, 
 
 
 @pytest.mark.spark
+def test_the_plan_of_tables_histcheck_cannot_read_is_a_task_a_core(tables, spark, tmp_path):
+    """The plan counts the partitions through `histcheck --estimate`; where that fails, the
+    plan does not: the check goes on as it did before the plan read the tables (its own try
+    of histcheck fails the same way, within spark_checks.run's fallback to the SQL plans)."""
+    bad = tmp_path / "ops.parquet"
+    bad.write_bytes(b"not a table")
+    assert spark_native.plan(spark, bad, tables.reads_path).shares == 2
+    with pytest.raises(native_checks.NativeCheckError):
+        native_checks.estimate(bad, tables.reads_path)
+
+
+@pytest.mark.spark
 def test_a_share_too_big_on_clustered_tables_is_not_tried_in_more_shares(tables, spark,
                                                                           tries):
     """On clustered tables a task holds one partition at a time, so too big means one
