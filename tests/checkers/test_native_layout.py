@@ -174,17 +174,29 @@ def test_the_footers_estimate_what_the_memory_limit_stops_by(tables, ordered):
     assert native_checks.estimate(*ordered, at_once=1) is None
 
 
+def _histcheck(ops: Path, reads: Path, *flags: str, descriptors: int | None = None,
+               **env: str) -> subprocess.CompletedProcess:
+    """histcheck run directly on two threads (for what check_share does not pass: its
+    environment, a limit on its open descriptors)."""
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (descriptors, descriptors))
+
+    cmd = [native_checks.binary(), str(ops), str(reads), "--acks", "all", "--examples",
+           str(EXAMPLES), "--threads", "2", *flags]
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env},
+                          preexec_fn=limited if descriptors is not None else None)
+
+
 def _checked_loading_ahead(tables, memory_limit: int | None) -> tuple[dict, int]:
-    """histcheck's output on two threads, one partition a wave, and the waves it loaded while
-    the wave before was checked (HISTCHECK_TIMES says)."""
-    cmd = [native_checks.binary(), str(tables.ops_path), str(tables.reads_path), "--acks",
-           "all", "--examples", str(EXAMPLES), "--threads", "2", "--at-once", "1"]
-    if memory_limit is not None:
-        cmd += ["--memory-limit", str(memory_limit)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=True,
-                          env={**os.environ, "HISTCHECK_TIMES": "1"})
+    """histcheck's output with one partition a wave, and the waves it loaded while the wave
+    before was checked (HISTCHECK_TIMES says)."""
+    limit = ["--memory-limit", str(memory_limit)] if memory_limit is not None else []
+    done = _histcheck(tables.ops_path, tables.reads_path, "--at-once", "1", *limit,
+                      HISTCHECK_TIMES="1")
     ahead = re.search(r"(\d+) of 3 waves loaded ahead", done.stderr)
-    assert ahead, done.stderr
+    assert done.returncode == 0 and ahead, done.stderr
     return json.loads(done.stdout), int(ahead[1])
 
 
@@ -208,22 +220,11 @@ def test_row_groups_are_read_one_descriptor_at_a_time(tables, ordered):
     each one's reader as the one before is done: tables of many row groups check within a
     descriptor limit far below their count (tables in history order: one wave, every row
     group). The twin: the limit does bite, below what the program needs to start."""
-    import resource
-
     groups = sum(_row_groups(p) for p in ordered)
-    cmd = [native_checks.binary(), str(ordered[0]), str(ordered[1]), "--acks", "all",
-           "--examples", str(EXAMPLES), "--threads", "2"]
-
-    def limited(n: int) -> subprocess.CompletedProcess:
-        def preexec() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
-        return subprocess.run(cmd, capture_output=True, text=True, preexec_fn=preexec)
-
-    few = limited(24)
+    few = _histcheck(*ordered, descriptors=24)
     assert groups > 2 * 24 and few.returncode == 0, few.stderr
-    assert json.loads(few.stdout) == json.loads(subprocess.run(cmd, capture_output=True,
-                                                               check=True).stdout)
-    too_few = limited(3)  # stdin, stdout and stderr, nothing to open a table with
+    assert json.loads(few.stdout) == json.loads(_histcheck(*ordered).stdout)
+    too_few = _histcheck(*ordered, descriptors=3)  # stdin, stdout, stderr: no table opens
     assert too_few.returncode != 0
 
 

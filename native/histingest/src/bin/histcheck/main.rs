@@ -207,7 +207,7 @@ fn threads_of(args: &Args, wanted: &Wanted) -> (usize, usize) {
 /// Each wave's memory by the estimate, from the footers alone (`--estimate`); None when the
 /// tables are not clustered. A partition's completed operations are taken as half its
 /// operations' rows: each completion follows its invocation, so no more can be kept.
-fn estimate(args: &Args, ops: &Groups, reads: &Groups) -> Option<Vec<u64>> {
+fn estimate(args: &Args, ops: &Groups, reads: &Groups, waves: &[Wanted]) -> Option<Vec<u64>> {
     let (op_rows, read_rows) = (ops.rows_by_partition()?, reads.rows_by_partition()?);
     let rows = |of: &BTreeMap<i32, usize>, p: &i32| of.get(p).copied().unwrap_or(0) as u64;
     let wave = |wanted: &Wanted| -> u64 {
@@ -216,7 +216,7 @@ fn estimate(args: &Args, ops: &Groups, reads: &Groups) -> Option<Vec<u64>> {
         only.map(|p| load::need(rows(&op_rows, p) / 2, rows(&read_rows, p), spare_threads))
             .sum()
     };
-    Some(waves(args, ops, reads).iter().map(wave).collect())
+    Some(waves.iter().map(wave).collect())
 }
 
 /// What the waves found, merged: each partition's results, and the statistics.
@@ -310,7 +310,8 @@ fn run(args: &Args) -> Result<Value, Failure> {
     let started = std::time::Instant::now();
     let (ops_groups, reads_groups) = (Groups::read(&args.ops)?, Groups::read(&args.reads)?);
     if args.estimate {
-        return Ok(json!({"waves": estimate(args, &ops_groups, &reads_groups)}));
+        let waves = waves(args, &ops_groups, &reads_groups);
+        return Ok(json!({"waves": estimate(args, &ops_groups, &reads_groups, &waves)}));
     }
     let tables = Tables {
         ops: &args.ops,
@@ -325,7 +326,7 @@ fn run(args: &Args) -> Result<Value, Failure> {
     let mut found = Found::default();
     let (mut loading, mut checking) = (0.0, 0.0);
     let waves = waves(args, &ops_groups, &reads_groups);
-    let ahead = Ahead::new(args, estimate(args, &ops_groups, &reads_groups));
+    let ahead = Ahead::new(args, estimate(args, &ops_groups, &reads_groups, &waves));
     let load_wave = |i: usize, limit: Option<u64>, mut spare: Spare| {
         let inner = threads_of(args, &waves[i]).1;
         let rows = [rows_of[0].as_ref(), rows_of[1].as_ref()];
