@@ -20,6 +20,9 @@ injected anomaly, and they must agree.
                            # workers on 127.0.0.1, instead of local[2]
     ... --history H.jsonl --injected '{"lost-write": 910, ...}'   # an existing history
     ... --tables DIR --injected ...   # existing ops/reads Parquet tables: no ingest stage
+    ... --cold             # also whole checks as a user runs one: `python -m checkers`, a
+                           # new process each, its own Spark session (--cold-before TREE: the
+                           # same command from that checkout too, alternating)
     ... --before-tools /work/main/.venv/bin   # also, in the same run and Spark session, an
                            # earlier build's histingest, the Spark check of its tables, and
                            # its histcheck alone: "before" beside each "after" stage, the two
@@ -48,7 +51,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
 
 from support import spark_cluster  # noqa: E402
@@ -392,6 +396,47 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
         shutil.rmtree(tables, ignore_errors=True)
     if earlier is not None:
         earlier.close()
+    if args.cold and history is not None:
+        cold(history, injected, work, master, n, args)
+
+
+def cold(history: Path, injected: dict[str, int], work: Path, master: str, n: int,
+         args: argparse.Namespace) -> None:
+    """args.runs whole checks as a user runs one: `python -m checkers`, a new process with its
+    own ingest, Spark session and check (what a harness run's check pays); with --cold-before
+    TREE the same command from that checkout too, alternating."""
+    run_dir = work / "cold"
+    run_dir.mkdir()
+    try:
+        os.link(history, run_dir / "history.jsonl")
+    except OSError:  # another filesystem
+        shutil.copyfile(history, run_dir / "history.jsonl")
+
+    def command(tree: Path) -> Callable[[], Any]:
+        env = {**os.environ, "PYTHONPATH": str(tree)}  # Spark's Python workers import it too
+        argv = [sys.executable, "-m", "checkers", str(run_dir), "--spark-master", master]
+
+        def once() -> dict[str, int]:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tree,
+                                  check=False)
+            if done.returncode not in (0, 1):
+                raise RuntimeError(f"python -m checkers in {tree}: exit {done.returncode}: "
+                                   f"{done.stderr[-2000:]}")
+            return json.loads(done.stdout.splitlines()[0])["anomalies"]
+
+        return once
+
+    before = args.cold_before and command(args.cold_before.resolve())
+    out, times, out_before, times_before = _paired(args, command(REPO), before)
+    stage("cold check: python -m checkers", times, n)
+    if before:
+        stage("cold check, BEFORE", times_before, n)
+        print(f"{'after over before (medians)':38s} cold check "
+              f"{statistics.median(times_before) / statistics.median(times):.2f}x")
+    for name, found in [("cold", out), ("cold before", out_before)][: 2 if before else 1]:
+        missed = {k: (v, found.get(k, 0)) for k, v in injected.items() if found.get(k, 0) != v}
+        print(f"anomalies ({name}) {found}" + (f"; MISSED {missed}" if missed else ""))
+    shutil.rmtree(run_dir)
 
 
 def run_linearizability_bench() -> None:
@@ -442,6 +487,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="an earlier build's histingest and histcheck, timed in the same run")
     ap.add_argument("--before-tables", type=Path, metavar="DIR",
                     help="with --tables: that build's tables of the same history")
+    ap.add_argument("--cold", action="store_true",
+                    help="also time whole checks as a user runs one (python -m checkers)")
+    ap.add_argument("--cold-before", type=Path, metavar="TREE",
+                    help="with --cold: the same command from that checkout too, alternating")
     args = ap.parse_args(argv)
     if (args.history or args.tables) and args.injected is None:
         ap.error("--history and --tables need --injected (the generator prints it)")

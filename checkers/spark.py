@@ -11,12 +11,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql import SparkSession
 
+from checkers import spark_archive
 from checkers.exitcodes import UserError
 from control.files import (
     check_private_dir,
@@ -136,19 +139,65 @@ def get_session(
         if active is not None:
             active.stop()
         started = time.perf_counter()
-        _warm = _start(resolve_master(master, configured), driver_memory, shuffle_partitions)
+        _warm = start_session(resolve_master(master, configured), None, driver_memory,
+                              shuffle_partitions)
         say(f"Spark session ({_warm.sparkContext.master}) started in "
             f"{time.perf_counter() - started:.1f} s; kept for this process's checks")
         return _warm
 
 
-def _start(master: str, driver_memory: str, shuffle_partitions: int) -> SparkSession:
-    """A new session, or SparkStartError naming why there is none. Java and the master are
-    tried first: Spark's own failures come as pages of JVM output and a retry for a minute."""
-    java_runs()
+class SessionAhead:
+    """A session started on a thread of its own while the caller does something else (the
+    history's ingest, checkers.check); `result()` waits for it and raises what its start
+    raised. The thread is a daemon's: Ctrl-C during the ingest does not wait for a JVM to come
+    up, and that JVM exits with this process (PySpark's gateway reads its stdin to the end)."""
+
+    def __init__(self, start: Callable[[], SparkSession]) -> None:
+        self._done: Future[SparkSession] = Future()
+        threading.Thread(target=self._run, args=(start,), name="spark-session-ahead",
+                         daemon=True).start()
+
+    def _run(self, start: Callable[[], SparkSession]) -> None:
+        try:
+            self._done.set_result(start())
+        except BaseException as e:  # whatever it was, the caller's result() raises it
+            self._done.set_exception(e)
+
+    def result(self) -> SparkSession:
+        return self._done.result()
+
+
+def session_ahead(master: str | None, configured: str | None,
+                  warm_up: Callable[[SparkSession], None]) -> SessionAhead | None:
+    """get_session, then `warm_up` of it, on a thread (SessionAhead); None when this process
+    has a session already, which get_session returns at once (a session a caller made itself
+    is found from its own thread only: getActiveSession is per thread)."""
+    with _lock:
+        if _warm is not None and _warm.sparkContext._jsc is not None:
+            return None
+    if SparkSession.getActiveSession() is not None:
+        return None
+
+    def start() -> SparkSession:
+        session = get_session(master, configured)
+        warm_up(session)
+        return session
+
+    return SessionAhead(start)
+
+
+def start_session(master: str, archive: str | None = None, driver_memory: str = "4g",
+                  shuffle_partitions: int = 8) -> SparkSession:
+    """A new session (not the warm one get_session keeps), or SparkStartError naming why there
+    is none. Java and the master are tried first: Spark's own failures come as pages of JVM
+    output and a retry for a minute. `archive`: the driver JVM's class-archive options
+    (checkers.spark_archive), by default those mapping this JVM's archive where it has one."""
+    java = java_runs()
     master_reachable(master)
+    if archive is None:
+        archive = spark_archive.options(java)
     try:
-        return _new_session(master, driver_memory, shuffle_partitions)
+        return _new_session(master, driver_memory, shuffle_partitions, archive)
     except (Py4JError, RuntimeError, OSError) as e:  # PySparkRuntimeError is a RuntimeError
         raise SparkStartError(f"Spark did not start on {master}: {_java_reason(e)}") from None
 
@@ -225,7 +274,8 @@ def local_only(master: str) -> dict[str, str]:
             "spark.authenticate": "true"}
 
 
-def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> SparkSession:
+def _new_session(master: str, driver_memory: str, shuffle_partitions: int,
+                 archive: str) -> SparkSession:
     # Python workers run this interpreter, not whatever `python3` is first on PATH: it has
     # pyspark's dependencies and imports `checkers` (installed in it) from any directory.
     # PySpark reads PYSPARK_PYTHON when the context starts; an explicit setting wins.
@@ -236,10 +286,10 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int) -> Sp
         # or chroot without it in /etc/hosts): tell it the address. An explicit one wins.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # The parallel collector: the checker is a batch job, throughput beats pause times.
-    java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} -XX:+UseParallelGC"
+    java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} {spark_archive.JVM_OPTIONS}"
     # The driver's scratch files (Spark's local dirs, native libraries) go to the private
     # directory too; executors elsewhere keep their own machine's default.
-    driver_opts = f"{java_opts} -Djava.io.tmpdir={private_dir()}"
+    driver_opts = f"{java_opts} -Djava.io.tmpdir={private_dir()} {archive}"
     builder = SparkSession.builder.master(master)
     for key, value in local_only(master).items():
         builder = builder.config(key, value)

@@ -118,6 +118,24 @@ def clustered(*tables: Path) -> bool:
     return True
 
 
+def warm_up(spark: SparkSession) -> None:
+    """One task a core, each in a Python worker that imports this module (pyarrow, pyspark,
+    native_checks): what the first native check of a session would otherwise start on its
+    way (about 3.5 s of it on 2 cores, docs/checkers.md). checkers.check has it done while the
+    history is ingested. Workers idle for a minute are stopped, so it is lost on an ingest
+    longer than that. A failure is said and left: the check's own tasks report theirs."""
+    sc = spark.sparkContext
+    n = sc.defaultParallelism
+    try:
+        sc.parallelize(range(n), n).map(_ready).collect()
+    except Exception as e:  # Py4JJavaError: the worker's reason, not the JVM's trace
+        say(f"Spark's Python workers were not started ahead: {task_failure(e)[:200]}")
+
+
+def _ready(_: int) -> bool:
+    return True  # unpickling this function in the worker imported the module
+
+
 def _check_one(share: tuple[int, int], ops: str, reads: str, acks: str, examples: int,
                budget: int) -> dict[str, Any]:
     return native_checks.check_share(Path(ops), Path(reads), acks, examples, share,

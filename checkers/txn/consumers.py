@@ -40,14 +40,25 @@ def committed_view(history: Path, scratch: Path) -> Path:
     """The history the per-partition checks read: `history` itself, or when some polls are
     read-uncommitted, a copy in `scratch` where those polls returned nothing (every line
     kept, so indexes and times stay as they were)."""
-    with history.open("rb") as fh:
-        if not any(_MARK in line for line in fh):
-            return history
+    if not _marked(history):
+        return history
     view = scratch / "history.committed.jsonl"
     with history.open("rb") as src, view.open("wb") as dst:
         for line in src:
             dst.write(_emptied(line) if _MARK in line else line)
     return view
+
+
+def _marked(history: Path, block: int = 1 << 22) -> bool:
+    """Whether `history` holds the mark of a read-uncommitted poll anywhere, read in blocks
+    (a block's search is one C call; a line at a time, 10M operations took 6.9 s, not 0.8)."""
+    with history.open("rb") as fh:
+        tail = b""
+        while chunk := fh.read(block):
+            if _MARK in tail + chunk[: len(_MARK) - 1] or _MARK in chunk:
+                return True
+            tail = (tail + chunk)[-(len(_MARK) - 1) :]
+    return False
 
 
 def _emptied(line: bytes) -> bytes:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from checkers.check import check_path
 from checkers.txn.analysis import analyse
-from checkers.txn.consumers import committed_view
+from checkers.txn.consumers import _marked, committed_view
 from checkers.txn.ops import UNCOMMITTED, Poll, Send, Txn
 from tests.support.txn_history import HistoryLines
 
@@ -126,6 +126,15 @@ def test_the_per_partition_checks_read_the_history_without_uncommitted_records(t
     plain = tmp_path / "plain.jsonl"
     plain.write_text("".join(json.dumps(x) + "\n" for x in h.lines[:4]))
     assert committed_view(plain, tmp_path) == plain  # nothing to take out: no copy
+
+
+def test_a_read_uncommitted_mark_is_found_wherever_the_blocks_split_it(tmp_path):
+    path = tmp_path / "history.jsonl"
+    line = b'{"f": "poll", "isolation": "read_uncommitted", "records": []}\n'
+    path.write_bytes(line)
+    assert all(_marked(path, block) for block in range(1, len(line) + 1))
+    path.write_bytes(line.replace(b"read_uncommitted", b"read_committed"))  # twin: no mark
+    assert not any(_marked(path, block) for block in range(1, len(line) + 1))
 
 
 def group_poll(tid, process, key, records):
