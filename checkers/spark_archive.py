@@ -30,6 +30,7 @@ from control.files import (
     check_trusted_parents,
     make_private_tempdir,
     remove_private_dir,
+    write_text_atomic,
 )
 
 ARCHIVE_DIR = Path(sys.prefix) / "share" / "harness"
@@ -59,18 +60,34 @@ def archive_path(java: str) -> Path:
     return ARCHIVE_DIR / f"spark-driver-{digest(java)}.jsa"
 
 
+def _seal_path(archive: Path) -> Path:
+    return archive.with_suffix(".dumped")
+
+
+def _seal(st: os.stat_result) -> str:
+    return json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns})
+
+
 def options(java: str) -> str:
     """The driver JVM's options to map this JVM's archive, or "" when there is none that can
-    be trusted (then the session starts without it, as it did before there were archives)."""
+    be trusted (then the session starts without it, as it did before there were archives).
+    Besides who may write it, the archive must be as its dump left it (its size and time,
+    sealed beside it by `build`): a JVM handed a truncated archive dies of SIGBUS as it maps
+    it, its crash report on stdout."""
     path = archive_path(java)
     try:
         st = os.lstat(path)
         check_trusted_parents(path)
+        seal = _seal_path(path).read_text()
     except (FileNotFoundError, UnsafePathError):
         return ""
     if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()):
         return ""
     if stat.S_IMODE(st.st_mode) & 0o022:
+        return ""
+    if seal != _seal(st):
+        print(f"[checker] {path} is not as it was dumped (its size or time changed): not "
+              "used; `make bootstrap` dumps it anew", file=sys.stderr, flush=True)
         return ""
     return f"-XX:SharedArchiveFile={path} {QUIET}"
 
@@ -94,9 +111,10 @@ def build(master: str = "local[2]") -> Path:
         if jvm.wait(timeout=300) != 0 or not dumped.is_file():
             raise RuntimeError(f"the driver JVM exited with {jvm.returncode} and no archive")
         os.chmod(dumped, 0o644)
-        for old in ARCHIVE_DIR.glob("spark-driver-*.jsa"):
+        for old in [*ARCHIVE_DIR.glob("spark-driver-*.jsa"), *ARCHIVE_DIR.glob("*.dumped")]:
             old.unlink()  # an earlier JDK's or pyspark's: never mapped again
         os.replace(dumped, target)
+        write_text_atomic(_seal_path(target), _seal(os.stat(target)))
         return target
     finally:
         remove_private_dir(scratch)

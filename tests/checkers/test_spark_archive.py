@@ -39,9 +39,11 @@ def archive_dir(tmp_path, monkeypatch):
 
 
 def _planted(java: str, mode: int = 0o644) -> Path:
+    """An archive as `build` leaves one: the file and its seal."""
     path = spark_archive.archive_path(java)
     path.write_bytes(b"not really an archive")  # never mapped here: only the options are asked
     os.chmod(path, mode)
+    spark_archive._seal_path(path).write_text(spark_archive._seal(os.stat(path)))
     return path
 
 
@@ -56,6 +58,22 @@ def test_an_archive_only_its_owner_can_write_is_used(archive_dir):
 def test_an_archive_others_could_write_is_not_used(archive_dir, mode):
     java = java_runs()
     _planted(java, mode)
+    assert spark_archive.options(java) == ""
+
+
+def test_an_archive_cut_short_or_rewritten_since_its_dump_is_not_used(archive_dir, capsys):
+    java = java_runs()
+    path = _planted(java)
+    with open(path, "r+b") as fh:
+        fh.truncate(5)  # a JVM mapping it would die of SIGBUS
+    assert spark_archive.options(java) == ""
+    assert "not as it was dumped" in capsys.readouterr().err
+
+
+def test_an_archive_without_its_seal_is_not_used(archive_dir):
+    java = java_runs()
+    path = _planted(java)
+    spark_archive._seal_path(path).unlink()  # a dump that never finished
     assert spark_archive.options(java) == ""
 
 
