@@ -56,7 +56,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
+sys.path.insert(0, str(REPO / "tests"))  # tests/support: scaffolding
 
 from support import spark_cluster  # noqa: E402
 
@@ -389,12 +389,12 @@ def bench(history: Path | None, tables: Path | None, injected: dict[str, int], w
           + (f", executors {executor_peaks} MiB" if workers else "") + " (so far)")  # fmt: skip
     for name, s in found.items():
         print(f"anomalies ({name}){' ' * (8 - len(name))}{s}")
-        missed = {k: (v, s.get(k, 0)) for k, v in injected.items() if s.get(k, 0) != v}
+        missed = _missed(injected, s)
         if missed:
             print(f"MISSED by {name}: injected anomalies (injected, found): {missed}")
     agree = all(s == found["Spark"] for s in found.values())
     print(f"every injected anomaly found by {', '.join(found)}; they agree" if agree
-          and not any(s.get(k, 0) != v for s in found.values() for k, v in injected.items())
+          and not any(_missed(injected, s) for s in found.values())
           else "MISMATCH between backends or injected anomalies missed (above)")  # fmt: skip
     if history is not None and args.tables is None:
         shutil.rmtree(tables, ignore_errors=True)
@@ -437,10 +437,15 @@ def cold(history: Path, injected: dict[str, int], work: Path, master: str, n: in
         stage("cold check, BEFORE", times_before, n)
         print(f"{'after over before (medians)':38s} cold check "
               f"{statistics.median(times_before) / statistics.median(times):.2f}x")
-    for name, found in [("cold", out), ("cold before", out_before)][: 2 if before else 1]:
-        missed = {k: (v, found.get(k, 0)) for k, v in injected.items() if found.get(k, 0) != v}
+    for name, found in [("cold", out), ("cold before", out_before)] if before else [("cold", out)]:
+        missed = _missed(injected, found)
         print(f"anomalies ({name}) {found}" + (f"; MISSED {missed}" if missed else ""))
     shutil.rmtree(run_dir)
+
+
+def _missed(injected: dict[str, int], found: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """The injected anomalies `found` does not count exactly: kind -> (injected, found)."""
+    return {k: (v, found.get(k, 0)) for k, v in injected.items() if found.get(k, 0) != v}
 
 
 def _pandas_apart(ops: Path, reads: Path) -> tuple[dict[str, int], float, float]:

@@ -127,7 +127,7 @@ def get_session(
     global _warm
     wanted = master or os.environ.get(MASTER_ENV)
     with _lock:
-        if _warm is not None and _warm.sparkContext._jsc is not None:
+        if _alive(_warm):
             if not wanted or _warm.sparkContext.master == wanted:
                 return _warm
             _warm.stop()
@@ -144,6 +144,10 @@ def get_session(
         say(f"Spark session ({_warm.sparkContext.master}) started in "
             f"{time.perf_counter() - started:.1f} s; kept for this process's checks")
         return _warm
+
+
+def _alive(session: SparkSession | None) -> bool:
+    return session is not None and session.sparkContext._jsc is not None  # not stopped
 
 
 class SessionAhead:
@@ -173,7 +177,7 @@ def session_ahead(master: str | None, configured: str | None,
     has a session already, which get_session returns at once (a session a caller made itself
     is found from its own thread only: getActiveSession is per thread)."""
     with _lock:
-        if _warm is not None and _warm.sparkContext._jsc is not None:
+        if _alive(_warm):
             return None
     if SparkSession.getActiveSession() is not None:
         return None

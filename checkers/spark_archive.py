@@ -45,10 +45,10 @@ QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 def digest(java: str) -> str:
     """What the archive depends on: the java binary and its module image (both change with
     any JDK update), pyspark's version and its jars' names and sizes, and JVM_OPTIONS."""
-    home = Path(os.path.realpath(java)).parent.parent
+    binary = Path(os.path.realpath(java))
     jars = Path(pyspark.__file__).parent / "jars"
-    parts = [os.path.realpath(java), pyspark.__version__, JVM_OPTIONS]
-    for path in [Path(os.path.realpath(java)), home / "lib" / "modules"]:
+    parts = [str(binary), pyspark.__version__, JVM_OPTIONS]
+    for path in [binary, binary.parent.parent / "lib" / "modules"]:
         st = os.stat(path) if path.exists() else None
         parts.append(f"{path} {st and st.st_size} {st and st.st_mtime_ns}")
     if jars.is_dir():
@@ -86,8 +86,10 @@ def options(java: str) -> str:
     if stat.S_IMODE(st.st_mode) & 0o022:
         return ""
     if seal != _seal(st):
-        print(f"[checker] {path} is not as it was dumped (its size or time changed): not "
-              "used; `make bootstrap` dumps it anew", file=sys.stderr, flush=True)
+        from checkers.spark import say  # which imports this module
+
+        say(f"{path} is not as it was dumped (its size or time changed): not used; `make "
+            "bootstrap` dumps it anew")
         return ""
     return f"-XX:SharedArchiveFile={path} {QUIET}"
 

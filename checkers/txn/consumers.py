@@ -57,7 +57,7 @@ def _marked(history: Path, block: int = 1 << 22) -> bool:
         while chunk := fh.read(block):
             if _MARK in tail + chunk[: len(_MARK) - 1] or _MARK in chunk:
                 return True
-            tail = (tail + chunk)[-(len(_MARK) - 1) :]
+            tail = (tail + chunk[-(len(_MARK) - 1) :])[-(len(_MARK) - 1) :]
     return False
 
 

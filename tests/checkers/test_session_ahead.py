@@ -43,7 +43,7 @@ def test_a_process_with_its_session_starts_none_ahead(spark):
     assert session_ahead(None, None, warm_up) is None
 
 
-def test_warming_up_a_live_session_starts_its_python_workers_quietly(spark, capsys):
+def test_warming_up_a_live_session_says_nothing(spark, capsys):
     warm_up(spark)
     assert capsys.readouterr().err == ""
 
