@@ -282,6 +282,8 @@ def _check(history: Path, run_dir: Path, config: RunConfig, notes: list[str],
              f"{time.perf_counter() - checked:.1f} s")
         return results
     finally:
+        if ahead:
+            ahead.release()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

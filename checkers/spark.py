@@ -17,6 +17,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from py4j.protocol import Py4JError, Py4JJavaError
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from checkers import spark_archive
@@ -65,12 +67,16 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 
 
 _private: Path | None = None
+# A crashing driver JVM writes its report here, in the private directory (-XX:ErrorFile; the
+# JVM's default is the current directory, whoever's it is), and _leave keeps it.
+CRASH_REPORT = "jvm-crash-%p.log"
 
 
 def private_dir() -> Path:
-    """This process's own 0700 scratch directory (mkdtemp), removed at exit: it holds the log4j2
-    configuration and is the driver JVM's java.io.tmpdir. Nothing goes to a fixed name in /tmp,
-    where another user could plant a file or a symlink for root to read or write through."""
+    """This process's own 0700 scratch directory (mkdtemp), removed at exit unless it holds a
+    crashed JVM's report (_leave): it holds the log4j2 configuration and is the driver JVM's
+    java.io.tmpdir. Nothing goes to a fixed name in /tmp, where another user could plant a
+    file or a symlink for root to read or write through."""
     global _private
     if _private is not None:
         try:
@@ -79,8 +85,26 @@ def private_dir() -> Path:
         except FileNotFoundError:  # removed under us (a tmp cleaner): make a new one
             pass
     _private = make_private_tempdir("harness-checker-")
-    atexit.register(remove_private_dir, _private)  # after pyspark's own exit hooks stop the JVM
+    atexit.register(_leave, _private)  # after pyspark's own exit hooks stop the JVM
     return _private
+
+
+def _leave(private: Path) -> None:
+    """At exit: remove the private directory, or, when a driver JVM crashed, everything in it
+    but the crash reports, and say where they are (the directory stays 0700: a report holds
+    the JVM's command line and memory map)."""
+    reports = sorted(private.glob(CRASH_REPORT.replace("%p", "*")))
+    if not reports:
+        remove_private_dir(private)
+        return
+    for entry in private.iterdir():
+        if entry in reports:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    say(f"the Spark driver JVM crashed; its report is kept: {', '.join(map(str, reports))}")
 
 
 def _log4j_file() -> Path:
@@ -150,32 +174,53 @@ def _alive(session: SparkSession | None) -> bool:
     return session is not None and session.sparkContext._jsc is not None  # not stopped
 
 
+# Spark stops a Python worker idle for a minute (PythonWorkerFactory); an ingest can take
+# longer (about 100 s at 100M operations), so a session started ahead keeps its workers up.
+KEEP_EVERY_S = 30.0
+
+
 class SessionAhead:
     """A session started on a thread of its own while the caller does something else (the
     history's ingest, checkers.check); `result()` waits for it and raises what its start
-    raised. The thread is a daemon's: Ctrl-C during the ingest does not wait for a JVM to come
-    up, and that JVM exits with this process (PySpark's gateway reads its stdin to the end)."""
+    raised. Until it is taken (`result()`) or let go (`release()`), `keep` of it runs every
+    `every` seconds. The thread is a daemon's: Ctrl-C during the ingest does not wait for a JVM
+    to come up, and that JVM exits with this process (PySpark's gateway reads its stdin to the
+    end)."""
 
-    def __init__(self, start: Callable[[], SparkSession]) -> None:
+    def __init__(self, start: Callable[[], SparkSession],
+                 keep: Callable[[SparkSession], None] | None = None,
+                 every: float = KEEP_EVERY_S) -> None:
         self._done: Future[SparkSession] = Future()
-        threading.Thread(target=self._run, args=(start,), name="spark-session-ahead",
-                         daemon=True).start()
+        self._taken = threading.Event()
+        threading.Thread(target=self._run, args=(start, keep, every),
+                         name="spark-session-ahead", daemon=True).start()
 
-    def _run(self, start: Callable[[], SparkSession]) -> None:
+    def _run(self, start: Callable[[], SparkSession],
+             keep: Callable[[SparkSession], None] | None, every: float) -> None:
         try:
-            self._done.set_result(start())
+            session = start()
         except BaseException as e:  # whatever it was, the caller's result() raises it
             self._done.set_exception(e)
+            return
+        self._done.set_result(session)
+        while keep is not None and not self._taken.wait(every) and _alive(session):
+            keep(session)
 
     def result(self) -> SparkSession:
+        self._taken.set()
         return self._done.result()
+
+    def release(self) -> None:
+        """The caller will not take the session (its ingest failed): stop keeping it."""
+        self._taken.set()
 
 
 def session_ahead(master: str | None, configured: str | None,
                   warm_up: Callable[[SparkSession], None]) -> SessionAhead | None:
-    """get_session, then `warm_up` of it, on a thread (SessionAhead); None when this process
-    has a session already, which get_session returns at once (a session a caller made itself
-    is found from its own thread only: getActiveSession is per thread)."""
+    """get_session, then `warm_up` of it, on a thread (SessionAhead), and `warm_up` again every
+    KEEP_EVERY_S until it is taken; None when this process has a session already, which
+    get_session returns at once (a session a caller made itself is found from its own thread
+    only: getActiveSession is per thread)."""
     with _lock:
         if _alive(_warm):
             return None
@@ -187,7 +232,7 @@ def session_ahead(master: str | None, configured: str | None,
         warm_up(session)
         return session
 
-    return SessionAhead(start)
+    return SessionAhead(start, keep=warm_up)
 
 
 def start_session(master: str, archive: str | None = None, driver_memory: str = "4g",
@@ -293,30 +338,39 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int,
     java_opts = f"-Dlog4j2.configurationFile=file:{_log4j_file()} {spark_archive.JVM_OPTIONS}"
     # The driver's scratch files (Spark's local dirs, native libraries) go to the private
     # directory too; executors elsewhere keep their own machine's default.
-    driver_opts = f"{java_opts} -Djava.io.tmpdir={private_dir()} {archive}"
-    builder = SparkSession.builder.master(master)
-    for key, value in local_only(master).items():
-        builder = builder.config(key, value)
+    driver_opts = (f"{java_opts} -Djava.io.tmpdir={private_dir()} "
+                   f"-XX:ErrorFile={private_dir() / CRASH_REPORT} {archive}")
+    conf = SparkConf().setMaster(master).setAll(local_only(master).items())
     if os.environ.get("PYTHONPATH"):
         # Python workers import what the driver imports (e.g. `harness mutate`'s checkout):
         # a local master's inherit this environment, a cluster's are started by its workers'
         # JVMs with theirs, so tell them.
-        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-    session = (
-        builder.appName("harness-checker")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.pyspark.python", python)
-        .config("spark.driver.extraJavaOptions", driver_opts)
-        .config("spark.executor.extraJavaOptions", java_opts)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.adaptive.enabled", "true")
+        conf.set("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+    conf.setAppName("harness-checker").setAll([
+        ("spark.ui.enabled", "false"),
+        ("spark.ui.showConsoleProgress", "false"),
+        ("spark.driver.memory", driver_memory),
+        ("spark.pyspark.python", python),
+        ("spark.driver.extraJavaOptions", driver_opts),
+        ("spark.executor.extraJavaOptions", java_opts),
+        ("spark.sql.shuffle.partitions", str(shuffle_partitions)),
+        ("spark.sql.adaptive.enabled", "true"),
         # cached tables are scanned a few times each and dropped: compressing them costs more
-        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+        ("spark.sql.inMemoryColumnarStorage.compressed", "false"),
+        ("spark.sql.execution.arrow.pyspark.enabled", "true"),
+        ("spark.sql.session.timeZone", "UTC"),
+    ])
+    _start_driver(conf)
+    session = SparkSession.builder.config(conf=conf).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _start_driver(conf: SparkConf) -> None:
+    """Start the driver JVM as PySpark would (launch_gateway of this conf), but with its stdout
+    on our stderr: stdout carries the CLI's JSON, and a JVM writes some things there whatever
+    its options (a crash's banner, `-XX:+DisplayVMOutputToStderr` notwithstanding, JDK 17).
+    A process whose JVM is up already (PySpark keeps it for its later contexts, as a session
+    a test made itself) uses that one."""
+    if SparkContext._gateway is None:  # PySpark's own test for a JVM it can reuse
+        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"stdout": 2}))

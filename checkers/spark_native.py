@@ -122,8 +122,9 @@ def warm_up(spark: SparkSession) -> None:
     """One task a core, each in a Python worker that imports this module (pyarrow, pyspark,
     native_checks): what the first native check of a session would otherwise start on its
     way (about 3.5 s of it on 2 cores, docs/checkers.md). checkers.check has it done while the
-    history is ingested. Workers idle for a minute are stopped, so it is lost on an ingest
-    longer than that. A failure is said and left: the check's own tasks report theirs."""
+    history is ingested, and again every 30 s until the check takes the session
+    (checkers.spark.SessionAhead): Spark stops workers idle for a minute. A failure is said
+    and left: the check's own tasks report theirs."""
     sc = spark.sparkContext
     n = sc.defaultParallelism
     try:

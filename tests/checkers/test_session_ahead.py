@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 from histories import History
@@ -37,6 +39,39 @@ def test_what_the_start_raised_is_raised_where_the_session_is_asked_for():
     ahead = SessionAhead(start)
     with pytest.raises(RuntimeError, match="no Java"):
         ahead.result()
+
+
+def _kept(release: str) -> tuple[int, int]:
+    """Keeps of a session started ahead: (while the caller was busy, after it took or let
+    go of the session)."""
+    session = SimpleNamespace(sparkContext=SimpleNamespace(_jsc=object()))  # alive
+    keeps: list[object] = []
+    ahead = SessionAhead(lambda: session, keep=keeps.append, every=0.02)
+    deadline = time.monotonic() + 10
+    while len(keeps) < 3 and time.monotonic() < deadline:  # the caller's long ingest
+        time.sleep(0.01)
+    if release == "taken":
+        assert ahead.result() is session
+    else:
+        ahead.release()
+    busy = len(keeps)
+    time.sleep(0.2)
+    return busy, len(keeps) - busy
+
+
+@pytest.mark.parametrize("release", ["taken", "let go"])
+def test_a_session_ahead_is_kept_warm_until_the_caller_takes_it_or_lets_go(release):
+    busy, after = _kept(release)
+    assert busy >= 3
+    assert after <= 1  # one keep may have begun as the caller took it; else 10 in 0.2 s
+
+
+def test_a_stopped_session_is_not_kept():
+    session = SimpleNamespace(sparkContext=SimpleNamespace(_jsc=None))  # stopped
+    keeps: list[object] = []
+    ahead = SessionAhead(lambda: session, keep=keeps.append, every=0.01)
+    time.sleep(0.2)
+    assert ahead.result() is session and keeps == []
 
 
 def test_a_process_with_its_session_starts_none_ahead(spark):
