@@ -29,7 +29,14 @@ from checkers.definitions import EXAMPLES
 from checkers.exitcodes import Exit, UserError
 from checkers.forensics import forensics
 from checkers.ingest import HistoryError, ingest
-from checkers.spark import SessionAhead, get_session, resolve_master, say, session_ahead
+from checkers.spark import (
+    SessionAhead,
+    driver_watched,
+    get_session,
+    resolve_master,
+    say,
+    session_ahead,
+)
 from checkers.trace import findings as invariant_findings
 from checkers.txn.consumers import committed_view
 from checkers.txn.exactly_once import history_partitions
@@ -275,9 +282,11 @@ def _check(history: Path, run_dir: Path, config: RunConfig, notes: list[str],
                      f"{time.perf_counter() - ingested:.1f} s for its session"
                      + (" (started with the ingest)" if ahead else ""))
             ingested = time.perf_counter()
-            out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
+            with driver_watched():
+                out = spark_checks.run(spark, ing.ops_path, ing.reads_path, acks)
         checked = time.perf_counter()
-        results = finish(out, config, history, ing.ops_path, notes, spark)
+        with driver_watched():
+            results = finish(out, config, history, ing.ops_path, notes, spark)
         say(f"check {checked - ingested:.1f} s {where}; forensics and results "
              f"{time.perf_counter() - checked:.1f} s")
         return results

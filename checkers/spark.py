@@ -6,17 +6,19 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from py4j.protocol import Py4JError, Py4JJavaError
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
@@ -42,6 +44,11 @@ LOCAL_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\
 class SparkStartError(UserError):
     """Spark could not start (no Java, a master nobody answers at): the environment's fault,
     said in one line (exit 3), never an internal error with a traceback."""
+
+
+class SparkLostError(UserError):
+    """The driver JVM died under a check (killed, out of memory, crashed): said in one line
+    (exit 3), not as Py4J's `Connection refused`."""
 
 # Spark's default console logging buries the checker's output: errors only. PySpark counts
 # as a shell, whose loggers (repl.Main, PythonGatewayServer) would reset the root to WARN.
@@ -366,11 +373,68 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int,
     return session
 
 
+# The driver JVM _start_driver started (spark-submit execs java, so this is the JVM itself).
+_driver: subprocess.Popen | None = None
+
+
+@contextmanager
+def driver_watched() -> Iterator[None]:
+    """Work on this process's session: when its driver JVM dies under it, SparkLostError
+    saying how, instead of Py4J's connection errors, and the dead session forgotten so that
+    the process's next check starts a new one (a campaign's next run, `harness serve`)."""
+    try:
+        yield
+    except (Py4JNetworkError, ConnectionError):
+        status = _driver_status()
+        if status is None:
+            raise
+        _forget_driver()
+        raise SparkLostError(f"the Spark driver JVM died during the check "
+                             f"({_death(status)}): no verdict") from None
+
+
+def _driver_status() -> int | None:
+    """The driver JVM's exit status if it died, else None (alive, or not ours). Py4J sees
+    its socket close as the JVM exits: the status follows within moments."""
+    if _driver is None:
+        return None
+    try:
+        return _driver.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _death(status: int) -> str:
+    if status == -signal.SIGKILL:
+        return "killed by SIGKILL: the kernel's out-of-memory killer, or a kill -9"
+    if status >= 0:
+        return f"it exited with status {status}"
+    name = signal.Signals(-status).name
+    crashed = name in ("SIGABRT", "SIGSEGV", "SIGBUS")  # a JVM's fatal error ends in abort()
+    return f"it crashed ({name})" if crashed else f"killed by {name}"
+
+
+def _forget_driver() -> None:
+    """Drop every reference PySpark and this module keep to a dead driver, so that the next
+    session launches a JVM: PySpark would otherwise hand out the dead session again
+    (getOrCreate) or start a context on the dead gateway."""
+    global _warm, _driver
+    _warm = _driver = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SparkContext._active_spark_context = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+
+
 def _start_driver(conf: SparkConf) -> None:
     """Start the driver JVM as PySpark would (launch_gateway of this conf), but with its stdout
     on our stderr: stdout carries the CLI's JSON, and a JVM writes some things there whatever
     its options (a crash's banner, `-XX:+DisplayVMOutputToStderr` notwithstanding, JDK 17).
     A process whose JVM is up already (PySpark keeps it for its later contexts, as a session
     a test made itself) uses that one."""
+    global _driver
     if SparkContext._gateway is None:  # PySpark's own test for a JVM it can reuse
-        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"stdout": 2}))
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": 2})
+        _driver = gateway.proc
+        SparkContext(conf=conf, gateway=gateway)

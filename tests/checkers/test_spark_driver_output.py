@@ -10,7 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from checkers import spark
+import pytest
+from py4j.protocol import Py4JNetworkError
+
+from checkers import spark as spark_module
 
 # A real driver JVM, made to crash through sun.misc.Unsafe (a write to address 0).
 CRASH = """
@@ -61,9 +64,9 @@ def test_leaving_removes_the_scratch_or_keeps_only_crash_reports(tmp_path, capsy
         (d / "blockmgr-1").mkdir(parents=True)
         (d / "log4j2.properties").write_text("x")
     (crashed / "jvm-crash-42.log").write_text("SIGSEGV")
-    spark._leave(clean)
+    spark_module._leave(clean)
     assert not clean.exists() and capsys.readouterr().err == ""
-    spark._leave(crashed)
+    spark_module._leave(crashed)
     assert [p.name for p in crashed.iterdir()] == ["jvm-crash-42.log"]
     assert str(crashed / "jvm-crash-42.log") in capsys.readouterr().err
 
@@ -73,4 +76,44 @@ def test_the_checkers_session_has_its_settings_and_runs_jobs(spark):
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert spark.conf.get("spark.sql.execution.arrow.pyspark.enabled") == "true"
     assert "-XX:ErrorFile=" in spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert spark.range(3).count() == 3
+
+
+# A check whose driver JVM dies under it (a crash, as above, during a long job), then the
+# same process's next session.
+LOST = """
+import threading
+from checkers.spark import SparkLostError, driver_watched, get_session
+session = get_session("local[1]", driver_memory="1g")
+unsafe_field = session.sparkContext._jvm.java.lang.Class.forName("sun.misc.Unsafe") \\
+    .getDeclaredField("theUnsafe")
+unsafe_field.setAccessible(True)
+unsafe = unsafe_field.get(None)
+threading.Timer(2, lambda: unsafe.putAddress(0, 0)).start()
+try:
+    with driver_watched():
+        session.range(10**12).selectExpr("sum(id)").collect()
+except SparkLostError as e:
+    print("lost:", e, flush=True)
+print("next:", get_session("local[1]", driver_memory="1g").range(3).count(), flush=True)
+"""
+
+
+def test_a_driver_that_dies_mid_check_is_one_line_and_the_next_session_is_new(tmp_path):
+    temp = tmp_path / "temp"
+    temp.mkdir(mode=0o700)
+    done = subprocess.run([sys.executable, "-c", LOST], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(temp)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines == ["lost: the Spark driver JVM died during the check (it crashed (SIGABRT)): "
+                     "no verdict", "next: 3"], done.stdout
+    assert done.stderr.count("Spark session (local[1]) started in") == 2  # a second JVM
+    assert "its report is kept: " in done.stderr
+
+
+def test_a_network_error_while_the_driver_lives_passes_through(spark):
+    """The twin: the driver answers on (it is not reported dead, the session is kept)."""
+    with pytest.raises(Py4JNetworkError), spark_module.driver_watched():
+        raise Py4JNetworkError("a dropped connection")
     assert spark.range(3).count() == 3
