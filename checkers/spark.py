@@ -255,7 +255,12 @@ def start_session(master: str, archive: str | None = None, driver_memory: str = 
     try:
         return _new_session(master, driver_memory, shuffle_partitions, archive)
     except (Py4JError, RuntimeError, OSError) as e:  # PySparkRuntimeError is a RuntimeError
-        raise SparkStartError(f"Spark did not start on {master}: {_java_reason(e)}") from None
+        status = _driver_status(wait=1)
+        if status is None:
+            raise SparkStartError(f"Spark did not start on {master}: {_java_reason(e)}") from None
+        _forget_driver()
+        raise SparkStartError(f"Spark did not start on {master}: its driver JVM died "
+                              f"({_death(status)})") from None
 
 
 def _java_reason(e: BaseException) -> str:
@@ -393,13 +398,14 @@ def driver_watched() -> Iterator[None]:
                              f"({_death(status)}): no verdict") from None
 
 
-def _driver_status() -> int | None:
-    """The driver JVM's exit status if it died, else None (alive, or not ours). Py4J sees
-    its socket close as the JVM exits: the status follows within moments."""
+def _driver_status(wait: float = 5) -> int | None:
+    """The driver JVM's exit status if it died, else None (alive after `wait` seconds, or
+    not ours). Py4J sees its socket close as the JVM exits: the status follows within
+    moments."""
     if _driver is None:
         return None
     try:
-        return _driver.wait(timeout=5)
+        return _driver.wait(timeout=wait)
     except subprocess.TimeoutExpired:
         return None
 

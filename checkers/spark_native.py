@@ -49,6 +49,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
 from checkers import native_checks
@@ -213,7 +214,9 @@ def _run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examp
                    examples=examples, budget=how.budget)
     try:
         outs = rdd.map(task).collect()
-    except Exception as e:  # Py4JJavaError: keep the worker's reason, not the JVM's trace
+    except (Py4JNetworkError, ConnectionError):
+        raise  # the driver, not a task: checkers.spark.driver_watched says whether it died
+    except Exception as e:  # a task failed: keep the worker's reason, not the JVM's trace
         why = task_failure(e)[:500]
         raise (ShareTooBigError if "ShareTooBigError" in why else NativeCheckError)(why) from None
     return native_checks.merge(outs, examples)
