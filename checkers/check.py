@@ -301,7 +301,7 @@ def _session_ahead(backend: str, min_ops: int, spark_master: str | None,
     """The Spark session started, and its Python workers with it, while the history is
     ingested, when the check will be on Spark whatever the history's size; None otherwise.
     On 2 cores the two share the CPU, so this gains what they leave idle: a cold check of 10M
-    operations took 23 s so against 26 s with the session started after (docs/checkers.md)."""
+    operations took 23 s this way against 26 s with the session started after (docs/checkers.md)."""
     master = resolve_master(spark_master, configured)
     if _engine(backend, 0, min_ops, master) != "spark":
         return None

@@ -380,6 +380,9 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int,
 
 # The driver JVM _start_driver started (spark-submit execs java, so this is the JVM itself).
 _driver: subprocess.Popen | None = None
+# What Py4J raises when it loses the driver (its socket closed, its port gone): the driver
+# may have died (driver_watched tells), it is no task's failure.
+LOST_DRIVER = (Py4JNetworkError, ConnectionError)
 
 
 @contextmanager
@@ -389,7 +392,7 @@ def driver_watched() -> Iterator[None]:
     the process's next check starts a new one (a campaign's next run, `harness serve`)."""
     try:
         yield
-    except (Py4JNetworkError, ConnectionError):
+    except LOST_DRIVER:
         status = _driver_status()
         if status is None:
             raise

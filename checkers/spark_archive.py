@@ -73,7 +73,7 @@ def options(java: str) -> str:
     be trusted (then the session starts without it, as it did before there were archives).
     Besides who may write it, the archive must be as its dump left it (its size and time,
     sealed beside it by `build`): a JVM handed a truncated archive dies of SIGBUS as it maps
-    it, its crash report on stdout."""
+    it, and the check with it."""
     path = archive_path(java)
     try:
         st = os.lstat(path)

@@ -49,12 +49,11 @@ from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
 from checkers import native_checks
 from checkers.native_checks import NativeCheckError, ShareTooBigError
-from checkers.spark import say, task_failure
+from checkers.spark import LOST_DRIVER, say, task_failure
 
 # Of the memory available on this machine, what the concurrent tasks' rows may take (the
 # rest: Spark's JVMs, about 4.5 GB for the driver at 100M operations, and the page cache).
@@ -214,7 +213,7 @@ def _run(spark: SparkSession, ops_path: Path, reads_path: Path, acks: str, examp
                    examples=examples, budget=how.budget)
     try:
         outs = rdd.map(task).collect()
-    except (Py4JNetworkError, ConnectionError):
+    except LOST_DRIVER:
         raise  # the driver, not a task: checkers.spark.driver_watched says whether it died
     except Exception as e:  # a task failed: keep the worker's reason, not the JVM's trace
         why = task_failure(e)[:500]

@@ -117,3 +117,30 @@ def test_a_network_error_while_the_driver_lives_passes_through(spark):
     with pytest.raises(Py4JNetworkError), spark_module.driver_watched():
         raise Py4JNetworkError("a dropped connection")
     assert spark.range(3).count() == 3
+
+
+# A driver killed while its session starts: as soon as the gateway JVM is up (it is then
+# still making its SparkContext, a second or more), then a second start in the same process.
+STARTING = """
+import signal, threading, time
+from checkers import spark
+def kill_once_up():
+    while spark._driver is None:
+        time.sleep(0.005)
+    spark._driver.send_signal(signal.SIGKILL)
+threading.Thread(target=kill_once_up, daemon=True).start()
+try:
+    spark.start_session("local[1]", driver_memory="1g")
+except spark.SparkStartError as e:
+    print(e, flush=True)
+print("next:", spark.start_session("local[1]", driver_memory="1g").range(3).count(), flush=True)
+"""
+
+
+def test_a_driver_killed_while_its_session_starts_is_said_and_the_next_start_is_new(tmp_path):
+    done = subprocess.run([sys.executable, "-c", STARTING], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "Spark did not start on local[1]: its driver JVM died (killed by SIGKILL: the "
+        "kernel's out-of-memory killer, or a kill -9)", "next: 3"], done.stderr[-3000:]

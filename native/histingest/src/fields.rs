@@ -179,7 +179,7 @@ impl<'a> Cursor<'a> {
     /// fixed-size compare (most keys of a line are these: scanned as strings and then matched
     /// by `slot`, they were a fifth of the parsers' instructions); None leaves the key to
     /// `string`, from where it was. The closing quote is part of the compare, so `"index2"` is
-    /// not `"index"`.
+    /// not `"index"`. These are `slot`'s keys: one missing here is still read, the slow way.
     fn known_key(&mut self) -> Option<&'a [u8]> {
         let rest = &self.b[self.i..];
         let key = match *rest.get(1)? {
