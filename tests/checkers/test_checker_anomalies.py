@@ -242,17 +242,23 @@ def test_spark_and_reference_agree_exactly(zoo, plan):
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    "knob, value",
+    "knobs",
     [
-        ("RANGE_JOIN_MAX", -1),  # window scans instead of binned broadcast range joins
-        ("OFFSET_BIN", 1),  # every gap wider than one offset spans several bins
-        ("BROADCAST_MAX", -1),  # shuffle joins for the tables that are normally small
-        ("TIME_BUCKETS", 1),  # one time bucket: the stale-read scan carries nothing over
-        ("TIME_BUCKETS", 100_000),  # about one op per bucket: everything is carried over
+        # window scans instead of binned broadcast range joins; shuffle joins for the tables
+        # that are normally small; one time bucket: the stale-read scan carries nothing over
+        {"RANGE_JOIN_MAX": -1, "BROADCAST_MAX": -1, "TIME_BUCKETS": 1},
+        # binned range joins where every gap wider than one offset spans several bins; about
+        # one op per time bucket: the stale-read scan carries everything over
+        {"OFFSET_BIN": 1, "TIME_BUCKETS": 100_000},
     ],
+    ids=["windows-shuffles-one-bucket", "narrow-bins-many-buckets"],
 )
-def test_every_join_strategy_agrees_with_the_reference(zoo, spark, monkeypatch, knob, value):  # noqa: F811
-    monkeypatch.setattr(spark_checks, knob, value)
+def test_every_join_strategy_agrees_with_the_reference(zoo, spark, monkeypatch, knobs):  # noqa: F811
+    """Each strategy the plans choose by size, forced on the zoo (its default choices are
+    test_spark_and_reference_agree_exactly's). Two runs hold the five settings, each of which
+    forces a path of its own, since a run of the SQL plans on the zoo takes 15-20 s."""
+    for knob, value in knobs.items():
+        monkeypatch.setattr(spark_checks, knob, value)
     _, r, ing, _ = zoo
     s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000, plan="sql")
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
@@ -449,17 +455,23 @@ def test_a_history_histcheck_refuses_is_checked_by_the_sql_plans(spark, tmp_path
 @pytest.mark.native
 def test_a_failed_native_task_is_one_line_not_a_java_trace(tmp_path):
     """In a fresh process (its JVM's stderr is the one captured here): the task that
-    histcheck refuses is reported by its reason alone, without Spark's stack trace."""
+    histcheck refuses is reported by its reason alone, without Spark's stack trace. The
+    native plan alone: the SQL plans that would take over are the test above's, and would
+    add 40-60 s of a cold JVM's query compiling to this one."""
     h = loss()
     h.send(1, 0, -(2**63), 7)
     run = h.write(tmp_path / "run")
     ing = ingest(run / "history.jsonl", run / "parquet")
     script = ("import sys; from pathlib import Path; from checkers import spark_checks; "
               "from checkers.spark import get_session; "
-              "spark_checks.run(get_session('local[1]'), Path(sys.argv[1]), Path(sys.argv[2]), "
-              "'all')")
+              "from checkers.spark_native import NativeCheckError\n"
+              "try:\n"
+              "    spark_checks.run(get_session('local[1]'), Path(sys.argv[1]), "
+              "Path(sys.argv[2]), 'all', plan='native')\n"
+              "except NativeCheckError as e:\n"
+              "    sys.exit(f'refused: {e}')\n")
     done = subprocess.run([sys.executable, "-c", script, str(ing.ops_path), str(ing.reads_path)],
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "past this checker's range" in done.stderr
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "refused: " in done.stderr and "past this checker's range" in done.stderr
     assert "at org.apache.spark" not in done.stderr
