@@ -77,6 +77,9 @@ _private: Path | None = None
 # A crashing driver JVM writes its report here, in the private directory (-XX:ErrorFile; the
 # JVM's default is the current directory, whoever's it is), and _leave keeps it.
 CRASH_REPORT = "jvm-crash-%p.log"
+# Classes of generated code the driver keeps for later queries (Spark's default is 100):
+# enough for the SQL plans of a few checks of different shapes in one session.
+CODEGEN_CACHE = 1000
 
 
 def private_dir() -> Path:
@@ -371,6 +374,9 @@ def _new_session(master: str, driver_memory: str, shuffle_partitions: int,
         ("spark.sql.inMemoryColumnarStorage.compressed", "false"),
         ("spark.sql.execution.arrow.pyspark.enabled", "true"),
         ("spark.sql.session.timeZone", "UTC"),
+        # The SQL plans generate some 340 classes a check; with Spark's 100 cached, a session's
+        # next check compiled them all again (docs/checkers.md, "A new session").
+        ("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE)),
     ])
     _start_driver(conf)
     session = SparkSession.builder.config(conf=conf).getOrCreate()

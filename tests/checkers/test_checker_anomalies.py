@@ -424,8 +424,13 @@ def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spar
                                                                        capfd):
     monkeypatch.setattr(spark_native, "TASK_MEMORY_FRACTION", 0.0)  # no share fits
     _, r, ing, _ = zoo
+    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    before = compiled.getCount()
     s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
     assert "the SQL plans check instead" in capfd.readouterr().err
+    # the zoo's own run of the SQL plans generated these classes: the session kept them
+    # (spark.CODEGEN_CACHE; with Spark's default of 100 this run compiled some 370 again)
+    assert compiled.getCount() == before
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     with pytest.raises(NativeCheckError, match="needs more than 0 bytes"):
