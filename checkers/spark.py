@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -409,12 +410,15 @@ def driver_watched() -> Iterator[None]:
 
 def _driver_status(wait: float = 5) -> int | None:
     """The driver JVM's exit status if it died, else None (alive after `wait` seconds, or
-    not ours). Py4J sees its socket close as the JVM exits: the status follows within
-    moments."""
-    if _driver is None:
-        return None
+    not ours)."""
+    return None if _driver is None else _exit_status(_driver, wait)
+
+
+def _exit_status(driver: subprocess.Popen, wait: float) -> int | None:
+    """Py4J and the accumulator server see their sockets close as the JVM exits: the status
+    follows within moments."""
     try:
-        return _driver.wait(timeout=wait)
+        return driver.wait(timeout=wait)
     except subprocess.TimeoutExpired:
         return None
 
@@ -452,4 +456,18 @@ def _start_driver(conf: SparkConf) -> None:
     if SparkContext._gateway is None:  # PySpark's own test for a JVM it can reuse
         gateway = launch_gateway(conf, popen_kwargs={"stdout": 2})
         _driver = gateway.proc
-        SparkContext(conf=conf, gateway=gateway)
+        context = SparkContext(conf=conf, gateway=gateway)
+        _quiet_when_dead(context._accumulatorServer, gateway.proc)
+
+
+def _quiet_when_dead(server: socketserver.BaseServer, driver: subprocess.Popen) -> None:
+    """PySpark's accumulator server (the driver sends it the tasks' accumulator updates)
+    prints a traceback when its connection breaks; when that is because the driver died,
+    driver_watched says so in one line, so the traceback is left out."""
+    loud = server.handle_error
+
+    def handle_error(request: object, client_address: object) -> None:
+        if _exit_status(driver, wait=5) is None:
+            loud(request, client_address)
+
+    server.handle_error = handle_error  # type: ignore[method-assign]
