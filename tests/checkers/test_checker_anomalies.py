@@ -469,7 +469,7 @@ def test_a_failed_native_task_is_one_line_not_a_java_trace(tmp_path):
     ing = ingest(run / "history.jsonl", run / "parquet")
     script = ("import sys; from pathlib import Path; from checkers import spark_checks; "
               "from checkers.spark import get_session; "
-              "from checkers.spark_native import NativeCheckError\n"
+              "from checkers.native_checks import NativeCheckError\n"
               "try:\n"
               "    spark_checks.run(get_session('local[1]'), Path(sys.argv[1]), "
               "Path(sys.argv[2]), 'all', plan='native')\n"
