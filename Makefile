@@ -100,17 +100,28 @@ $(KAFKA_STAMP): $(STAMP) systems/kafka/pom.xml control/kafka_install.py
 	$(VPY) -m control.kafka_install
 	touch $@
 
-test: bootstrap
+# The project's packages, compiled ahead of the tests and campaigns. Where PYTHONDONTWRITEBYTECODE
+# is set (as on the development machines here) Python writes no bytecode, so every process a test
+# starts (the harness command, host nodes, Spark's Python workers) compiled the sources anew:
+# 0.6 s of each `harness` command's 2.8 s start. Bytecode is still read where that is set, and
+# a source newer than its bytecode is compiled as before.
+PACKAGES := replication control harness nemesis workloads checkers simulation runformat
+
+.PHONY: bytecode
+bytecode: $(STAMP)
+	$(VPY) -m compileall -q $(PACKAGES)
+
+test: bootstrap bytecode
 	$(VENV)/bin/lint-imports
 	$(VPY) -m pytest -q
 
-test-slow: bootstrap
+test-slow: bootstrap bytecode
 	$(VPY) -m pytest -q -m slow
 
 lint: bootstrap
 	$(VPY) -m ruff check .
 
-campaign: bootstrap
+campaign: bootstrap bytecode
 	$(VENV)/bin/harness campaign campaigns/quick.toml
 
 clean-hosts: bootstrap

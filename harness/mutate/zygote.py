@@ -27,9 +27,9 @@ from collections.abc import Mapping
 
 from harness.mutate import child
 
-# What `import harness.simulate` spends its time on outside the project (python -X importtime)
-PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "matplotlib", "matplotlib.figure",
-           "matplotlib.axes", "pyspark.sql", "msgspec", "tqdm")
+# What `import harness.simulate` spends its time on outside the project (python -X importtime).
+# Not matplotlib: it is imported when a report draws (harness/report/plots.py), which no child does.
+PRELOAD = ("numpy", "pandas", "pyarrow", "pyarrow.parquet", "pyspark.sql", "msgspec", "tqdm")
 PROTOCOL = "replication"
 
 

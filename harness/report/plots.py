@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
 from control.files import atomic_output
 from harness.report.events import EventSummary
 from harness.report.faults import FaultWindow
 from harness.report.loss import LossTable
 from harness.report.scan import OUTCOMES, HistorySummary
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 OUTCOME_COLORS = {"ok": "tab:green", "fail": "tab:red", "info": "tab:orange"}
 FAULT_COLORS = ("#f4a6a6", "#a6c8f4", "#c9a6f4", "#f4dca6", "#a6f4c5", "#d0d0d0")
@@ -23,6 +26,10 @@ DPI = 100
 
 
 def _figure(height: float = 3.2, width: float = 10.0, bottom_in: float = 0.55) -> Figure:
+    # Matplotlib is imported here, when a plot is drawn: it is a second of every `harness`
+    # command's start, and most never draw.
+    from matplotlib.figure import Figure
+
     # Fixed margins in inches: a layout engine would cost more than drawing the plot itself.
     fig = Figure(figsize=(width, height), dpi=DPI)
     fig.subplots_adjust(left=0.8 / width, right=1 - 0.7 / width, bottom=bottom_in / height,

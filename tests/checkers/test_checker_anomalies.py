@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 from histories import History, merge, scenario_view
@@ -240,6 +243,18 @@ def test_spark_and_reference_agree_exactly(zoo, plan):
     assert sum(n for n, _ in s.anomalies.values()) > 0  # the zoo does contain anomalies
 
 
+@contextmanager
+def _job_group(spark) -> Iterator[Callable[[], list[str]]]:
+    """The names ("count at FILE:LINE") of the Spark jobs started inside the block."""
+    context, group = spark.sparkContext, f"test-{uuid.uuid4()}"
+    context.setJobGroup(group, "a test's check")
+    store = context._jsc.sc().statusStore()
+    try:
+        yield lambda: [store.job(i).name() for i in context.statusTracker().getJobIdsForGroup(group)]
+    finally:
+        context._jsc.clearJobGroup()
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(
     "knobs",
@@ -260,7 +275,10 @@ def test_every_join_strategy_agrees_with_the_reference(zoo, spark, monkeypatch, 
     for knob, value in knobs.items():
         monkeypatch.setattr(spark_checks, knob, value)
     _, r, ing, _ = zoo
-    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000, plan="sql")
+    with _job_group(spark) as jobs:
+        s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000, plan="sql")
+    # a history above BROADCAST_MAX rows has its small tables counted before they are broadcast
+    assert any(name.startswith("count at") for name in jobs()) == ("BROADCAST_MAX" in knobs)
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     assert s.stats == r.stats  # info sends read
@@ -426,11 +444,15 @@ def test_native_tasks_that_do_not_fit_leave_the_check_to_the_sql_plans(zoo, spar
     _, r, ing, _ = zoo
     compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     before = compiled.getCount()
-    s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
+    with _job_group(spark) as jobs:
+        s = spark_checks.run(spark, ing.ops_path, ing.reads_path, "all", 1_000_000)
     assert "the SQL plans check instead" in capfd.readouterr().err
     # the zoo's own run of the SQL plans generated these classes: the session kept them
     # (spark.CODEGEN_CACHE; with Spark's default of 100 this run compiled some 370 again)
     assert compiled.getCount() == before
+    # a history within BROADCAST_MAX rows broadcasts its small tables uncounted (before: nine
+    # `count` jobs of the 57 this check ran)
+    assert jobs() and not [name for name in jobs() if name.startswith("count at")]
     assert json.loads(json.dumps(s.anomalies)) == json.loads(json.dumps(r.anomalies))
     assert records(classify_unread(s)) == records(classify_unread(r))
     with pytest.raises(NativeCheckError, match="needs more than 0 bytes"):

@@ -170,6 +170,9 @@ def test_toxic_faults_over_the_ssh_provider(netns_hosts, tmp_path):
         assert not tp._answers(h)
 
 
+# Slow (36-46 s): the default run holds the SSH provider with the embedded system (above) and
+# Kafka on namespace hosts (tests/harness/test_kafka_runs.py).
+@pytest.mark.slow
 def test_kafka_over_the_ssh_provider(netns_hosts, tmp_path):
     """Apache Kafka on an inventory's hosts: the inventory's `java` runs every node, the
     classpath is copied to each host's folder (a second copy sends nothing and drops a jar

@@ -63,6 +63,8 @@ def test_last_replica_standing_with_elr_loses_nothing(tmp_path):
     assert any(e["kind"] == "partition-change" and e["elr"] for e in events), "the ELR must have been used"
 
 
+# Slow (32 s): the default run keeps the must-fail case and its ELR twin above.
+@pytest.mark.slow
 def test_last_replica_standing_with_fsync_per_message_loses_nothing(tmp_path):
     results, _, _ = _run(tmp_path, ["system.eligible.leader.replicas.enable=false", "system.flush.messages=1"],
                       LAST_REPLICA_STANDING)
