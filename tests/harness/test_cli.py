@@ -236,3 +236,12 @@ def test_console_script_is_installed_and_answers():
     for flag in ("--config", "--nodes", "--nemesis", "--time-limit", "--seed", "--set",
                  "--cleanup-only"):
         assert flag in done.stdout
+
+
+def test_the_command_starts_without_the_plotting_library():
+    """matplotlib is a second of every `harness` command's start and most commands never draw:
+    it is imported when a report draws its first plot (harness/report/plots.py), not before."""
+    probe = "import sys, harness.cli; print(sorted(m for m in sys.modules if m.startswith('matplotlib')))"
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
