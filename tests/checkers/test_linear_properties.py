@@ -17,13 +17,23 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 # every op timing out, and a history of 60 hanging writes is a 2**60 search for any checker.
 seeds = st.integers(0, 2**32).map(random.Random)
 
-histories = st.builds(
-    lambda rng, n, procs, info: simulate(rng, n, procs, values=4, info_rate=info),
-    seeds,
-    st.integers(1, 60),
-    st.integers(1, 6),
-    st.sampled_from([0.0, 0.1, 0.3]),
-)
+
+def _histories(info_rates: list[float]) -> st.SearchStrategy[list[dict]]:
+    return st.builds(
+        lambda rng, n, procs, info: simulate(rng, n, procs, values=4, info_rate=info),
+        seeds,
+        st.integers(1, 60),
+        st.integers(1, 6),
+        st.sampled_from(info_rates),
+    )
+
+
+histories = _histories([0.0, 0.1, 0.3])
+# Proving a history invalid explores every order of its hanging (info) ops that the search's
+# prunings do not merge: at 60 ops, a third of them timing out, 5 of 100 seeds with a read
+# made impossible took over 5 s each (one 66 s in a suite run, 2026-11-29); at a tenth, 300
+# such proofs took at most 0.66 s. The corrupted histories keep to the lower rates.
+corruptible = _histories([0.0, 0.1])
 
 
 def assert_witness(ops, model, order):
@@ -51,7 +61,7 @@ def test_simulated_histories_are_linearizable(events):
 
 
 @SETTINGS
-@given(histories, st.integers(0, 10**6))
+@given(corruptible, st.integers(0, 10**6))
 def test_reading_a_value_never_written_is_not_linearizable(events, pick):
     reads = [e for e in events if e["type"] == "ok" and e["f"] == "read"]
     if not reads:
@@ -61,7 +71,7 @@ def test_reading_a_value_never_written_is_not_linearizable(events, pick):
 
 
 @SETTINGS
-@given(histories, st.integers(0, 10**6))
+@given(corruptible, st.integers(0, 10**6))
 def test_cas_from_a_value_never_written_is_not_linearizable(events, pick):
     cases = [e for e in events if e["f"] == "cas" and e["type"] in ("invoke", "ok")]
     oks = [e for e in cases if e["type"] == "ok"]
