@@ -138,6 +138,9 @@ def test_harness_run_over_the_ssh_provider(netns_hosts, tmp_path):
         assert not h.remote.run(["pgrep", "-f", str(work / h.name)], check=False).ok
 
 
+# Slow (19 s): the default run holds the SSH provider (test_harness_run_over_the_ssh_provider)
+# and every toxic on namespace hosts (tests/nemesis/test_toxiproxy.py).
+@pytest.mark.slow
 @pytest.mark.toxiproxy
 def test_toxic_faults_over_the_ssh_provider(netns_hosts, tmp_path):
     """Toxiproxy started over SSH beside each node from the inventory's `toxiproxy` path, the

@@ -354,6 +354,9 @@ def test_a_full_disk_is_one_line_exit_3_and_leaves_nothing_half_written(small_di
 # -- two simultaneous runs with the same seed -----------------------------------------------
 
 
+# Slow (39 s): two whole runs with their checks; the tests above hold the results root's
+# other hazards in the default run.
+@pytest.mark.slow
 @pytest.mark.fuse
 def test_two_simultaneous_runs_with_the_same_seed_both_complete_valid(tmp_path, shared_tmp):
     results = tmp_path / "results"

@@ -32,6 +32,11 @@ def test_the_embedded_system_refuses_transactions(tmp_path):
         system_of(test)
 
 
+# Slow (44-47 s): the default run holds real Kafka's transactions through
+# tests/workloads/test_rdkafka_ctp.py (committed whole, exactly once through a group) and the
+# transaction checkers on histories of their own, aborted ones read or not
+# (tests/checkers/test_txn_consumers.py, test_txn_exactly_once.py).
+@pytest.mark.slow
 @pytest.mark.netns
 @pytest.mark.fuse
 @pytest.mark.parametrize("version", ["3.9.1"])
