@@ -105,6 +105,7 @@ $(KAFKA_STAMP): $(STAMP) systems/kafka/pom.xml control/kafka_install.py
 # starts (the harness command, host nodes, Spark's Python workers) compiled the sources anew:
 # 0.6 s of each `harness` command's 2.8 s start. Bytecode is still read where that is set, and
 # a source newer than its bytecode is compiled as before.
+# The packages of pyproject.toml's [tool.setuptools.packages.find].
 PACKAGES := replication control harness nemesis workloads checkers simulation runformat
 
 .PHONY: bytecode

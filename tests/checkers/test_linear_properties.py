@@ -30,9 +30,10 @@ def _histories(info_rates: list[float]) -> st.SearchStrategy[list[dict]]:
 
 histories = _histories([0.0, 0.1, 0.3])
 # Proving a history invalid explores every order of its hanging (info) ops that the search's
-# prunings do not merge: at 60 ops, a third of them timing out, 5 of 100 seeds with a read
-# made impossible took over 5 s each (one 66 s in a suite run, 2026-11-29); at a tenth, 300
-# such proofs took at most 0.66 s. The corrupted histories keep to the lower rates.
+# prunings do not merge: at 60 ops and info rate 0.3 (about half of them left hanging), 5 of
+# 100 seeds with a read made impossible took over 5 s each (one 66 s in a suite run,
+# 2026-11-29); at 0.1, 300 such proofs took at most 0.66 s. The corrupted histories keep to
+# the lower rates.
 corruptible = _histories([0.0, 0.1])
 
 

@@ -117,8 +117,8 @@ def _send_of(ops: list[dict], value: int) -> tuple[int, int]:
     return times[0], times[1]
 
 
-# Slow (69 s): the default run holds Kafka under kills (above) and over the SSH provider, and
-# every toxic on the embedded system (tests/nemesis/test_toxiproxy.py); this is the two together.
+# Slow (69 s): the default run holds Kafka under kills (above) and every toxic on the embedded
+# system (tests/nemesis/test_toxiproxy.py); this is the two together.
 @pytest.mark.slow
 @pytest.mark.toxiproxy
 def test_kafka_behind_toxiproxy_takes_toxics_on_client_and_peer_connections(tmp_path):
