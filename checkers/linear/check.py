@@ -121,10 +121,16 @@ def describe_failure(part: Partition, failure: Failure) -> dict[str, Any]:
             "from_index": min(op.invoke_index for op in window),
             "to_index": failure.op.complete_index,
         },
-        "explanation": (
-            f"after {failure.linearized} linearized ops the state is "
-            f"{model.describe_state(failure.state)!r}; {model.describe_op(failure.op)} "
-            f"completed (index {failure.op.complete_index}) but no order of the "
-            f"{len(concurrent)} concurrent ops lets it take effect before then"),
+        "explanation": _explain(model, failure, len(concurrent)),
     })
     return out
+
+
+def _explain(model: Model, failure: Failure, concurrent: int) -> str:
+    done = f"{model.describe_op(failure.op)} completed (index {failure.op.complete_index})"
+    state = repr(model.describe_state(failure.state))
+    if failure.unexplained:
+        return (f"{done}, but no op invoked before then can lead from the initial state "
+                f"{state} to one that explains it, in any order")
+    return (f"after {failure.linearized} linearized ops the state is {state}; {done} but no "
+            f"order of the {concurrent} concurrent ops lets it take effect before then")

@@ -21,6 +21,12 @@ Two prunings on top (sound, and checked against brute force in the tests): a rea
 the model accepts is the only candidate tried, and of identical pending ops only the one
 returning first is (see ``_Search._candidates``).
 
+Before searching, a read that nothing could explain ends it at once: one whose value no
+sequence of the ops invoked before it returned can produce from the initial state, as the
+model's ``reachable`` tells (a register read of a value nobody wrote). The search would reach
+the same verdict only after trying every order of the ops that come before that read, which
+is exponential in the hanging ones; such a failure is reported with ``unexplained`` set.
+
 Cost: ops with an unknown outcome stay candidates forever, so many concurrent hanging
 writes make the search exponential, as in every WGL-style checker; the budget turns that
 into an "unknown" verdict.
@@ -38,6 +44,10 @@ from checkers.linear.models import Model
 
 _TAIL = 8  # linearized ops shown before the failing point
 _CHECK_EVERY = 1024  # iterations between budget checks
+# The pre-check hands Model.reachable the ops invoked before each read it looks at: it stops
+# (and leaves the verdict to the search) once it has handed this many in all, which bounds
+# it on histories with very many distinct values read.
+_EXPLAIN_WORK = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,9 @@ class Failure:
     concurrent: list[tuple[Operation, bool]]  # pending ops, and whether the model accepts each
     # op ids of the longest partial linearization, in order (only with want_linearization)
     partial: list[int] = field(default_factory=list)
+    # found before searching: no sequence of the ops invoked before ``op`` returned leads
+    # from ``state`` (the initial one) to a state in which it is accepted
+    unexplained: bool = False
 
 
 @dataclass
@@ -147,6 +160,10 @@ class _Search:
         step = self.model.step
         deadline, max_states = self.budget.deadline, self.budget.max_states
         state = self.model.init()
+        unexplained = self._unexplained_read(state)
+        if unexplained is not None:
+            return SearchResult(False, 0, failure=Failure(
+                self.ops[unexplained], state, 0, [], [], unexplained=True))
         m, gaps = 0, ()
         seen: set[tuple[int, tuple[int, ...], Hashable]] = set()
         stack: list[tuple[int, Hashable, int, tuple[int, ...], list[int], int, int]] = []
@@ -251,6 +268,35 @@ class _Search:
                                         [self.inputs[i] for i in first.values()]):
                 return e, []
         return e, [self.call_entry[i] for i in sorted(first.values(), key=rank.__getitem__)]
+
+    def _unexplained_read(self, init: Hashable) -> int | None:
+        """The first read, in return order, that no sequence of the ops invoked before it
+        returned can explain from the initial state (``Model.reachable``), or None.
+
+        Only the first read of each value needs asking: a later read of the same value has
+        every op the first had before it, and more ops can only make a value reachable."""
+        step, reachable = self.model.step, self.model.reachable
+        before: list[Any] = []  # inputs of the state-changing ops invoked so far
+        asked: set[Any] = set()
+        work = 0
+        for e in range(1, len(self.op_of)):  # the entries in real-time order
+            i = self.op_of[e]
+            if not self.read_only[i]:
+                if self.is_call[e]:
+                    before.append(self.inputs[i])
+                continue
+            output = self.outputs[i]
+            if self.is_call[e] or output in asked:
+                continue
+            asked.add(output)
+            if step(init, self.inputs[i], output)[0]:
+                continue
+            work += len(before)
+            if work > _EXPLAIN_WORK:
+                return None
+            if not reachable(init, output, before):
+                return i
+        return None
 
     @staticmethod
     def _over_budget(deadline: float | None, max_states: int | None, states: int) -> str | None:

@@ -122,8 +122,37 @@ def test_read_of_a_never_written_value():
     )
     v = verdict(rows)
     assert v["valid"] is False
-    assert v["failure"]["op"]["output"] == 7
-    assert [op["value"] for op in v["failure"]["previous"]] == [1]
+    f = v["failure"]
+    assert f["op"]["output"] == 7
+    # found before searching: no order of any ops explains a 7, so none is shown
+    assert (v["explored"], f["linearized"], f["previous"], f["concurrent"]) == (0, 0, [], [])
+    assert f["window"] == {"from_index": 1, "to_index": 3}
+    assert "no op invoked before then can lead from the initial state None" in f["explanation"]
+
+
+def test_a_value_is_explained_only_by_ops_invoked_before_the_read_returned():
+    rows = [(0, "invoke", "write", 1), (0, "ok", "write", 1),
+            (1, "invoke", "read", None), (1, "ok", "read", 1)]
+    late = h(*rows, (2, "invoke", "read", None), (2, "ok", "read", 7),
+             (3, "invoke", "write", 7), (3, "ok", "write", 7))
+    v = verdict(late)
+    assert v["valid"] is False and v["explored"] == 0
+    assert v["failure"]["op"]["invoke_index"] == 4
+    # the twin: the write of 7 begins before the read returns
+    overlapping = h(*rows, (2, "invoke", "read", None), (3, "invoke", "write", 7),
+                    (2, "ok", "read", 7), (3, "ok", "write", 7))
+    assert verdict(overlapping)["valid"] is True
+
+
+def test_an_unexplained_read_is_found_without_trying_the_orders_of_hanging_writes():
+    n = 40  # 2**40 subsets of hanging writes: a search that tried them would never end
+    rows = [(p, "invoke", "write", p) for p in range(n)]
+    rows += [(p, "info", "write", p) for p in range(n)]
+    rows += [(n, "invoke", "write", "x"), (n, "ok", "write", "x"),
+             (n + 1, "invoke", "read", None), (n + 1, "ok", "read", "y")]
+    v = verdict(h(*rows), budget=Budget.of(seconds=60))  # the budget only keeps it finite
+    assert v["valid"] is False and v["explored"] == 0
+    assert v["failure"]["op"]["output"] == "y"
 
 
 def test_initial_value_is_read_as_none():
