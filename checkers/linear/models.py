@@ -82,6 +82,12 @@ class Model:
         """True if the op never changes the state (so, with no output, constrains nothing)."""
         return False
 
+    def observes(self, op: Operation) -> Any:
+        """The value ``op`` saw: it is accepted in exactly the states in which a read
+        returning that value would be (a read's output, a successful cas's expected value).
+        ``UNKNOWN`` when it constrains the state in no such way."""
+        return op.output if self.read_only(op) else UNKNOWN
+
     def reachable(self, state: Hashable, output: Any, pending: Sequence[OpInput]) -> bool:
         """Could some sequence of the ``pending`` ops (any of them, each at most once, in any
         order) lead from ``state`` to a state in which a read returning ``output`` is
@@ -161,6 +167,11 @@ class CASRegister(Register):
             expected, new = value
             return (True, new) if state == expected else (False, state)
         return super().step(state, op_input, op_output)
+
+    def observes(self, op: Operation) -> Any:
+        if op.f == "cas":  # a cas that failed never got here; one that timed out saw nothing
+            return UNKNOWN if op.output is UNKNOWN else op.value[0]
+        return super().observes(op)
 
     def validate(self, op: Operation) -> None:
         super().validate(op)

@@ -21,11 +21,12 @@ Two prunings on top (sound, and checked against brute force in the tests): a rea
 the model accepts is the only candidate tried, and of identical pending ops only the one
 returning first is (see ``_Search._candidates``).
 
-Before searching, a read that nothing could explain ends it at once: one whose value no
-sequence of the ops invoked before it returned can produce from the initial state, as the
-model's ``reachable`` tells (a register read of a value nobody wrote). The search would reach
-the same verdict only after trying every order of the ops that come before that read, which
-is exponential in the hanging ones; such a failure is reported with ``unexplained`` set.
+Before searching, an op that saw a value nothing could explain ends it at once: one whose
+value (``Model.observes``: a read's output, a cas's expected value) no sequence of the other
+ops invoked before it returned can produce from the initial state, as the model's
+``reachable`` tells (a register read of a value nobody wrote). The search would reach the
+same verdict only after trying every order of the ops that come before it, which is
+exponential in the hanging ones; such a failure is reported with ``unexplained`` set.
 
 Cost: ops with an unknown outcome stay candidates forever, so many concurrent hanging
 writes make the search exponential, as in every WGL-style checker; the budget turns that
@@ -126,6 +127,7 @@ class _Search:
         self.inputs = [model.input_of(op) for op in ops]
         self.outputs = [op.output for op in ops]
         self.read_only = [model.read_only(op) for op in ops]
+        self.observed = [model.observes(op) for op in ops]
         # a read is accepted iff it returned the state: compared here, not through step()
         self.reads_return_state = model.reads_return_state
         kinds: dict[tuple[Any, Any, Any], int] = {}
@@ -270,31 +272,36 @@ class _Search:
         return e, [self.call_entry[i] for i in sorted(first.values(), key=rank.__getitem__)]
 
     def _unexplained_read(self, init: Hashable) -> int | None:
-        """The first read, in return order, that no sequence of the ops invoked before it
-        returned can explain from the initial state (``Model.reachable``), or None.
+        """The first op, in return order, whose observed value no sequence of the other ops
+        invoked before it returned can explain from the initial state (``Model.reachable``),
+        or None.
 
-        Only the first read of each value needs asking: a later read of the same value has
-        every op the first had before it, and more ops can only make a value reachable."""
+        Only the first op to observe each value needs asking: a later one has every op the
+        first had before it, the first one too, and more ops can only make a value
+        reachable."""
         step, reachable = self.model.step, self.model.reachable
         before: list[Any] = []  # inputs of the state-changing ops invoked so far
+        place: dict[int, int] = {}  # such an op -> its place in `before`
         asked: set[Any] = set()
         work = 0
         for e in range(1, len(self.op_of)):  # the entries in real-time order
             i = self.op_of[e]
-            if not self.read_only[i]:
-                if self.is_call[e]:
+            if self.is_call[e]:
+                if not self.read_only[i]:
+                    place[i] = len(before)
                     before.append(self.inputs[i])
                 continue
-            output = self.outputs[i]
-            if self.is_call[e] or output in asked:
+            seen = self.observed[i]
+            if seen is UNKNOWN or seen in asked:
                 continue
-            asked.add(output)
-            if step(init, self.inputs[i], output)[0]:
+            asked.add(seen)
+            if step(init, self.inputs[i], self.outputs[i])[0]:
                 continue
-            work += len(before)
+            others = before if self.read_only[i] else before[:place[i]] + before[place[i] + 1:]
+            work += len(others)
             if work > _EXPLAIN_WORK:
                 return None
-            if not reachable(init, output, before):
+            if not reachable(init, seen, others):
                 return i
         return None
 

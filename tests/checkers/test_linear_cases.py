@@ -144,6 +144,21 @@ def test_a_value_is_explained_only_by_ops_invoked_before_the_read_returned():
     assert verdict(overlapping)["valid"] is True
 
 
+def test_a_cas_from_a_value_nobody_wrote_is_unexplained_even_by_itself():
+    rows = [(0, "invoke", "write", 1), (0, "ok", "write", 1),
+            (1, "invoke", "cas", [7, 7]), (1, "ok", "cas", [7, 7])]
+    v = verdict(h(*rows))
+    assert v["valid"] is False and v["explored"] == 0
+    assert v["failure"]["op"]["f"] == "cas"
+    assert "no op invoked before then" in v["failure"]["explanation"]
+    # the twins: a write of 7 invoked before the cas returned makes it legal, one invoked
+    # after does not, and a cas that timed out saw nothing
+    write_7 = [(2, "invoke", "write", 7), (2, "ok", "write", 7)]
+    assert verdict(h(*rows[:3], write_7[0], rows[3], write_7[1]))["valid"] is True
+    assert verdict(h(*rows, *write_7))["valid"] is False
+    assert verdict(h(*rows[:3], (1, "info", "cas", [7, 7])))["valid"] is True
+
+
 def test_an_unexplained_read_is_found_without_trying_the_orders_of_hanging_writes():
     n = 40  # 2**40 subsets of hanging writes: a search that tried them would never end
     rows = [(p, "invoke", "write", p) for p in range(n)]
