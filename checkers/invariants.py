@@ -49,8 +49,11 @@ the ISR only as the leaderless last member: `last_replica_standing`).
 Incremental use: every invariant names the parts of the state it reads (`Invariant.reads`,
 tags below); a checker that knows what a step changed evaluates only the invariants that
 read it. `ReplicaState.agreement` may carry a precomputed prefix agreement (see
-`agreement`), and `Acks` splits acknowledged records into those the committed prefix
-already covers and the rest, so a predicate costs O(replicas) plus the exceptions.
+`agreement`), and `ReplicaState.differs` the offsets past it where the log was found to
+differ from the committed prefix (so after one divergence, an unclean election's, the
+acknowledged records above it are not looked up again at every step), and `Acks` splits
+acknowledged records into those the committed prefix already covers and the rest, so a
+predicate costs O(replicas) plus the exceptions.
 
     reads tag   changed by
     meta        the controller's partition state, fenced brokers, registrations
@@ -65,8 +68,9 @@ already covers and the rest, so a predicate costs O(replicas) plus the exception
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, NamedTuple
 
 PREFIX = "invariant:"
@@ -113,7 +117,9 @@ class ReplicaState:
     isr.update=local-first proposed removals too). `metadata`: the partition state the
     replica acts on, as `metadata_key` makes it. `agreement`: the length of the prefix of
     its log equal to the committed prefix, when the caller computed it (else derived from
-    records or epochs; None in both: unknown). `leo_known` False: the log may be longer
+    records or epochs; None in both: unknown). `differs`, when the caller compared the log
+    with the committed prefix record by record below `compared`: the offsets below it where
+    they differ, sorted (None: not compared). `leo_known` False: the log may be longer
     than `leo` (a trace between two reports of it): nothing is concluded from its end."""
 
     broker: int
@@ -130,6 +136,8 @@ class ReplicaState:
     metadata: tuple | None = None
     agreement: int | None = None
     leo_known: bool = True
+    compared: int = 0
+    differs: Sequence[int] | None = None
 
 
 @dataclass(slots=True)
@@ -299,16 +307,39 @@ def missing(r: ReplicaState, acks: Acks, agreed: int | None, f: Facts, *,
             exact: bool = False) -> tuple[list[int], str]:
     """Acknowledged records the replica does not hold: some of their offsets, and how many in
     words ("" when none). Those below `agreed` (its shared prefix with the committed one) are
-    held; the others are looked up (see `_first_lost`)."""
-    start = bisect.bisect_left(acks.committed, agreed) if agreed is not None else 0
-    return _first_lost(acks, start, f, lambda rec: holds(r, rec) is False, lowest=False,
-                       exact=exact)
+    held, and so are those its log was found not to differ at (`r.differs`); the others are
+    looked up (see `_first_lost`)."""
+    return _first_lost(acks, _unsure(r, acks.committed, agreed or 0), f,
+                       lambda rec: holds(r, rec) is False, lowest=False, exact=exact)
 
 
-def _first_lost(acks: Acks, start: int, f: Facts, lost: Callable[[Any], bool], *,
+def _unsure(r: ReplicaState, committed: Sequence[int], floor: int) -> Iterator[int]:
+    """The offsets in `committed` (sorted) from `floor` on that `r` may not hold, in order:
+    below `r.compared` only those where its log differs from the committed prefix
+    (`r.differs`), then every one; without `r.differs`, every one."""
+    if r.differs is None:
+        return _from(committed, bisect.bisect_left(committed, floor))
+    differs = r.differs
+    known = (o for o in _from(differs, bisect.bisect_left(differs, floor))
+             if _holds_offset(committed, o))
+    return chain(known, _from(committed, bisect.bisect_left(committed, max(floor, r.compared))))
+
+
+def _from(items: Sequence[int], start: int) -> Iterator[int]:
+    """items[start:] without a copy (the checks stop early, mostly after a few)."""
+    return map(items.__getitem__, range(start, len(items)))
+
+
+def _holds_offset(offsets: Sequence[int], o: int) -> bool:
+    i = bisect.bisect_left(offsets, o)
+    return i < len(offsets) and offsets[i] == o
+
+
+def _first_lost(acks: Acks, offsets: Iterable[int], f: Facts, lost: Callable[[Any], bool], *,
                 lowest: bool, exact: bool = False) -> tuple[list[int], str]:
-    """The acknowledged records `lost` says are gone: acks.committed from index `start` on (in
-    offset order), then acks.other, looked up until FIRST_FOUND are found. Returns their
+    """The acknowledged records `lost` says are gone: those of acks.committed at `offsets`
+    (the ones that may be gone, in offset order), then acks.other, looked up until
+    FIRST_FOUND are found. Returns their
     offsets, sorted, and their number in words: exact, or "at least N" when the look-up
     stopped early. `lowest`: the offsets must be the lowest lost ones (a violation's key), so
     the records of acks.other (not kept in offset order) are looked up too, each one that
@@ -321,15 +352,14 @@ def _first_lost(acks: Acks, start: int, f: Facts, lost: Callable[[Any], bool], *
     found: list[int] = []  # sorted, at most FIRST_FOUND
     count = 0
     stopped = False
-    committed = acks.committed
-    for i in range(start, len(committed)):
-        rec = _committed_record(f, committed[i])
+    for offset in offsets:
+        rec = _committed_record(f, offset)
         if rec is not None and lost(rec):
             if count == cap:
                 stopped = True
                 break
             if count < FIRST_FOUND:
-                found.append(committed[i])
+                found.append(offset)
             count += 1
     for rec in acks.other.values():
         if cap is not None and count >= cap and (not lowest or rec.offset >= found[-1]):
@@ -579,9 +609,16 @@ def no_committed_record_lost_globally(p: PartitionSnapshot, exact: bool = False)
         return []
     # Below the longest prefix some replica shares with the committed one, every
     # acknowledged record that is the committed one is held; the rest are looked up.
+    # A record no replica holds is one that any given replica may not hold: the one whose
+    # comparison leaves the fewest of those is asked which.
     best = max((agreement(r, f) or 0 for r in p.replicas.values()), default=0)
     replicas = tuple(p.replicas.values())
-    lost, count = _first_lost(acks, bisect.bisect_left(acks.committed, best), f,
+    compared = [r for r in replicas if r.differs is not None]
+    guide = min(compared, key=lambda r: len(r.differs) + max(0, f.true_hwm - r.compared),
+                default=None)
+    offsets = (_unsure(guide, acks.committed, best) if guide is not None
+               else _from(acks.committed, bisect.bisect_left(acks.committed, best)))
+    lost, count = _first_lost(acks, offsets, f,
                               lambda rec: not any(holds(r, rec) is not False for r in replicas),
                               lowest=True, exact=exact)
     if not lost:

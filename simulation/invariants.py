@@ -22,10 +22,12 @@ from what the step changed (`Invariant.reads`):
   higher HWM (the committed prefix takes that leader's records, the very objects);
 - acknowledgements are seen as the broker answers a produce request (the leader's records
   at the acknowledged offsets, at acks=all or acks=1);
-- each replica's prefix agreement with the committed prefix is kept incrementally: an append
-  never changes it, a truncation, loss or recovery lowers it to where the log changed (the
-  view's `changed_from`), and it is extended -- comparing records -- only when someone needs
-  it;
+- each replica's log is compared with the committed prefix incrementally, each offset once:
+  how far it was compared and where it differed (its prefix agreement is where it first
+  differed). An append never changes that, a truncation, loss or recovery takes it back to
+  where the log changed (the view's `changed_from`), and the comparison goes on only when
+  someone needs it. Past a divergence (an unclean election's) the acknowledged records a
+  replica holds are not looked up again;
 - a step that only appended records, advanced a follower's HWM within its agreed prefix, or
   changed nothing evaluates nothing. Everything else evaluates the invariants that read what
   it changed, on a snapshot built from the live objects (no copy of a log).
@@ -49,7 +51,7 @@ from __future__ import annotations
 
 import heapq
 import json
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -109,7 +111,8 @@ class _Part:
     """The auxiliary variables of one partition and what the monitor caches about it."""
 
     __slots__ = ("key", "topic", "partition", "true_hwm", "committed", "acked", "acked1",
-                 "pending1", "agree", "pairs", "fp", "state", "meta", "history", "tags",
+                 "pending1", "compared", "differs", "pairs", "fp", "state", "meta", "history",
+                 "tags",
                  "rules", "mkeys", "view", "stale")
 
     def __init__(self, key: tuple[str, int]) -> None:
@@ -120,7 +123,10 @@ class _Part:
         self.acked = Acks([], {})
         self.acked1 = Acks([], {})
         self.pending1: list[tuple[int, int]] = []  # heap of acks=1 (offset, epoch) not committed
-        self.agree: dict[int, int] = {}
+        # broker -> how far its log was compared with the committed prefix, and the offsets
+        # below that where they differ, sorted (ReplicaState.compared and differs)
+        self.compared: dict[int, int] = {}
+        self.differs: dict[int, list[int]] = {}
         # (broker, broker) -> a length their logs share from offset 0 (PartitionSnapshot.pairs)
         self.pairs: dict[tuple[int, int], int] = {}
         self.fp: dict[int, tuple] = {}
@@ -137,9 +143,12 @@ class _Part:
 def _log_changed(part: _Part, b: int, offset: int) -> None:
     """Broker b's log changed from `offset` on other than by an append (a truncation, a loss,
     a recovery): what it was known to share with the committed prefix and with the other
-    replicas' logs ends there at most."""
-    if offset < part.agree.get(b, 0):
-        part.agree[b] = offset
+    replicas' logs ends there at most, and it is compared with the committed prefix again
+    from there."""
+    if offset < part.compared.get(b, 0):
+        part.compared[b] = offset
+        differs = part.differs[b]
+        del differs[bisect_left(differs, offset):]
     for pair, shared in part.pairs.items():
         if b in pair and offset < shared:
             part.pairs[pair] = offset
@@ -344,7 +353,9 @@ class InvariantMonitor:
             if fp != fps.get(b):
                 fps[b] = fp
                 part.tags.add("replica")
-            if hwm > part.agree.get(b, 0) and hwm > self._extend(part, b, log):
+            differs = part.differs.get(b)
+            agreed = differs[0] if differs else part.compared.get(b, 0)
+            if hwm > agreed and hwm > self._extend(part, b, log):
                 part.tags.add("hwm")
 
     def _commit(self, part: _Part, log: Any, hwm: int) -> None:
@@ -360,18 +371,22 @@ class InvariantMonitor:
                 del other[(o, e)]  # committed as acknowledged: the committed prefix covers it
 
     def _extend(self, part: _Part, b: int, log: Any) -> int:
-        """The broker's log's prefix agreement with the committed prefix, brought up to date."""
-        a = part.agree.get(b, 0)
+        """The broker's log's prefix agreement with the committed prefix, its comparison with
+        it brought up to date first (the end of the shorter of the two)."""
+        a = part.compared.get(b, 0)
+        differs = part.differs.get(b)
+        if differs is None:
+            differs = part.differs[b] = []
+            part.compared[b] = a
         limit = min(log.end_offset, part.true_hwm)
         if a < limit:
             recs, committed = log.records, part.committed
-            while a < limit:
-                x, y = recs[a], committed[a]
+            for o in range(a, limit):
+                x, y = recs[o], committed[o]
                 if x is not y and (x.epoch != y.epoch or x.value != y.value):
-                    break
-                a += 1
-            part.agree[b] = a
-        return a
+                    differs.append(o)
+            part.compared[b] = a = limit
+        return differs[0] if differs else a
 
     def acknowledged(self, token: _AckToken, first: int) -> None:
         machine = token.proc.machine
@@ -481,6 +496,7 @@ class InvariantMonitor:
         for b, rs in replicas.items():
             if rs.records is not None:
                 rs.agreement = self._extend(part, b, disks[names[b]].views[part.key])
+                rs.compared, rs.differs = part.compared[b], part.differs[b]
         return view
 
     def _replica_state(self, part: _Part, b: int) -> ReplicaState:

@@ -138,13 +138,16 @@ def test_every_run_that_loses_a_record_violates_an_invariant(tmp_path, weakness_
 
 
 def test_a_log_that_changes_lowers_what_it_is_known_to_share():
-    """The monitor's incremental state (PartitionSnapshot.pairs, the prefix agreements) is only
+    """The monitor's incremental state (PartitionSnapshot.pairs, the comparisons with the
+    committed prefix) is only
     sound if a truncation or loss lowers it: LogMatching does not compare below it again."""
     from simulation.invariants import _log_changed, _Part
 
     part = _Part(("chaos", 0))
-    part.agree = {1: 50, 2: 40, 3: 30}
+    part.compared = {1: 50, 2: 40, 3: 30}
+    part.differs = {1: [], 2: [10, 20, 35], 3: [29]}
     part.pairs = {(1, 2): 45, (1, 3): 30, (2, 3): 12}
     _log_changed(part, 2, 20)
-    assert part.agree == {1: 50, 2: 20, 3: 30}
+    assert part.compared == {1: 50, 2: 20, 3: 30}
+    assert part.differs == {1: [], 2: [10], 3: [29]}  # 20 is compared again
     assert part.pairs == {(1, 2): 20, (1, 3): 30, (2, 3): 12}
