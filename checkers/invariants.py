@@ -49,7 +49,7 @@ the ISR only as the leaderless last member: `last_replica_standing`).
 Incremental use: every invariant names the parts of the state it reads (`Invariant.reads`,
 tags below); a checker that knows what a step changed evaluates only the invariants that
 read it. `ReplicaState.agreement` may carry a precomputed prefix agreement (see
-`agreement`), and `ReplicaState.differs` the offsets past it where the log was found to
+`agreement`), and `ReplicaState.differs` the ranges past it where the log was found to
 differ from the committed prefix (so after one divergence, an unclean election's, the
 acknowledged records above it are not looked up again at every step), and `Acks` splits
 acknowledged records into those the committed prefix already covers and the rest, so a
@@ -118,8 +118,9 @@ class ReplicaState:
     replica acts on, as `metadata_key` makes it. `agreement`: the length of the prefix of
     its log equal to the committed prefix, when the caller computed it (else derived from
     records or epochs; None in both: unknown). `differs`, when the caller compared the log
-    with the committed prefix record by record below `compared`: the offsets below it where
-    they differ, sorted (None: not compared). `leo_known` False: the log may be longer
+    with the committed prefix below `compared`: the ranges of offsets [start, end) below it
+    where they differ, in order (`differing`; None: not compared). `leo_known` False: the
+    log may be longer
     than `leo` (a trace between two reports of it): nothing is concluded from its end."""
 
     broker: int
@@ -137,7 +138,7 @@ class ReplicaState:
     agreement: int | None = None
     leo_known: bool = True
     compared: int = 0
-    differs: Sequence[int] | None = None
+    differs: Sequence[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -319,20 +320,36 @@ def _unsure(r: ReplicaState, committed: Sequence[int], floor: int) -> Iterator[i
     (`r.differs`), then every one; without `r.differs`, every one."""
     if r.differs is None:
         return _from(committed, bisect.bisect_left(committed, floor))
-    differs = r.differs
-    known = (o for o in _from(differs, bisect.bisect_left(differs, floor))
-             if _holds_offset(committed, o))
-    return chain(known, _from(committed, bisect.bisect_left(committed, max(floor, r.compared))))
+    return chain(_within(committed, r.differs, floor),
+                 _from(committed, bisect.bisect_left(committed, max(floor, r.compared))))
 
 
-def _from(items: Sequence[int], start: int) -> Iterator[int]:
-    """items[start:] without a copy (the checks stop early, mostly after a few)."""
-    return map(items.__getitem__, range(start, len(items)))
+def _within(offsets: Sequence[int], ranges: Iterable[tuple[int, int]], floor: int) -> Iterator[int]:
+    """The `offsets` (sorted) from `floor` on that lie in the `ranges` (in order)."""
+    for start, end in ranges:
+        if end > floor:
+            i = bisect.bisect_left(offsets, max(start, floor))
+            yield from _from(offsets, i, bisect.bisect_left(offsets, end, i))
 
 
-def _holds_offset(offsets: Sequence[int], o: int) -> bool:
-    i = bisect.bisect_left(offsets, o)
-    return i < len(offsets) and offsets[i] == o
+def _from(items: Sequence[int], start: int, stop: int | None = None) -> Iterator[int]:
+    """items[start:stop] without a copy (the checks stop early, mostly after a few)."""
+    return map(items.__getitem__, range(start, len(items) if stop is None else stop))
+
+
+def differing(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]],
+              limit: int) -> list[tuple[int, int]]:
+    """The ranges [start, end) below `limit` where two epoch caches ([(epoch, start)]) give
+    different epochs (or one of them none), in order: for a log known by its epochs, where it
+    differs from the committed prefix (`ReplicaState.differs`)."""
+    points = sorted({0, *(x for _, x in a if 0 < x < limit), *(x for _, x in b if 0 < x < limit)})
+    out: list[tuple[int, int]] = []
+    for start, end in zip(points, [*points[1:], limit], strict=True):
+        if start < end and epoch_at(a, start) != epoch_at(b, start):
+            if out and out[-1][1] == start:
+                start = out.pop()[0]
+            out.append((start, end))
+    return out
 
 
 def _first_lost(acks: Acks, offsets: Iterable[int], f: Facts, lost: Callable[[Any], bool], *,
@@ -614,8 +631,8 @@ def no_committed_record_lost_globally(p: PartitionSnapshot, exact: bool = False)
     best = max((agreement(r, f) or 0 for r in p.replicas.values()), default=0)
     replicas = tuple(p.replicas.values())
     compared = [r for r in replicas if r.differs is not None]
-    guide = min(compared, key=lambda r: len(r.differs) + max(0, f.true_hwm - r.compared),
-                default=None)
+    guide = min(compared, key=lambda r: sum(e - s for s, e in r.differs)
+                + max(0, f.true_hwm - r.compared), default=None)
     offsets = (_unsure(guide, acks.committed, best) if guide is not None
                else _from(acks.committed, bisect.bisect_left(acks.committed, best)))
     lost, count = _first_lost(acks, offsets, f,

@@ -68,6 +68,7 @@ from checkers.invariants import (
     PartitionSnapshot,
     Rec,
     ReplicaState,
+    differing,
     epoch_at,
     metadata_key,
 )
@@ -392,9 +393,14 @@ class TraceChecker:
             view = r.isr_view
             if view is not None and r.role == LEADER and view[0] == r.leader_epoch:
                 _, maximal, committed, pending = view
+            # where its log differs from the committed prefix, so that past a divergence the
+            # acknowledged records are not all looked up again at every event
+            compared = min(r.leo, part.true_hwm)
+            differs = differing(r.epochs, part.committed, compared)
             replicas[b] = ReplicaState(b, running, r.role, r.leader_epoch, r.leo, hwm, None,
                                        tuple(r.epochs), committed, maximal, pending, r.metadata,
-                                       leo_known=b == exact)
+                                       differs[0][0] if differs else compared,
+                                       leo_known=b == exact, compared=compared, differs=differs)
         acked1 = Acks([], dict(part.acked1))
         facts = Facts(part.true_hwm, None, part.committed, part.acked, acked1, part.reads,
                       part.history if self.views else None)

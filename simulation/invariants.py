@@ -23,8 +23,8 @@ from what the step changed (`Invariant.reads`):
 - acknowledgements are seen as the broker answers a produce request (the leader's records
   at the acknowledged offsets, at acks=all or acks=1);
 - each replica's log is compared with the committed prefix incrementally, each offset once:
-  how far it was compared and where it differed (its prefix agreement is where it first
-  differed). An append never changes that, a truncation, loss or recovery takes it back to
+  how far it was compared and the ranges where it differed (its prefix agreement is where
+  it first differed). An append never changes that, a truncation, loss or recovery takes it back to
   where the log changed (the view's `changed_from`), and the comparison goes on only when
   someone needs it. Past a divergence (an unclean election's) the acknowledged records a
   replica holds are not looked up again;
@@ -123,10 +123,10 @@ class _Part:
         self.acked = Acks([], {})
         self.acked1 = Acks([], {})
         self.pending1: list[tuple[int, int]] = []  # heap of acks=1 (offset, epoch) not committed
-        # broker -> how far its log was compared with the committed prefix, and the offsets
-        # below that where they differ, sorted (ReplicaState.compared and differs)
+        # broker -> how far its log was compared with the committed prefix, and the ranges
+        # [start, end) below that where they differ (ReplicaState.compared and differs)
         self.compared: dict[int, int] = {}
-        self.differs: dict[int, list[int]] = {}
+        self.differs: dict[int, list[tuple[int, int]]] = {}
         # (broker, broker) -> a length their logs share from offset 0 (PartitionSnapshot.pairs)
         self.pairs: dict[tuple[int, int], int] = {}
         self.fp: dict[int, tuple] = {}
@@ -148,7 +148,9 @@ def _log_changed(part: _Part, b: int, offset: int) -> None:
     if offset < part.compared.get(b, 0):
         part.compared[b] = offset
         differs = part.differs[b]
-        del differs[bisect_left(differs, offset):]
+        del differs[bisect_left(differs, (offset,)):]  # the ranges from `offset` on
+        if differs and differs[-1][1] > offset:
+            differs[-1] = (differs[-1][0], offset)
     for pair, shared in part.pairs.items():
         if b in pair and offset < shared:
             part.pairs[pair] = offset
@@ -354,7 +356,7 @@ class InvariantMonitor:
                 fps[b] = fp
                 part.tags.add("replica")
             differs = part.differs.get(b)
-            agreed = differs[0] if differs else part.compared.get(b, 0)
+            agreed = differs[0][0] if differs else part.compared.get(b, 0)
             if hwm > agreed and hwm > self._extend(part, b, log):
                 part.tags.add("hwm")
 
@@ -384,9 +386,12 @@ class InvariantMonitor:
             for o in range(a, limit):
                 x, y = recs[o], committed[o]
                 if x is not y and (x.epoch != y.epoch or x.value != y.value):
-                    differs.append(o)
+                    if differs and differs[-1][1] == o:
+                        differs[-1] = (differs[-1][0], o + 1)
+                    else:
+                        differs.append((o, o + 1))
             part.compared[b] = a = limit
-        return differs[0] if differs else a
+        return differs[0][0] if differs else a
 
     def acknowledged(self, token: _AckToken, first: int) -> None:
         machine = token.proc.machine

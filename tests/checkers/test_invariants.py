@@ -271,8 +271,14 @@ def compared(r: ReplicaState, f: Facts) -> ReplicaState:
     """`r` with its log compared with the committed prefix record by record, as the simulator's
     monitor does it (ReplicaState.compared and differs)."""
     limit = min(r.leo, f.true_hwm)
-    differs = [o for o in range(limit) if not same_record(r.records[o], f.committed[o])]
-    return replace(r, agreement=differs[0] if differs else limit, compared=limit,
+    differs: list[tuple[int, int]] = []
+    for o in range(limit):
+        if not same_record(r.records[o], f.committed[o]):
+            if differs and differs[-1][1] == o:
+                differs[-1] = (differs[-1][0], o + 1)
+            else:
+                differs.append((o, o + 1))
+    return replace(r, agreement=differs[0][0] if differs else limit, compared=limit,
                    differs=differs)
 
 
@@ -329,9 +335,37 @@ def test_the_comparisons_change_no_verdict(seed):
     plain = snap([replica(b, some_log(), role="leader" if b == 1 else "follower")
                   for b in (1, 2, 3)], facts=facts)
     known = replace(plain, replicas={b: compared(r, facts) for b, r in plain.replicas.items()})
+    # the same logs known only by their epoch caches, as a trace knows them
+    by_epochs = replace(plain, facts=replace(facts, committed=None,
+                                             committed_epochs=epoch_cache(committed)))
+    by_epochs.replicas = {b: replace(r, records=None, epochs=epoch_cache(r.records))
+                          for b, r in plain.replicas.items()}
+    epochs_known = replace(by_epochs, replicas={b: epochs_compared(r, by_epochs.facts)
+                                                for b, r in by_epochs.replicas.items()})
     for check_ in (inv.leader_completeness, inv.no_committed_record_lost_globally):
         for exact in (False, True):
             assert check_(known, exact=exact) == check_(plain, exact=exact)
+            assert check_(epochs_known, exact=exact) == check_(by_epochs, exact=exact)
+
+
+def epoch_cache(records: list[Rec]) -> list[tuple[int, int]]:
+    return [(r.epoch, r.offset) for i, r in enumerate(records)
+            if i == 0 or records[i - 1].epoch != r.epoch]
+
+
+def epochs_compared(r: ReplicaState, f: Facts) -> ReplicaState:
+    limit = min(r.leo, f.true_hwm)
+    differs = inv.differing(r.epochs, f.committed_epochs, limit)
+    return replace(r, compared=limit, differs=differs)
+
+
+def test_where_two_epoch_caches_differ():
+    a = [(0, 0), (1, 5), (3, 8)]
+    assert inv.differing(a, a, 12) == []
+    assert inv.differing(a, [(0, 0), (1, 5), (2, 8)], 12) == [(8, 12)]
+    assert inv.differing(a, [(0, 0), (2, 3), (3, 8)], 12) == [(3, 8)]  # 3-4 and 5-7, merged
+    assert inv.differing(a, [(0, 0), (2, 3), (3, 8)], 4) == [(3, 4)]
+    assert inv.differing([(1, 0)], [(0, 0), (1, 2)], 6) == [(0, 2)]
 
 
 def test_log_matching_starts_where_a_pair_is_known_to_agree():

@@ -145,9 +145,9 @@ def test_a_log_that_changes_lowers_what_it_is_known_to_share():
 
     part = _Part(("chaos", 0))
     part.compared = {1: 50, 2: 40, 3: 30}
-    part.differs = {1: [], 2: [10, 20, 35], 3: [29]}
+    part.differs = {1: [], 2: [(10, 11), (15, 25), (35, 36)], 3: [(29, 30)]}
     part.pairs = {(1, 2): 45, (1, 3): 30, (2, 3): 12}
     _log_changed(part, 2, 20)
     assert part.compared == {1: 50, 2: 20, 3: 30}
-    assert part.differs == {1: [], 2: [10], 3: [29]}  # 20 is compared again
+    assert part.differs == {1: [], 2: [(10, 11), (15, 20)], 3: [(29, 30)]}  # 20 on: again
     assert part.pairs == {(1, 2): 20, (1, 3): 30, (2, 3): 12}
