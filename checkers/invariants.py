@@ -120,8 +120,8 @@ class ReplicaState:
     records or epochs; None in both: unknown). `differs`, when the caller compared the log
     with the committed prefix below `compared`: the ranges of offsets [start, end) below it
     where they differ, in order (`differing`; None: not compared). `leo_known` False: the
-    log may be longer
-    than `leo` (a trace between two reports of it): nothing is concluded from its end."""
+    log may be longer than `leo` (a trace between two reports of it): nothing is concluded
+    from its end."""
 
     broker: int
     running: bool
@@ -625,9 +625,9 @@ def no_committed_record_lost_globally(p: PartitionSnapshot, exact: bool = False)
     if not len(acks):
         return []
     # Below the longest prefix some replica shares with the committed one, every
-    # acknowledged record that is the committed one is held; the rest are looked up.
-    # A record no replica holds is one that any given replica may not hold: the one whose
-    # comparison leaves the fewest of those is asked which.
+    # acknowledged record that is the committed one is held; the rest are looked up. A
+    # record no replica holds is among those any one replica may not hold: of the replicas
+    # compared with the committed prefix, the one that leaves the fewest names them.
     best = max((agreement(r, f) or 0 for r in p.replicas.values()), default=0)
     replicas = tuple(p.replicas.values())
     compared = [r for r in replicas if r.differs is not None]

@@ -24,10 +24,10 @@ from what the step changed (`Invariant.reads`):
   at the acknowledged offsets, at acks=all or acks=1);
 - each replica's log is compared with the committed prefix incrementally, each offset once:
   how far it was compared and the ranges where it differed (its prefix agreement is where
-  it first differed). An append never changes that, a truncation, loss or recovery takes it back to
-  where the log changed (the view's `changed_from`), and the comparison goes on only when
-  someone needs it. Past a divergence (an unclean election's) the acknowledged records a
-  replica holds are not looked up again;
+  it first differed). An append never changes that; a truncation, loss or recovery takes it
+  back to where the log changed (the view's `changed_from`); the comparison goes on only
+  when someone needs it. Past a divergence (an unclean election's) the acknowledged records
+  a replica holds are not looked up again;
 - a step that only appended records, advanced a follower's HWM within its agreed prefix, or
   changed nothing evaluates nothing. Everything else evaluates the invariants that read what
   it changed, on a snapshot built from the live objects (no copy of a log).
@@ -112,8 +112,7 @@ class _Part:
 
     __slots__ = ("key", "topic", "partition", "true_hwm", "committed", "acked", "acked1",
                  "pending1", "compared", "differs", "pairs", "fp", "state", "meta", "history",
-                 "tags",
-                 "rules", "mkeys", "view", "stale")
+                 "tags", "rules", "mkeys", "view", "stale")
 
     def __init__(self, key: tuple[str, int]) -> None:
         self.key = key
