@@ -92,7 +92,7 @@ class Model:
         """Could some sequence of the ``pending`` ops (any of them, each at most once, in any
         order) lead from ``state`` to a state in which a read returning ``output`` is
         accepted? ``True`` when unsure: it only prunes. More pending ops must never turn a
-        ``True`` into ``False`` (the search's pre-check asks once per value read)."""
+        ``True`` into ``False`` (the search's pre-check asks once per value seen)."""
         return True
 
     def partition(self, ops: Sequence[Operation]) -> list[Partition]:

@@ -45,9 +45,9 @@ from checkers.linear.models import Model
 
 _TAIL = 8  # linearized ops shown before the failing point
 _CHECK_EVERY = 1024  # iterations between budget checks
-# The pre-check hands Model.reachable the ops invoked before each read it looks at: it stops
+# The pre-check hands Model.reachable the ops invoked before each op it looks at: it stops
 # (and leaves the verdict to the search) once it has handed this many in all, which bounds
-# it on histories with very many distinct values read.
+# it on histories with very many distinct values seen.
 _EXPLAIN_WORK = 4_000_000
 
 
@@ -162,7 +162,7 @@ class _Search:
         step = self.model.step
         deadline, max_states = self.budget.deadline, self.budget.max_states
         state = self.model.init()
-        unexplained = self._unexplained_read(state)
+        unexplained = self._unexplained(state)
         if unexplained is not None:
             return SearchResult(False, 0, failure=Failure(
                 self.ops[unexplained], state, 0, [], [], unexplained=True))
@@ -271,7 +271,7 @@ class _Search:
                 return e, []
         return e, [self.call_entry[i] for i in sorted(first.values(), key=rank.__getitem__)]
 
-    def _unexplained_read(self, init: Hashable) -> int | None:
+    def _unexplained(self, init: Hashable) -> int | None:
         """The first op, in return order, whose observed value no sequence of the other ops
         invoked before it returned can explain from the initial state (``Model.reachable``),
         or None.
