@@ -297,9 +297,11 @@ def _epochs_of(records: Sequence[Any], limit: int) -> list[tuple[int, int]]:
 
 def agreement(r: ReplicaState, f: Facts) -> int | None:
     """How many offsets from 0 the replica's log shares with the committed prefix (at most
-    the true HWM); `r.agreement` when given."""
+    the true HWM); `r.agreement` when given, where it first differs when compared."""
     if r.agreement is not None:
         return r.agreement
+    if r.differs is not None:
+        return r.differs[0][0] if r.differs else r.compared
     return common_prefix(r, f, min(r.leo, f.true_hwm))
 
 

@@ -399,7 +399,6 @@ class TraceChecker:
             differs = differing(r.epochs, part.committed, compared)
             replicas[b] = ReplicaState(b, running, r.role, r.leader_epoch, r.leo, hwm, None,
                                        tuple(r.epochs), committed, maximal, pending, r.metadata,
-                                       differs[0][0] if differs else compared,
                                        leo_known=b == exact, compared=compared, differs=differs)
         acked1 = Acks([], dict(part.acked1))
         facts = Facts(part.true_hwm, None, part.committed, part.acked, acked1, part.reads,

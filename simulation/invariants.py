@@ -155,6 +155,12 @@ def _log_changed(part: _Part, b: int, offset: int) -> None:
             part.pairs[pair] = offset
 
 
+def _agreed(part: _Part, b: int) -> int:
+    """Broker b's log's prefix agreement with the committed prefix, as far as compared."""
+    differs = part.differs.get(b)
+    return differs[0][0] if differs else part.compared.get(b, 0)
+
+
 class _AckToken:
     """A produce request's reply token: it answers as the plain one does, then tells the
     monitor which records a ProduceReply acknowledged."""
@@ -354,9 +360,7 @@ class InvariantMonitor:
             if fp != fps.get(b):
                 fps[b] = fp
                 part.tags.add("replica")
-            differs = part.differs.get(b)
-            agreed = differs[0][0] if differs else part.compared.get(b, 0)
-            if hwm > agreed and hwm > self._extend(part, b, log):
+            if hwm > _agreed(part, b) and hwm > self._extend(part, b, log):
                 part.tags.add("hwm")
 
     def _commit(self, part: _Part, log: Any, hwm: int) -> None:
@@ -389,8 +393,8 @@ class InvariantMonitor:
                         differs[-1] = (differs[-1][0], o + 1)
                     else:
                         differs.append((o, o + 1))
-            part.compared[b] = a = limit
-        return differs[0][0] if differs else a
+            part.compared[b] = limit
+        return _agreed(part, b)
 
     def acknowledged(self, token: _AckToken, first: int) -> None:
         machine = token.proc.machine
@@ -477,7 +481,7 @@ class InvariantMonitor:
         """The partition's state as checkers.invariants reads it, from the live objects (no
         copy of a log). Kept in place: only the replicas of brokers that stepped since the
         last snapshot (all of them after a controller step or a fault) are rebuilt; every
-        replica's prefix agreement is brought up to date."""
+        replica's comparison with the committed prefix is brought up to date."""
         view = part.view
         if view is None:
             view = part.view = PartitionSnapshot(part.meta, {}, Facts(
@@ -498,8 +502,8 @@ class InvariantMonitor:
         part.stale = set()
         disks, names = self.world.disks, self.world.brokers
         for b, rs in replicas.items():
-            if rs.records is not None:
-                rs.agreement = self._extend(part, b, disks[names[b]].views[part.key])
+            if rs.records is not None:  # its agreement follows (checkers.invariants.agreement)
+                self._extend(part, b, disks[names[b]].views[part.key])
                 rs.compared, rs.differs = part.compared[b], part.differs[b]
         return view
 

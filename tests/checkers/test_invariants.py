@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from support.lookups import count_lookups
 
 from checkers import invariants as inv
 from checkers.invariants import (
@@ -278,19 +279,7 @@ def compared(r: ReplicaState, f: Facts) -> ReplicaState:
                 differs[-1] = (differs[-1][0], o + 1)
             else:
                 differs.append((o, o + 1))
-    return replace(r, agreement=differs[0][0] if differs else limit, compared=limit,
-                   differs=differs)
-
-
-def lookups(monkeypatch) -> list[int]:
-    """Counts the records the checks look up in a replica's log."""
-    calls = [0]
-
-    def counting(r, rec):
-        calls[0] += 1
-        return holds(r, rec)
-    monkeypatch.setattr(inv, "holds", counting)
-    return calls
+    return replace(r, compared=limit, differs=differs)
 
 
 def test_past_a_divergence_only_the_records_a_log_differs_at_are_looked_up(monkeypatch):
@@ -305,7 +294,7 @@ def test_past_a_divergence_only_the_records_a_log_differs_at_are_looked_up(monke
     lacking = [Rec(500, 1, "x500") if o == 500 else r for o, r in enumerate(diverged)]
     plain = snap([replica(1, lacking, role="leader"), replica(2, diverged),
                   replica(3, diverged)], facts=facts)
-    calls = lookups(monkeypatch)
+    calls = count_lookups(monkeypatch)
     (v,) = inv.leader_completeness(plain)
     assert "lacks 1 acknowledged record(s), at offsets [500]" in v.detail
     assert inv.no_committed_record_lost_globally(plain) == []

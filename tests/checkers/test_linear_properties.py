@@ -17,23 +17,18 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 # every op timing out, and a history of 60 hanging writes is a 2**60 search for any checker.
 seeds = st.integers(0, 2**32).map(random.Random)
 
-
-def _histories(info_rates: list[float]) -> st.SearchStrategy[list[dict]]:
-    return st.builds(
-        lambda rng, n, procs, info: simulate(rng, n, procs, values=4, info_rate=info),
-        seeds,
-        st.integers(1, 60),
-        st.integers(1, 6),
-        st.sampled_from(info_rates),
-    )
-
-
 # Up to about half of the ops left hanging (info rate 0.3). Proving a corrupted history
 # invalid by search alone explores every order of its hanging ops that the prunings do not
 # merge: 5 of 100 seeds with a read made impossible took over 5 s each, one 66 s in a suite
 # run (2026-11-29). The corruptions below are values nobody wrote, which the search's
 # pre-check finds without searching.
-histories = _histories([0.0, 0.1, 0.3])
+histories = st.builds(
+    lambda rng, n, procs, info: simulate(rng, n, procs, values=4, info_rate=info),
+    seeds,
+    st.integers(1, 60),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.1, 0.3]),
+)
 
 
 def assert_witness(ops, model, order):
