@@ -92,7 +92,7 @@ def simulate_into(test: Test, out_dir: Path, *, keep_going: bool = False,
     params = s.workload_params
     schedule_params = test.schedule_params
     schedule = ScheduleRecord(out_dir / "schedule.json", schedule_params,
-                              test.plan.entries_for(schedule_params))
+                              test.plan.entries_for(schedule_params), save_each_change=False)
 
     try:
         return run_simulation(out_dir, seed=s.seed, params=params, time_limit=s.time_limit,

@@ -52,6 +52,8 @@ class BrokerStore:
         self._fsync = fs.fsync if fsync is None else fsync
         self.defer_sync = defer_sync
         self._logs: dict[tuple[str, int], SegmentLog] = {}
+        # made once: rewritten every second, and a path made anew is parsed anew
+        self._hwm_path = self.data_dir / HWM_CHECKPOINT
         fs.makedirs(self.data_dir)
 
     def open_log(self, topic: str, partition: int) -> SegmentLog:
@@ -113,12 +115,12 @@ class BrokerStore:
     def write_hwm_checkpoint(self, hwms: Mapping[str, int]) -> None:
         """{"topic-partition": hwm}, as Broker.hwm_snapshot gives it and the file holds it."""
         atomic_write_json(
-            self._fs, self.data_dir / HWM_CHECKPOINT, dict(sorted(hwms.items())), self._fsync
+            self._fs, self._hwm_path, dict(sorted(hwms.items())), self._fsync
         )
 
     def read_hwm_checkpoint(self) -> dict[str, int]:
         """{"topic-partition": hwm}; empty if there is no checkpoint yet."""
-        path = self.data_dir / HWM_CHECKPOINT
+        path = self._hwm_path
         try:
             raw = json.loads(self._fs.read_bytes(path).decode())
         except FileNotFoundError:

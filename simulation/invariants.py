@@ -50,7 +50,6 @@ last `recent` steps and node events that led to it.
 from __future__ import annotations
 
 import heapq
-import json
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -75,6 +74,7 @@ from checkers.invariants import (
 )
 from replication.messages import ProduceReply, ProduceRequest
 from replication.partition import Role
+from workloads.history import json_line
 
 if TYPE_CHECKING:
     from simulation.disk import NodeDisk
@@ -193,6 +193,8 @@ class InvariantMonitor:
         self.evaluations = 0
         self.skipped = 0  # steps whose changes `_covered` showed harmless
         self._seen: set[tuple] = set()
+        # id(step) -> (the step, its description), for the steps in `recent` (see _recent_steps)
+        self._described: dict[int, tuple[tuple, dict[str, Any]]] = {}
         self._acks: list[tuple[_Part, list[Any], str]] = []
         self._controller: Any = None
         self._brokers: tuple = ()
@@ -640,18 +642,35 @@ class InvariantMonitor:
         self._seen.add((v.name, v.topic, v.partition, v.key))
         loop = self.world.loop
         record = {"time": loop.time_ns(), **v.to_dict(),
-                  "recent_steps": [_describe_step(s) for s in self.recent],
+                  "recent_steps": self._recent_steps(),
                   "recent_events": [_describe_event(e) for e in self.world.events()[-len(self.recent):]]}
         self.violations.append(record)
         if not self.keep_going:
             self.stopped = True
             loop.at(loop.now, _raise, InvariantViolation(record))
 
+    def _recent_steps(self) -> list[dict[str, Any]]:
+        """The recent steps as a violation records them, each step described once however many
+        violations record it: the next violation's steps are mostly the last one's, and a
+        detail's repr (40 a violation) is code that runs too rarely for PyPy to compile (3 % of
+        an unclean-election run there). A detail is a frozen message or plain text, so its repr
+        is the same then as later."""
+        described = self._described
+        out = []
+        for step in self.recent:
+            hit = described.get(id(step))
+            if hit is None or hit[0] is not step:  # an id of a step gone from `recent`, reused
+                hit = described[id(step)] = (step, _describe_step(step))
+            out.append(dict(hit[1]))
+        if len(described) > 4 * len(self.recent):
+            self._described = {id(s): described[id(s)] for s in self.recent}
+        return out
+
     def write(self, path: str | Path) -> None:
         """invariants.jsonl: one violation a line (an empty file: checked, none found)."""
         with open(path, "w") as f:
             for v in self.violations:
-                f.write(json.dumps(v) + "\n")
+                f.write(json_line(v) + "\n")
 
 
 LEADER_ROLE: Any = Role.LEADER  # the enum member, so the hot path compares by identity

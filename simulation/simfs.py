@@ -145,7 +145,15 @@ _KEYS: dict[Path | str, str] = {}
 
 
 def _parent(key: str) -> str:
-    return str(PurePosixPath(key).parent)
+    parent = _PARENTS.get(key)
+    if parent is None:
+        parent = _PARENTS[key] = str(PurePosixPath(key).parent)
+    return parent
+
+
+# normal form -> its directory's: every file created (a checkpoint's scratch file each second,
+# then its rename) asks it, and a path's parsing is cold code under PyPy (about 0.1 ms there)
+_PARENTS: dict[str, str] = {}
 
 
 class SimFs:

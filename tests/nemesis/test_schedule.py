@@ -170,6 +170,26 @@ def test_record_realised_schedule_and_replay(tmp_path):
     assert symbolic[0]["target"] == entries[0]["target"]
 
 
+def test_a_record_saved_only_at_its_ends_finishes_with_the_same_file(tmp_path):
+    """save_each_change=False (a simulated run's record) leaves the file as first written until
+    finish(), which writes what a record saved at every change would hold by then."""
+    p = params(faults=("kill", "partition"), time_limit=60)
+    every = ScheduleRecord(tmp_path / "every.json", p)
+    ends = ScheduleRecord(tmp_path / "ends.json", p, save_each_change=False)
+    first = (tmp_path / "ends.json").read_bytes()
+    assert first == (tmp_path / "every.json").read_bytes()
+    for record in (every, ends):
+        record.started(0, {"nodes": ["n3"]}, 8.25)
+        record.ended(0, 13.5)
+        record.skipped(1, "no leader for partition 1")
+    assert (tmp_path / "ends.json").read_bytes() == first
+    assert (tmp_path / "every.json").read_bytes() != first
+    every.finish()
+    ends.finish()
+    assert (tmp_path / "ends.json").read_bytes() == (tmp_path / "every.json").read_bytes()
+    assert load_schedule(tmp_path / "ends.json").faults[0].outcome == "ok"
+
+
 def test_record_rejects_unknown_ids_and_outcomes(tmp_path):
     record = ScheduleRecord(tmp_path / "schedule.json", params(time_limit=60))
     with pytest.raises(KeyError):

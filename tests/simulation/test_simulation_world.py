@@ -7,6 +7,7 @@ import asyncio
 import gc
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,15 @@ def test_a_run_freezes_the_objects_older_than_it_and_thaws_them_after(tmp_path):
     run(tmp_path, 1, time_limit=1.0,
         world_hook=lambda world: frozen_while_running.append(gc.get_freeze_count()))
     assert frozen_while_running[0] > 10_000 and gc.get_freeze_count() == 0
+
+
+def test_a_named_stream_is_the_one_random_derives_from_the_seed_and_the_name():
+    """World.rng seeds through hashlib (random's own SHA-512 is pure Python under PyPy), yet
+    gives each stream random.Random(f"{seed}:{name}") gives: every seed's runs stay the same."""
+    world = World(7, 4, NodeConfig())
+    for name in ("net", "fsync:n2", "start", "fsync-draws:n3:2", "\u00e9"):
+        assert world.rng(name).getrandbits(64) == random.Random(f"7:{name}").getrandbits(64)
+    assert world.rng("net").random() != world.rng("start").random()
 
 
 def test_different_seeds_give_different_runs(tmp_path):

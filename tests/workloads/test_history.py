@@ -334,16 +334,29 @@ def test_the_plain_encoder_writes_what_the_json_module_writes(op):
     assert "".join(out) == history._ENCODE(op)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(), _values, max_size=6), st.booleans())
+def test_a_line_is_what_json_dumps_writes(op, plain):
+    """json_line is json.dumps's text, through the plain encoder (PyPy's) or not (CPython's):
+    the simulator writes events.jsonl and invariants.jsonl with it, as json.dumps did."""
+    was = history._PLAIN_ENCODER
+    history._PLAIN_ENCODER = plain
+    try:
+        assert history.json_line(op) == json.dumps(op)
+    finally:
+        history._PLAIN_ENCODER = was
+
+
 def test_the_plain_encoder_escapes_and_hands_back(monkeypatch):
     monkeypatch.setattr(history, "_PLAIN_ENCODER", True)
     op = {"index": 1, "s": 'q"\\\n\x7f\u00e9\U0001f600', "l": history.EncodedList([1], "[1]"),
           "f": [1.5, -0.0], "t": (True, None)}
-    assert history._encode_op(op) == history._ENCODE(op)
+    assert history.json_line(op) == history._ENCODE(op)
     for unusual in ({"k": {1: 2}}, {"k": float("nan")}, {"k": {"a": object}}):
         out: list[str] = []
         with pytest.raises(history._Unusual):
             history._put(unusual, out)
-    assert history._encode_op({"k": {1: 2}}) == '{"k": {"1": 2}}'
+    assert history.json_line({"k": {1: 2}}) == '{"k": {"1": 2}}'
 
 
 # ---- the shapes' templates (CPython's lines of plain ints and strs) ----------------------------
@@ -354,13 +367,13 @@ _plain_values = st.integers() | st.booleans() | st.text() | st.none() | st.float
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(st.text(), _plain_values, max_size=8))
 def test_a_shapes_template_writes_what_the_json_module_writes(op):
-    """_encode_op through a shape's template (str keys, int and str values; '%' in keys and
+    """json_line through a shape's template (str keys, int and str values; '%' in keys and
     values, escapes, bools and None beside ints) or through json's encoder: the same text,
     the first time a shape is seen and the next."""
     if history._PLAIN_ENCODER:
         pytest.skip("PyPy writes through the plain encoder")
-    assert history._encode_op(op) == history._ENCODE(op)
-    assert history._encode_op(op) == history._ENCODE(op)
+    assert history.json_line(op) == history._ENCODE(op)
+    assert history.json_line(op) == history._ENCODE(op)
 
 
 def test_a_template_given_a_bool_would_write_other_text_than_json():
@@ -368,7 +381,7 @@ def test_a_template_given_a_bool_would_write_other_text_than_json():
     # a True is another shape and never meets an int's template), %d would write True as 1
     # where json writes true: forced here, the test above would see it.
     op = {"a": 1, "b": "x%s"}
-    assert history._encode_op(op) == '{"a": 1, "b": "x%s"}'
+    assert history.json_line(op) == '{"a": 1, "b": "x%s"}'
     shape = (*op, int, str)
     template, strings = history._PLANS[shape]
     assert template % (True, history._string("x%s")) != history._ENCODE({"a": True, "b": "x%s"})
