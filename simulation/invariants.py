@@ -186,15 +186,14 @@ class InvariantMonitor:
         self.world = world
         self.keep_going = keep_going
         self.violations: list[dict[str, Any]] = []
-        self.recent: deque[tuple[float, str, str, Any]] = deque(maxlen=recent)
+        # [time, node, what, detail, its description once a violation asked for it]
+        self.recent: deque[list[Any]] = deque(maxlen=recent)
         self.stopped = False
         self.parts: dict[tuple[str, int], _Part] = {}
         self.steps = 0
         self.evaluations = 0
         self.skipped = 0  # steps whose changes `_covered` showed harmless
         self._seen: set[tuple] = set()
-        # id(step) -> (the step, its description), for the steps in `recent` (see _recent_steps)
-        self._described: dict[int, tuple[tuple, dict[str, Any]]] = {}
         self._acks: list[tuple[_Part, list[Any], str]] = []
         self._controller: Any = None
         self._brokers: tuple = ()
@@ -222,7 +221,7 @@ class InvariantMonitor:
         """After a node process did something with its state machine."""
         self.steps += 1
         name = proc.name
-        self._note_step((self._loop.now, name, what, detail))
+        self._note_step([self._loop.now, name, what, detail, None])
         if self.stopped:
             return
         machine = proc.machine
@@ -254,7 +253,7 @@ class InvariantMonitor:
     def fault(self, verb: str, node: str | None = None, detail: Any = None) -> None:
         """After a world verb (kill, power loss, ...): records its place in the recent steps;
         a loss of unsynced writes changes logs."""
-        self.recent.append((self.world.loop.now, node or "-", f"fault {verb}", detail))
+        self.recent.append([self.world.loop.now, node or "-", f"fault {verb}", detail, None])
         if self.stopped:
             return
         for b, disk in self._broker_disks():
@@ -655,15 +654,11 @@ class InvariantMonitor:
         detail's repr (40 a violation) is code that runs too rarely for PyPy to compile (3 % of
         an unclean-election run there). A detail is a frozen message or plain text, so its repr
         is the same then as later."""
-        described = self._described
         out = []
         for step in self.recent:
-            hit = described.get(id(step))
-            if hit is None or hit[0] is not step:  # an id of a step gone from `recent`, reused
-                hit = described[id(step)] = (step, _describe_step(step))
-            out.append(dict(hit[1]))
-        if len(described) > 4 * len(self.recent):
-            self._described = {id(s): described[id(s)] for s in self.recent}
+            if step[4] is None:
+                step[4] = _describe_step(step)
+            out.append(dict(step[4]))
         return out
 
     def write(self, path: str | Path) -> None:
@@ -681,8 +676,8 @@ def _raise(e: BaseException) -> None:
     raise e
 
 
-def _describe_step(step: tuple[float, str, str, Any]) -> dict[str, Any]:
-    t, node, what, detail = step
+def _describe_step(step: list[Any]) -> dict[str, Any]:
+    t, node, what, detail = step[:4]
     out: dict[str, Any] = {"time": round(t * 1e9), "node": node, "step": what}
     if detail is not None:
         text = repr(detail)
