@@ -48,10 +48,10 @@ the ISR only as the leaderless last member: `last_replica_standing`).
 
 Incremental use: every invariant names the parts of the state it reads (`Invariant.reads`,
 tags below); a checker that knows what a step changed evaluates only the invariants that
-read it. `ReplicaState.agreement` may carry a precomputed prefix agreement (see
-`agreement`), and `ReplicaState.differs` the ranges past it where the log was found to
-differ from the committed prefix (so after one divergence, an unclean election's, the
-acknowledged records above it are not looked up again at every step), and `Acks` splits
+read it. `ReplicaState.differs` may carry the ranges where the log was found to differ
+from the committed prefix, its prefix agreement following from them (`agreement`), so after
+one divergence (an unclean election's) the acknowledged records above it are not looked up
+again at every step; and `Acks` splits
 acknowledged records into those the committed prefix already covers and the rest, so a
 predicate costs O(replicas) plus the exceptions.
 
@@ -116,9 +116,7 @@ class ReplicaState:
     which epoch each offset holds). `isr`: the ISR the leader last knew committed;
     `maximal_isr`: the ISR its HWM is computed over (with proposed additions, and with
     isr.update=local-first proposed removals too). `metadata`: the partition state the
-    replica acts on, as `metadata_key` makes it. `agreement`: the length of the prefix of
-    its log equal to the committed prefix, when the caller computed it (else derived from
-    records or epochs; None in both: unknown). `differs`, when the caller compared the log
+    replica acts on, as `metadata_key` makes it. `differs`, when the caller compared the log
     with the committed prefix below `compared`: the ranges of offsets [start, end) below it
     where they differ, in order (`differing`; None: not compared). `leo_known` False: the
     log may be longer than `leo` (a trace between two reports of it): nothing is concluded
@@ -136,7 +134,6 @@ class ReplicaState:
     maximal_isr: tuple[int, ...] | None = None
     alter_pending: bool = False
     metadata: tuple | None = None
-    agreement: int | None = None
     leo_known: bool = True
     compared: int = 0
     differs: Sequence[tuple[int, int]] | None = None
@@ -297,9 +294,8 @@ def _epochs_of(records: Sequence[Any], limit: int) -> list[tuple[int, int]]:
 
 def agreement(r: ReplicaState, f: Facts) -> int | None:
     """How many offsets from 0 the replica's log shares with the committed prefix (at most
-    the true HWM); `r.agreement` when given, where it first differs when compared."""
-    if r.agreement is not None:
-        return r.agreement
+    the true HWM): where it first differs, when compared (`differs`), else from its records
+    or epochs."""
     if r.differs is not None:
         return r.differs[0][0] if r.differs else r.compared
     return common_prefix(r, f, min(r.leo, f.true_hwm))

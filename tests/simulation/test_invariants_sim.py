@@ -177,3 +177,29 @@ def test_after_an_unclean_election_what_every_log_holds_is_not_looked_up_again(t
     report = check_run(tmp_path, RunConfig.of(config))
     assert report is not None and report.violations
     assert looked[0] < 100_000
+
+
+def test_a_violation_records_its_recent_steps_as_they_are_described_afresh():
+    """The recent steps keep their descriptions between violations (a detail's repr is made
+    once): each violation still gets the steps in `recent` now, as `_describe_step` gives
+    them, in dicts of its own."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from replication.messages import ProduceRequest
+    from simulation.invariants import InvariantMonitor, _describe_step
+
+    msg = ProduceRequest("chaos", 0, ("1", "2"), "all")
+    monitor = SimpleNamespace(recent=deque(maxlen=4))
+    monitor.recent.extend([[0.5, "n2", "request", msg, None], [0.75, "n3", "tick", None, None]])
+    first = InvariantMonitor._recent_steps(monitor)
+    first[0]["detail"] = "changed by a reader"
+    monitor.recent.extend([[1.0, "n2", "answer", "x" * 300, None], [1.25, "-", "fault kill", None, None]])
+    second = InvariantMonitor._recent_steps(monitor)
+    assert second == [_describe_step(s) for s in monitor.recent]
+    assert second[0]["detail"] == repr(msg)  # not what a reader of the first record wrote
+    assert [s["time"] for s in second] == [500_000_000, 750_000_000, 1_000_000_000,
+                                          1_250_000_000]
+    assert second[2]["detail"].endswith("...") and len(second[2]["detail"]) == 240
+    monitor.recent.append([1.5, "n4", "tick", None, None])
+    assert [s["time"] for s in InvariantMonitor._recent_steps(monitor)][0] == 750_000_000
