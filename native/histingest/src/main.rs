@@ -28,6 +28,7 @@
 //! then it touched nothing.
 
 mod alloc;
+mod columns;
 mod convert;
 mod fields;
 mod orphan;

@@ -18,8 +18,7 @@ use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
-use arrow_array::builder::{Int32Builder, Int64Builder, PrimitiveBuilder, StringBuilder};
-use arrow_array::types::ArrowPrimitiveType;
+use arrow_array::types::{Int32Type, Int64Type};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
@@ -27,6 +26,7 @@ use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use crate::columns::{Ints, Texts};
 use crate::parse::Op;
 use crate::Failure;
 
@@ -215,46 +215,46 @@ impl Writer {
 
 /// The ops table's columns, in OPS_COLUMNS' order.
 struct OpsBuilder {
-    index: Int64Builder,
-    time: Int64Builder,
-    process: StringBuilder,
-    typ: StringBuilder,
-    f: StringBuilder,
-    partition: Int32Builder,
-    value: Int64Builder,
-    value_json: StringBuilder,
-    offset: Int64Builder,
-    node: StringBuilder,
-    epoch: Int64Builder,
-    error: StringBuilder,
-    hwm: Int64Builder,
-    acks: StringBuilder,
-    n_records: Int32Builder,
-    invoke_index: Int64Builder,
-    invoke_time: Int64Builder,
-    invoke_offset: Int64Builder,
-    prev_ack_op: Int64Builder,
-    prev_ack_offset: Int64Builder,
-    txn: Int64Builder,
-    prev_send_op: Int64Builder,
-    prev_send_offset: Int64Builder,
-    prev_send_txn: Int64Builder,
+    index: Ints<Int64Type>,
+    time: Ints<Int64Type>,
+    process: Texts,
+    typ: Texts,
+    f: Texts,
+    partition: Ints<Int32Type>,
+    value: Ints<Int64Type>,
+    value_json: Texts,
+    offset: Ints<Int64Type>,
+    node: Texts,
+    epoch: Ints<Int64Type>,
+    error: Texts,
+    hwm: Ints<Int64Type>,
+    acks: Texts,
+    n_records: Ints<Int32Type>,
+    invoke_index: Ints<Int64Type>,
+    invoke_time: Ints<Int64Type>,
+    invoke_offset: Ints<Int64Type>,
+    prev_ack_op: Ints<Int64Type>,
+    prev_ack_offset: Ints<Int64Type>,
+    txn: Ints<Int64Type>,
+    prev_send_op: Ints<Int64Type>,
+    prev_send_offset: Ints<Int64Type>,
+    prev_send_txn: Ints<Int64Type>,
     rows: usize,
 }
 
 struct ReadsBuilder {
-    index: Int64Builder,
-    process: StringBuilder,
-    partition: Int32Builder,
-    offset: Int64Builder,
-    value: Int64Builder,
-    time: Int64Builder,
-    f: StringBuilder,
-    pos: Int32Builder,
-    invoke_time: Int64Builder,
-    from_offset: Int64Builder,
-    prev_op: Int64Builder,
-    prev_offset: Int64Builder,
+    index: Ints<Int64Type>,
+    process: Texts,
+    partition: Ints<Int32Type>,
+    offset: Ints<Int64Type>,
+    value: Ints<Int64Type>,
+    time: Ints<Int64Type>,
+    f: Texts,
+    pos: Ints<Int32Type>,
+    invoke_time: Ints<Int64Type>,
+    from_offset: Ints<Int64Type>,
+    prev_op: Ints<Int64Type>,
+    prev_offset: Ints<Int64Type>,
     rows: usize,
 }
 
@@ -276,13 +276,13 @@ struct Clustered<B> {
 }
 
 trait Rows {
-    /// Empty builders with room for `room` rows.
+    /// Empty columns with room for `room` rows.
     fn new(room: usize) -> Self;
     fn rows(&self) -> usize;
-    /// The rows as a batch; the builders are left empty with room for as many rows again.
-    /// (Arrow's builders give up their buffers when they finish, and grew them back by
-    /// doubling from nothing, copying each time: with the kernel zeroing the fresh pages,
-    /// some 15% of the ingest's samples at 10M operations, docs/checkers.md.)
+    /// The rows as a batch; the columns are left empty with room for as many rows again.
+    /// (Grown back by doubling from nothing, copying each time, with the kernel zeroing the
+    /// fresh pages, they were some 15% of the ingest's samples at 10M operations,
+    /// docs/checkers.md.)
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, Failure>;
 }
 
@@ -356,26 +356,8 @@ pub struct Tables {
     reads: Clustered<ReadsBuilder>,
 }
 
-/// `append_option` `n` times over.
-trait AppendN<T> {
-    fn append_option_n(&mut self, v: Option<T>, n: usize);
-}
-
-impl<P: ArrowPrimitiveType> AppendN<P::Native> for PrimitiveBuilder<P> {
-    fn append_option_n(&mut self, v: Option<P::Native>, n: usize) {
-        match v {
-            Some(v) => self.append_value_n(v, n),
-            None => self.append_nulls(n),
-        }
-    }
-}
-
-fn i64s(n: usize) -> Int64Builder {
-    Int64Builder::with_capacity(n)
-}
-
-fn strs(n: usize) -> StringBuilder {
-    StringBuilder::with_capacity(n, n * 8)
+fn strs(n: usize) -> Texts {
+    Texts::with_capacity(n, n * 8)
 }
 
 impl Rows for OpsBuilder {
@@ -385,61 +367,61 @@ impl Rows for OpsBuilder {
 
     fn new(n: usize) -> Self {
         OpsBuilder {
-            index: i64s(n),
-            time: i64s(n),
+            index: Ints::with_capacity(n),
+            time: Ints::with_capacity(n),
             process: strs(n),
             typ: strs(n),
             f: strs(n),
-            partition: Int32Builder::with_capacity(n),
-            value: i64s(n),
-            value_json: StringBuilder::new(),
-            offset: i64s(n),
+            partition: Ints::with_capacity(n),
+            value: Ints::with_capacity(n),
+            value_json: Texts::with_capacity(0, 0),
+            offset: Ints::with_capacity(n),
             node: strs(n),
-            epoch: i64s(n),
-            error: StringBuilder::new(),
-            hwm: i64s(n),
-            acks: StringBuilder::new(),
-            n_records: Int32Builder::with_capacity(n),
-            invoke_index: i64s(n),
-            invoke_time: i64s(n),
-            invoke_offset: i64s(n),
-            prev_ack_op: i64s(n),
-            prev_ack_offset: i64s(n),
-            txn: i64s(n),
-            prev_send_op: i64s(n),
-            prev_send_offset: i64s(n),
-            prev_send_txn: i64s(n),
+            epoch: Ints::with_capacity(n),
+            error: Texts::with_capacity(0, 0),
+            hwm: Ints::with_capacity(n),
+            acks: Texts::with_capacity(0, 0),
+            n_records: Ints::with_capacity(n),
+            invoke_index: Ints::with_capacity(n),
+            invoke_time: Ints::with_capacity(n),
+            invoke_offset: Ints::with_capacity(n),
+            prev_ack_op: Ints::with_capacity(n),
+            prev_ack_offset: Ints::with_capacity(n),
+            txn: Ints::with_capacity(n),
+            prev_send_op: Ints::with_capacity(n),
+            prev_send_offset: Ints::with_capacity(n),
+            prev_send_txn: Ints::with_capacity(n),
             rows: 0,
         }
     }
 
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, Failure> {
-        let mut full = std::mem::replace(self, Self::new(self.rows.max(FIRST_ROOM)));
+        let full = std::mem::replace(self, Self::new(self.rows.max(FIRST_ROOM)));
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(full.index.finish()),
-            Arc::new(full.time.finish()),
-            Arc::new(full.process.finish()),
-            Arc::new(full.typ.finish()),
-            Arc::new(full.f.finish()),
-            Arc::new(full.partition.finish()),
-            Arc::new(full.value.finish()),
-            Arc::new(full.value_json.finish()),
-            Arc::new(full.offset.finish()),
-            Arc::new(full.node.finish()),
-            Arc::new(full.epoch.finish()),
-            Arc::new(full.error.finish()),
-            Arc::new(full.hwm.finish()),
-            Arc::new(full.acks.finish()),
-            Arc::new(full.n_records.finish()),
-            Arc::new(full.invoke_index.finish()),
-            Arc::new(full.invoke_time.finish()),
-            Arc::new(full.invoke_offset.finish()),
-            Arc::new(full.prev_ack_op.finish()),
-            Arc::new(full.prev_ack_offset.finish()),
-            Arc::new(full.txn.finish()),
-            Arc::new(full.prev_send_op.finish()),
-            Arc::new(full.prev_send_offset.finish()),
-            Arc::new(full.prev_send_txn.finish()),
+            full.index.finish(),
+            full.time.finish(),
+            full.process.finish(),
+            full.typ.finish(),
+            full.f.finish(),
+            full.partition.finish(),
+            full.value.finish(),
+            full.value_json.finish(),
+            full.offset.finish(),
+            full.node.finish(),
+            full.epoch.finish(),
+            full.error.finish(),
+            full.hwm.finish(),
+            full.acks.finish(),
+            full.n_records.finish(),
+            full.invoke_index.finish(),
+            full.invoke_time.finish(),
+            full.invoke_offset.finish(),
+            full.prev_ack_op.finish(),
+            full.prev_ack_offset.finish(),
+            full.txn.finish(),
+            full.prev_send_op.finish(),
+            full.prev_send_offset.finish(),
+            full.prev_send_txn.finish(),
         ];
         batch(schema, columns)
     }
@@ -457,37 +439,37 @@ impl Rows for ReadsBuilder {
 
     fn new(n: usize) -> Self {
         ReadsBuilder {
-            index: i64s(n),
-            process: StringBuilder::with_capacity(n, n * 4),
-            partition: Int32Builder::with_capacity(n),
-            offset: i64s(n),
-            value: i64s(n),
-            time: i64s(n),
-            f: StringBuilder::with_capacity(n, n * 6),
-            pos: Int32Builder::with_capacity(n),
-            invoke_time: i64s(n),
-            from_offset: i64s(n),
-            prev_op: i64s(n),
-            prev_offset: i64s(n),
+            index: Ints::with_capacity(n),
+            process: Texts::with_capacity(n, n * 4),
+            partition: Ints::with_capacity(n),
+            offset: Ints::with_capacity(n),
+            value: Ints::with_capacity(n),
+            time: Ints::with_capacity(n),
+            f: Texts::with_capacity(n, n * 6),
+            pos: Ints::with_capacity(n),
+            invoke_time: Ints::with_capacity(n),
+            from_offset: Ints::with_capacity(n),
+            prev_op: Ints::with_capacity(n),
+            prev_offset: Ints::with_capacity(n),
             rows: 0,
         }
     }
 
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, Failure> {
-        let mut full = std::mem::replace(self, Self::new(self.rows.max(FIRST_ROOM)));
+        let full = std::mem::replace(self, Self::new(self.rows.max(FIRST_ROOM)));
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(full.index.finish()),
-            Arc::new(full.process.finish()),
-            Arc::new(full.partition.finish()),
-            Arc::new(full.offset.finish()),
-            Arc::new(full.value.finish()),
-            Arc::new(full.time.finish()),
-            Arc::new(full.f.finish()),
-            Arc::new(full.pos.finish()),
-            Arc::new(full.invoke_time.finish()),
-            Arc::new(full.from_offset.finish()),
-            Arc::new(full.prev_op.finish()),
-            Arc::new(full.prev_offset.finish()),
+            full.index.finish(),
+            full.process.finish(),
+            full.partition.finish(),
+            full.offset.finish(),
+            full.value.finish(),
+            full.time.finish(),
+            full.f.finish(),
+            full.pos.finish(),
+            full.invoke_time.finish(),
+            full.from_offset.finish(),
+            full.prev_op.finish(),
+            full.prev_offset.finish(),
         ];
         batch(schema, columns)
     }
@@ -503,33 +485,31 @@ impl Tables {
 
     pub fn op(&mut self, op: &Op, row: &OpRow) -> Result<(), Failure> {
         let b = self.ops.builder(op.partition);
-        b.index.append_value(op.index);
-        b.time.append_value(op.time);
-        b.process.append_value(&op.process);
-        b.typ.append_value(op.typ.name());
-        b.f.append_value(&op.f);
-        b.partition.append_option(op.partition);
-        b.value.append_option(op.value);
-        b.value_json.append_option(op.value_json.as_deref());
-        b.offset.append_option(op.offset);
-        b.node.append_option(op.node.as_deref());
-        b.epoch.append_option(op.epoch);
-        b.error.append_option(op.error.as_deref());
-        b.hwm.append_option(op.hwm);
-        b.acks.append_option(op.acks);
+        b.index.push_value(op.index);
+        b.time.push_value(op.time);
+        b.process.push_value(&op.process);
+        b.typ.push_value(op.typ.name());
+        b.f.push_value(&op.f);
+        b.partition.push(op.partition);
+        b.value.push(op.value);
+        b.value_json.push(op.value_json.as_deref());
+        b.offset.push(op.offset);
+        b.node.push(op.node.as_deref());
+        b.epoch.push(op.epoch);
+        b.error.push(op.error.as_deref());
+        b.hwm.push(op.hwm);
+        b.acks.push(op.acks);
         b.n_records
-            .append_option(op.records.as_ref().map(|r| r.len() as i32));
-        b.invoke_index.append_option(row.inv.0);
-        b.invoke_time.append_option(row.inv.1);
-        b.invoke_offset.append_option(row.inv.2);
-        b.prev_ack_op.append_option(row.prev_ack.map(|a| a.0));
-        b.prev_ack_offset.append_option(row.prev_ack.map(|a| a.1));
-        b.txn.append_option(op.txn);
-        b.prev_send_op.append_option(row.prev_send.map(|s| s.0));
-        b.prev_send_offset
-            .append_option(row.prev_send.and_then(|s| s.1));
-        b.prev_send_txn
-            .append_option(row.prev_send.and_then(|s| s.2));
+            .push(op.records.as_ref().map(|r| r.len() as i32));
+        b.invoke_index.push(row.inv.0);
+        b.invoke_time.push(row.inv.1);
+        b.invoke_offset.push(row.inv.2);
+        b.prev_ack_op.push(row.prev_ack.map(|a| a.0));
+        b.prev_ack_offset.push(row.prev_ack.map(|a| a.1));
+        b.txn.push(op.txn);
+        b.prev_send_op.push(row.prev_send.map(|s| s.0));
+        b.prev_send_offset.push(row.prev_send.and_then(|s| s.1));
+        b.prev_send_txn.push(row.prev_send.and_then(|s| s.2));
         b.rows += 1;
         self.ops.added(op.partition)
     }
@@ -551,23 +531,23 @@ impl Tables {
             let (run, later) = rest.split_at(self.reads.room(op.partition).min(rest.len()));
             let b = self.reads.builder(op.partition);
             let n = run.len();
-            b.index.append_value_n(op.index, n);
-            b.partition.append_option_n(op.partition, n);
-            b.time.append_value_n(op.time, n);
-            b.invoke_time.append_option_n(invoke_time, n);
-            b.from_offset.append_option_n(from_offset, n);
-            b.prev_op.append_option(prev.map(|p| p.0));
-            b.prev_op.append_value_n(op.index, n - 1);
-            b.prev_offset.append_option(prev.map(|p| p.1));
+            b.index.push_n(Some(op.index), n);
+            b.partition.push_n(op.partition, n);
+            b.time.push_n(Some(op.time), n);
+            b.invoke_time.push_n(invoke_time, n);
+            b.from_offset.push_n(from_offset, n);
+            b.prev_op.push(prev.map(|p| p.0));
+            b.prev_op.push_n(Some(op.index), n - 1);
+            b.prev_offset.push(prev.map(|p| p.1));
             for &(offset, _) in &run[..n - 1] {
-                b.prev_offset.append_value(offset);
+                b.prev_offset.push_value(offset);
             }
+            b.process.push_n(op.process.as_str(), n);
+            b.f.push_n(op.f.as_str(), n);
             for (i, &(offset, value)) in run.iter().enumerate() {
-                b.process.append_value(op.process.as_str());
-                b.f.append_value(op.f.as_str());
-                b.offset.append_value(offset);
-                b.value.append_value(value);
-                b.pos.append_value(pos + i as i32);
+                b.offset.push_value(offset);
+                b.value.push_value(value);
+                b.pos.push_value(pos + i as i32);
             }
             prev = run.last().map(|&(offset, _)| (op.index, offset));
             pos += n as i32;
