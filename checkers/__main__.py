@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from checkers.check import check_path, exit_code
-from checkers.exitcodes import Parser, guarded
+from checkers.check import check_path
+from checkers.exitcodes import Parser, exit_code, guarded
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from checkers import native_checks, reference, spark_checks, spark_native
 from checkers.definitions import EXAMPLES
-from checkers.exitcodes import Exit, UserError
+from checkers.exitcodes import UserError
 from checkers.forensics import forensics
 from checkers.ingest import HistoryError, ingest
 from checkers.spark import (
@@ -315,11 +315,3 @@ def _native(ops_path: Path, reads_path: Path, acks: str) -> CheckOutput | None:
     except native_checks.NativeCheckError as e:
         say(f"{e}: the reference checks instead")
         return None
-
-
-def exit_code(results: dict) -> int:
-    """0 valid, 1 invalid, 2 unknown; 3 when the history could not be read (its `errors`):
-    a broken history is an error, never a verdict (checkers.exitcodes)."""
-    if results.get("errors"):
-        return int(Exit.ERROR)
-    return int(Exit.of(results.get("valid")))

@@ -35,6 +35,14 @@ class Exit(IntEnum):
         return cls.UNKNOWN
 
 
+def exit_code(results: dict[str, Any]) -> int:
+    """0 valid, 1 invalid, 2 unknown; 3 when the history could not be read (its `errors`):
+    a broken history is an error, never a verdict."""
+    if results.get("errors"):
+        return int(Exit.ERROR)
+    return int(Exit.of(results.get("valid")))
+
+
 class Parser(argparse.ArgumentParser):
     """argparse exits 2 on a usage error, which here means "unknown": exit 3 instead."""
 
@@ -79,10 +87,14 @@ USER_ERRORS: tuple[type[BaseException], ...] = (UserError, ValueError, OSError)
 
 
 def guarded(prog: str, main: Callable[[], int],
-            environment: tuple[type[BaseException], ...] = ()) -> int:
+            environment: Callable[[], tuple[type[BaseException], ...]] = tuple) -> int:
     """Run `main` and map whatever escapes it onto the contract: user errors and the caller's
-    `environment` errors (a host that cannot be reached, say) print one line, bugs a short
-    traceback, all exit 3; Ctrl-C exits 130, SIGTERM (terminate_as_interrupt) 143."""
+    `environment()` errors (a host that cannot be reached, say) print one line, bugs a short
+    traceback, all exit 3; Ctrl-C exits 130, SIGTERM (terminate_as_interrupt) 143.
+
+    `environment` is asked only once something has escaped: its classes may live beside
+    libraries (paramiko, confluent-kafka) that a command which never needed them should not
+    wait a second to import."""
     try:
         return int(main())
     except KeyboardInterrupt:
@@ -91,12 +103,18 @@ def guarded(prog: str, main: Callable[[], int],
             return Exit.TERMINATED
         print(f"{prog}: interrupted", file=sys.stderr)
         return Exit.INTERRUPTED
-    except USER_ERRORS + environment as e:
+    except Exception as e:
+        # environment() last: a user error is told without importing what it names
+        return _error(prog, e, one_line=isinstance(e, USER_ERRORS) or isinstance(e, environment()))
+
+
+def _error(prog: str, e: Exception, one_line: bool) -> Exit:
+    """Input's or environment's fault: one line. A bug: say where, briefly. Never a verdict."""
+    if one_line:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return Exit.ERROR
-    except Exception as e:  # a bug: say where, briefly, and never exit with a verdict's code
-        frames = traceback.extract_tb(e.__traceback__)[-3:]
-        print(f"{prog}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-        for line in traceback.format_list(frames):
-            print(line.rstrip(), file=sys.stderr)
-        return Exit.ERROR
+    frames = traceback.extract_tb(e.__traceback__)[-3:]
+    print(f"{prog}: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+    for line in traceback.format_list(frames):
+        print(line.rstrip(), file=sys.stderr)
+    return Exit.ERROR

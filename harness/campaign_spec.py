@@ -248,6 +248,13 @@ def _seeds(value: Any, path: Path) -> Sequence[int]:
     return value
 
 
+def check_seed_option(value: str) -> str:
+    """A `--seeds` text as given, or CampaignError when it names no seeds or too many: so a
+    command line can refuse it before the campaign's file is read."""
+    _seeds(_seed_option(value), Path("--seeds"))
+    return value
+
+
 def _seed_option(value: str) -> str | list[int]:
     """`--seeds` text: a range "A-B" as in the file, or a comma-separated list."""
     if "," not in value:

@@ -12,14 +12,17 @@ import sys
 from collections.abc import Sequence
 
 from checkers.exitcodes import Exit, Parser, guarded, terminate_as_interrupt
-from control.kafka_install import KafkaInstallError
-from control.remote import RemoteError
 from harness.commands import COMMANDS
-from workloads.kafka_admin import KafkaAdminError
 
-# The environment's faults, not the program's: a host that cannot be reached, a Kafka that is
-# not installed or does not answer. One line and exit 3, like bad input; never a traceback.
-ENVIRONMENT_ERRORS = (RemoteError, KafkaInstallError, KafkaAdminError)
+
+def environment_errors() -> tuple[type[Exception], ...]:
+    """The environment's faults, not the program's: a host that cannot be reached, a Kafka that
+    is not installed or does not answer. One line and exit 3, like bad input; never a traceback.
+    Imported once something went wrong: they live beside paramiko and confluent-kafka."""
+    from control.kafka_install import KafkaInstallError
+    from control.remote import RemoteError
+    from workloads.kafka_admin import KafkaAdminError
+    return (RemoteError, KafkaInstallError, KafkaAdminError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     terminate_as_interrupt()
     # A host that cannot be reached, or a command on it that failed, is the environment's
     # fault: one line, exit 3, as a bad config is (RemoteError says which host and why)
-    return guarded("harness", lambda: handlers[args.command](args), environment=ENVIRONMENT_ERRORS)
+    return guarded("harness", lambda: handlers[args.command](args), environment=environment_errors)
 
 
 if __name__ == "__main__":

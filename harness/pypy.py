@@ -56,6 +56,7 @@ PYTHON_VERSION = (3, 11)  # the language level the project is written for
 
 NURSERY = "64MB"  # PYPY_GC_NURSERY of the simulating child, unless the environment sets one
 ENV_VAR = "HARNESS_PYPY"  # a PyPy to use instead of the launcher (or "none": never use PyPy)
+INTERPRETERS = ("auto", "pypy", "cpython")  # what a search may simulate under (harness.simulate)
 
 
 class PypyError(RuntimeError):

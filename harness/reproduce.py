@@ -15,9 +15,9 @@ from control.files import check_regular_file
 from harness import store
 from harness.campaign import run_cell
 from harness.config import typed, validate, with_sets, with_values
+from harness.minimal import load_minimal
 from harness.report.outcome import LOSS_ANOMALIES
 from harness.runner import run_test
-from harness.shrink import load_minimal
 from harness.sim_run import as_simulated, simulate_into
 from harness.simulate import simulate_test
 from harness.system_spec import SystemSpec, on_system

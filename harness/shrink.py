@@ -42,20 +42,19 @@ from tqdm import tqdm
 from checkers.check import check_path
 from checkers.definitions import ANOMALIES
 from checkers.exitcodes import UserError
-from control.files import check_regular_file, write_json_atomic
+from control.files import write_json_atomic
 from harness import store
 from harness.config import TestConfig, typed, validate, with_sets, with_values
+from harness.minimal import FORMAT, MINIMAL
 from harness.report import report_path
 from harness.sim_run import SIM, simulate_into, simulated, with_seed
 from harness.simulate import say, simulate_test
 from harness.test import Plan, Test
 from nemesis.kinds import lookup
 from nemesis.roles import role_entries
-from nemesis.schedule import load_schedule, plan_entries, replay_plan
+from nemesis.schedule import load_schedule, replay_plan
 
-MINIMAL = "minimal.json"
 SHRUNK = "shrunk.json"
-FORMAT = 1
 # Loss classes first: a run that lost acknowledged records is shrunk for that loss.
 LOSS_CLASSES = ("lost-write", "unseen", "inconsistent-offsets")
 MIN_DURATION_S = 0.25
@@ -509,27 +508,3 @@ def _write_pointers(result: ShrinkResult) -> None:
         report_path(result.original)
     except Exception as e:
         say(f"report failed: {e}")
-
-
-def load_minimal(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
-    """(config, plan entries, the whole document) of a minimal.json (or its folder)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / MINIMAL
-    try:
-        doc = json.loads(check_regular_file(path).read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
-    except RecursionError:
-        raise UserError(f"cannot read {path}: nested too deeply") from None
-    if (not isinstance(doc, dict) or doc.get("format") != FORMAT
-            or not isinstance(doc.get("config"), dict) or "schedule" not in doc):
-        raise UserError(f"{path}: not a minimal.json (format {FORMAT}, config, schedule)")
-    config = validate(doc["config"], source=str(path))
-    return config, plan_entries(doc["schedule"], str(path)), doc
-
-
-def replay_test(path: Path, results_root: Path, argv: Sequence[str]) -> Test:
-    """`harness simulate --replay minimal.json`: the same config and scripted plan."""
-    config, entries, _ = load_minimal(path)
-    return Test.of(config, results_root, argv=list(argv), plan=Plan.scripted(entries))

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from checkers.check import exit_code
-from checkers.exitcodes import Exit
+from checkers.exitcodes import Exit, exit_code
 from control.files import owned_dir, write_json_atomic
 from harness.config import RESERVED_NAMES, TestConfig
 

@@ -6,6 +6,7 @@ import argparse
 import re
 
 from checkers.exitcodes import UserError
+from harness.campaign_spec import check_seed_option
 from harness.system_spec import SystemSpec, parse_system, parse_systems
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -66,3 +67,12 @@ def systems(text: str) -> list[SystemSpec]:
         return parse_systems(text)
     except UserError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def campaign_seeds(text: str) -> str:
+    """A campaign's `--seeds` ("A-B" or "1,2,5"), refused here when it names no seeds or too
+    many (harness.campaign_spec reads it)."""
+    try:
+        return check_seed_option(text)
+    except ValueError as e:  # CampaignError, which names "--seeds" as argparse does too
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--seeds: ")) from None

@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.exitcodes import Exit
-from harness.campaign import run_campaign
-from harness.commands.argtypes import parse_duration, systems
-from harness.report.nightly import compare_nights
+from harness.commands.argtypes import campaign_seeds, parse_duration, systems
 
 NAME = "campaign"
 HELP = "run a matrix of tests from a TOML file"
@@ -21,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue an interrupted night")
     parser.add_argument("--time-budget", type=parse_duration, metavar="DURATION",
                         help="stop starting new runs after this long (e.g. 2h, 30m)")
-    parser.add_argument("--seeds", metavar="A-B|1,2,5",
+    parser.add_argument("--seeds", type=campaign_seeds, metavar="A-B|1,2,5",
                         help="replace the file's top-level seeds (configs with their own keep them)")
     parser.add_argument("--config", action="append", dest="only", metavar="NAME",
                         help="run only this config (repeatable)")
@@ -34,6 +32,9 @@ def main(args: argparse.Namespace) -> int:
     """Exit 1 on a regression night, or on a New finding (one no earlier night of this
     campaign had) in an `expect = "no-loss"` config, so a cron job or CI can alert on it;
     else 3 when a cell could not be run or checked, 2 when one is unknown, 0 on a pass."""
+    from harness.campaign import run_campaign
+    from harness.report.nightly import compare_nights
+
     folder = run_campaign(args.file, args.resume, args.time_budget,
                           seeds=args.seeds, only=args.only, systems=args.systems)
     state = json.loads((Path(folder) / "campaign.json").read_text())

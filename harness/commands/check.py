@@ -9,17 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-from checkers.check import RUN_HISTORY, check_path, exit_code, output_paths
-from checkers.exitcodes import Exit, UserError
-from checkers.jepsen_kafka import is_jepsen_kafka, translate
-from checkers.linear.check import check, run_local
-from checkers.linear.cli import add_model_options, model_from_args, spark_runner_from_args
-from checkers.linear.history import pair
-from checkers.linear.importers import read_events
+from checkers.exitcodes import Exit, UserError, exit_code
+from checkers.linear.cli import add_model_options
 from checkers.linear.models import MODELS
-from checkers.linear.search import Budget
-from checkers.linear.visualize import write_visualization
-from control.files import check_regular_file, write_text_atomic
 
 NAME = "check"
 HELP = "check a run folder or a history.jsonl"
@@ -42,6 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _linearizable(args: argparse.Namespace) -> int:
+    from checkers.linear.check import check, run_local
+    from checkers.linear.cli import model_from_args, spark_runner_from_args
+    from checkers.linear.history import pair
+    from checkers.linear.importers import read_events
+    from checkers.linear.search import Budget
+    from control.files import write_text_atomic
+
     model = model_from_args(args)
     ops = pair(read_events(args.path))
     runner = run_local if args.in_process else spark_runner_from_args(args)
@@ -51,6 +50,8 @@ def _linearizable(args: argparse.Namespace) -> int:
     summary = {"valid": verdict["valid"], "model": args.model, "engine": verdict["engine"],
                "results": str(out)}
     if verdict["valid"] is False:
+        from checkers.linear.visualize import write_visualization
+
         html = args.path.parent / f"{args.path.stem}.linearizability.html"
         write_visualization(html, ops, model, verdict)
         summary["visualization"] = str(html)
@@ -59,6 +60,9 @@ def _linearizable(args: argparse.Namespace) -> int:
 
 
 def _jepsen_kafka(args: argparse.Namespace) -> int:
+    from checkers.jepsen_kafka import is_jepsen_kafka, translate
+    from control.files import check_regular_file
+
     check_regular_file(args.path)  # a FIFO is refused, not read for ever (nor "not Jepsen")
     if not is_jepsen_kafka(args.path):
         raise UserError(f"{args.path} is not a Jepsen Kafka history (no :send/:poll/:txn ops "
@@ -70,6 +74,8 @@ def _jepsen_kafka(args: argparse.Namespace) -> int:
 
 
 def _kafka(path: Path, args: argparse.Namespace) -> int:
+    from checkers.check import RUN_HISTORY, check_path, output_paths
+
     results = check_path(path, spark_master=args.spark_master,
                          backend="reference" if args.in_process else "spark",
                          spark_min_ops=args.spark_min_ops)

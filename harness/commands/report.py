@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 
 from checkers.exitcodes import Exit
-from harness.campaign import refresh_outcomes
-from harness.report import is_campaign_folder, report_path
 
 NAME = "report"
 HELP = "(re)write the HTML of a run or campaign folder"
@@ -18,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.campaign import refresh_outcomes
+    from harness.report import is_campaign_folder, report_path
+
     if is_campaign_folder(args.path):
         refresh_outcomes(args.path)  # its runs may have been re-checked since
     print(report_path(args.path))

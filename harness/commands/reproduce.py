@@ -10,7 +10,7 @@ from pathlib import Path
 
 from checkers.exitcodes import UserError
 from harness.commands.argtypes import system
-from harness.reproduce import reproduce, reproduce_schedule
+from harness.minimal import load_minimal
 
 NAME = "reproduce"
 HELP = "re-run a results folder's test and schedule, or a minimal reproduction on real hosts"
@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.schedule is not None:
+        # a bad file is refused before the runners (and Spark) are imported; read again there
+        load_minimal(args.schedule)
+        from harness.reproduce import reproduce_schedule
+
         return reproduce_schedule(args.schedule, args.times, args.system, args.sets)
     if args.sets:
         raise UserError("--set needs --schedule MINIMAL.json")
@@ -39,4 +43,6 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--system needs --schedule MINIMAL.json")
     if args.run_dir is None:
         raise UserError("harness reproduce needs RUN_DIR or --schedule MINIMAL.json")
+    from harness.reproduce import reproduce
+
     return reproduce(args.run_dir)

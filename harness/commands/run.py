@@ -10,8 +10,6 @@ from checkers.exitcodes import Exit
 from harness import store
 from harness.commands.argtypes import add_test_options
 from harness.config import from_args, require_toxiproxy
-from harness.reproduce import plan_file, with_plan_faults
-from harness.runner import clean_leftovers, run_test, say
 from harness.test import Plan, Test
 
 NAME = "run"
@@ -29,19 +27,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.cleanup_only:
-        cleaned, pruned = clean_leftovers()
-        say(f"cleaned up {len(cleaned)} leftover cluster(s) and {len(pruned)} stale lazyfs "
-            "registry entr" + ("y" if len(pruned) == 1 else "ies"))
-        return Exit.VALID
+        return _cleanup()
     # Resolve the config first so a bad test file fails before any host is touched.
     config = from_args(args)
     plan = None
     if args.plan is not None:
+        from harness.reproduce import plan_file, with_plan_faults
+
         entries = plan_file(args.plan)
         config = with_plan_faults(config, entries, str(args.plan))
         plan = Plan.scripted(entries)
     test = Test.of(config, store.default_results_dir(), argv=sys.argv, plan=plan)
     require_toxiproxy(test.config.hosts)
+    from harness.runner import run_test
+
     run_dir = run_test(test)
     print(run_dir / "report.html")
     return store.verdict_exit(run_dir)
+
+
+def _cleanup() -> int:
+    from harness.runner import clean_leftovers, say
+
+    cleaned, pruned = clean_leftovers()
+    say(f"cleaned up {len(cleaned)} leftover cluster(s) and {len(pruned)} stale lazyfs "
+        "registry entr" + ("y" if len(pruned) == 1 else "ies"))
+    return Exit.VALID

@@ -6,8 +6,6 @@ import argparse
 
 from checkers.exitcodes import Exit
 from harness.commands.argtypes import port
-from harness.serve import serve
-from harness.store import default_results_dir
 
 NAME = "serve"
 HELP = "browse results/ over HTTP on 127.0.0.1"
@@ -19,5 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.serve import serve
+    from harness.store import default_results_dir
+
     serve(default_results_dir(), args.port)
     return Exit.VALID

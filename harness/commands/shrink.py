@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from checkers.exitcodes import Exit
-from harness.shrink import MINIMAL, shrink
+from harness.minimal import MINIMAL
 
 NAME = "shrink"
 HELP = "shrink a failing run to a minimal reproduction (fewest faults, smallest workload)"
@@ -31,6 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from harness.shrink import shrink
+
     r = shrink(args.run_dir, budget=args.budget, tries=args.tries, argv=sys.argv,
                against=args.against)
     hits = sum(t["reproduced"] for t in r.tries)

@@ -19,9 +19,9 @@ from harness import store
 from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
 from harness.config import TestConfig, from_args, parse_fault_list, typed, with_sets, with_values
-from harness.shrink import replay_test
+from harness.minimal import replay_test
+from harness.pypy import INTERPRETERS
 from harness.sim_run import simulated
-from harness.simulate import INTERPRETERS, check_determinism, run_search, simulate_test
 from harness.test import Test
 
 NAME = "simulate"
@@ -98,10 +98,9 @@ def _cell_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     if args.replay:
-        run_dir = simulate_test(replay_test(args.replay, store.default_results_dir(), sys.argv),
-                                backend="reference", keep_going=True)
-        print(run_dir / "report.html")
-        return store.verdict_exit(run_dir)
+        return _replay(args.replay)
+    from harness.simulate import run_search, simulate_test
+
     config = simulated(typed(campaign_config(args) if args.campaign else from_args(args)))
     if args.check_determinism:
         return _determinism(config, args.seeds or [config.seed])
@@ -118,7 +117,18 @@ def main(args: argparse.Namespace) -> int:
     return store.verdict_exit(run_dir)
 
 
+def _replay(path: Path) -> int:
+    test = replay_test(path, store.default_results_dir(), sys.argv)  # a bad file: refused here
+    from harness.simulate import simulate_test
+
+    run_dir = simulate_test(test, backend="reference", keep_going=True)
+    print(run_dir / "report.html")
+    return store.verdict_exit(run_dir)
+
+
 def _determinism(config: TestConfig, seeds: list[int]) -> int:
+    from harness.simulate import check_determinism
+
     for seed in seeds:
         divergence = check_determinism(config, seed)
         if divergence is not None:

@@ -20,7 +20,8 @@ from histories import History, merge, scenario_view
 from support.tools import skip_reason
 
 from checkers import reference, spark_checks, spark_native
-from checkers.check import check_path, exit_code
+from checkers.check import check_path
+from checkers.exitcodes import exit_code
 from checkers.ingest import ingest
 from checkers.native_checks import NativeCheckError
 from checkers.verdict import classify_unread, records

@@ -9,7 +9,8 @@ import pytest
 from histories import History
 from support.segments import encode_record
 
-from checkers.check import check_path, exit_code
+from checkers.check import check_path
+from checkers.exitcodes import exit_code
 from replication.log import Record
 from replication.segment_format import segment_name
 

@@ -15,7 +15,8 @@ from test_checker_anomalies import SCENARIOS
 
 from checkers import ingest as ingest_mod
 from checkers import native_ingest
-from checkers.check import check_path, exit_code
+from checkers.check import check_path
+from checkers.exitcodes import exit_code
 from checkers.ingest import HistoryError, ingest
 
 

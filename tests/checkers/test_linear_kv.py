@@ -3,6 +3,7 @@ Porcupine's kv corpus, and `harness check --model kv` run from outside the repos
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -213,12 +214,12 @@ def test_two_key_kv_outside_the_repository_on_spark(tmp_path):
 
 def test_an_exception_inside_the_checker_exits_3(tmp_path, monkeypatch, capsys):
     from harness.cli import main
-    from harness.commands import check as command
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(command, "check", broken)
+    # the module, not the function checkers.linear exports under the same name
+    monkeypatch.setattr(importlib.import_module("checkers.linear.check"), "check", broken)
     history = tmp_path / "h.edn"
     history.write_text((DATA / "two-keys.edn").read_text())
     assert main(["check", str(history), "--model", "kv"]) == 3

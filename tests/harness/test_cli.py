@@ -17,11 +17,6 @@ import pytest
 
 from harness import cli
 from harness.commands import argtypes
-from harness.commands import campaign as campaign_cmd
-from harness.commands import check as check_cmd
-from harness.commands import report as report_cmd
-from harness.commands import reproduce as reproduce_cmd
-from harness.commands import run as run_cmd
 from harness.commands import serve as serve_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,7 +71,7 @@ def test_run_resolves_the_config_before_the_runner(monkeypatch, tmp_path, capsys
         run_dir.mkdir()
         (run_dir / "results.json").write_text('{"valid": false}')
         return run_dir
-    monkeypatch.setattr(run_cmd, "run_test", run_test)
+    monkeypatch.setattr("harness.runner.run_test", run_test)
     assert cli.main(["run", "--config", "fast", "--seed", "9", "--set", "topic.partitions=1"]) == 1
     test = seen[0]
     assert test.config.seed == 9 and test.config.name == "fast"
@@ -87,13 +82,13 @@ def test_run_resolves_the_config_before_the_runner(monkeypatch, tmp_path, capsys
 def test_a_run_that_was_never_checked_exits_3(monkeypatch, tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    monkeypatch.setattr(run_cmd, "run_test", lambda test: run_dir)
+    monkeypatch.setattr("harness.runner.run_test", lambda test: run_dir)
     assert cli.main(["run", "--config", "fast"]) == 3
 
 
 def test_run_with_bad_config_fails_before_the_runner(monkeypatch, tmp_path, capsys):
     called = []
-    monkeypatch.setattr(run_cmd, "run_test", called.append)
+    monkeypatch.setattr("harness.runner.run_test", called.append)
     bad = tmp_path / "t.toml"
     bad.write_text("[workload]\nacks = 2\n")
     assert cli.main(["run", "--config", str(bad)]) == 3
@@ -110,12 +105,12 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     night = tmp_path / "night"
     night.mkdir()
     (night / "campaign.json").write_text('{"verdict": "regression"}')
-    monkeypatch.setattr(campaign_cmd, "run_campaign",
+    monkeypatch.setattr("harness.campaign.run_campaign",
                         lambda *a, **kw: calls.append((*a, kw)) or night)
-    monkeypatch.setattr(reproduce_cmd, "reproduce", lambda d: calls.append(d) or 0)
-    monkeypatch.setattr(serve_cmd, "serve", lambda d, p: calls.append((d, p)))
-    monkeypatch.setattr(report_cmd, "report_path", lambda p: p / "report.html")
-    monkeypatch.setattr(check_cmd, "check_path", lambda p, **kw: {"valid": False, "anomalies": {
+    monkeypatch.setattr("harness.reproduce.reproduce", lambda d: calls.append(d) or 0)
+    monkeypatch.setattr("harness.serve.serve", lambda d, p: calls.append((d, p)))
+    monkeypatch.setattr("harness.report.report_path", lambda p: p / "report.html")
+    monkeypatch.setattr("checkers.check.check_path", lambda p, **kw: {"valid": False, "anomalies": {
         "lost-write": {"count": 2, "examples": []}}})
     assert cli.main(["campaign", "c.toml", "--resume", "--time-budget", "30m"]) == 1
     (night / "campaign.json").write_text('{"verdict": "pass"}')
@@ -150,14 +145,14 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.parametrize(("valid", "code"), [(True, 0), (False, 1), ("unknown", 2), (None, 2)])
 def test_check_exit_codes_are_the_verdict(monkeypatch, tmp_path, valid, code):
-    monkeypatch.setattr(check_cmd, "check_path", lambda p, **kw: {"valid": valid, "anomalies": {}})
+    monkeypatch.setattr("checkers.check.check_path", lambda p, **kw: {"valid": valid, "anomalies": {}})
     assert cli.main(["check", str(tmp_path)]) == code
 
 
 def test_user_errors_are_one_line_and_exit_3(monkeypatch, capsys):
     def report_path(path):
         raise ValueError(f"{path}: neither a run folder nor a campaign folder")
-    monkeypatch.setattr(report_cmd, "report_path", report_path)
+    monkeypatch.setattr("harness.report.report_path", report_path)
     assert cli.main(["report", "nowhere"]) == 3
     assert capsys.readouterr().err == \
         "harness: error: nowhere: neither a run folder nor a campaign folder\n"
@@ -170,7 +165,7 @@ def test_a_kafka_that_does_not_answer_is_one_line_and_exit_3(monkeypatch, capsys
 
     def report_path(path):
         raise KafkaAdminError("creating topic 'chaos': Local: Timed out, still after 120 s")
-    monkeypatch.setattr(report_cmd, "report_path", report_path)
+    monkeypatch.setattr("harness.report.report_path", report_path)
     assert cli.main(["report", "nowhere"]) == 3
     assert capsys.readouterr().err == \
         "harness: error: creating topic 'chaos': Local: Timed out, still after 120 s\n"
@@ -179,7 +174,7 @@ def test_a_kafka_that_does_not_answer_is_one_line_and_exit_3(monkeypatch, capsys
 def test_a_crash_inside_the_checker_exits_3_with_a_short_traceback(monkeypatch, tmp_path, capsys):
     def check_path(path, **kw):
         return {}["valid"]  # a bug: KeyError
-    monkeypatch.setattr(check_cmd, "check_path", check_path)
+    monkeypatch.setattr("checkers.check.check_path", check_path)
     assert cli.main(["check", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert err.startswith("harness: internal error: KeyError") and "check_path" in err
@@ -197,7 +192,7 @@ def test_harness_check_on_a_crash_inducing_history_exits_3(tmp_path, capsys):
 def test_keyboard_interrupt_exits_130(monkeypatch, capsys):
     def reproduce(run_dir):
         raise KeyboardInterrupt
-    monkeypatch.setattr(reproduce_cmd, "reproduce", reproduce)
+    monkeypatch.setattr("harness.reproduce.reproduce", reproduce)
     assert cli.main(["reproduce", "r"]) == 130
     assert capsys.readouterr().err == "harness: interrupted\n"
 
@@ -206,11 +201,11 @@ def test_real_sigint_gives_130_and_no_traceback(tmp_path):
     script = textwrap.dedent("""
         import sys, time
         from harness import cli
-        from harness.commands import serve as serve_cmd
+        import harness.serve
         def serve(results, port):
             print("serving", flush=True)
             time.sleep(60)
-        serve_cmd.serve = serve
+        harness.serve.serve = serve
         sys.exit(cli.main(["serve"]))
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, text=True,
@@ -238,10 +233,42 @@ def test_console_script_is_installed_and_answers():
         assert flag in done.stdout
 
 
-def test_the_command_starts_without_the_plotting_library():
-    """matplotlib is a second of every `harness` command's start and most commands never draw:
-    it is imported when a report draws its first plot (harness/report/plots.py), not before."""
-    probe = "import sys, harness.cli; print(sorted(m for m in sys.modules if m.startswith('matplotlib')))"
-    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60, check=True)
-    assert done.stdout.strip() == "[]", done.stdout
+# A second or two of every `harness` start, and what most commands' refusals never need.
+HEAVY = ("matplotlib", "pandas", "pyspark", "pyarrow", "numpy", "paramiko", "confluent_kafka",
+         "jinja2", "duckdb")
+BAD_MINIMAL = '{"format": 1, "config": {}, "schedule": "not a list"}'
+
+
+def _heavy_after(tmp_path: Path, argv: list[str]) -> tuple[int, list[str]]:
+    """Run `harness ARGV` in a fresh interpreter: its exit code and the heavy libraries it
+    had imported by then."""
+    probe = ("import sys; from harness import cli; code = cli.main(sys.argv[1:]); "
+             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})); "
+             "sys.exit(code)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_RESULTS": str(tmp_path / "results")}
+    done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    return done.returncode, done.stdout.strip().splitlines()[-1:]
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["--help"], 0), (["run", "--help"], 0), (["check", "--help"], 0),
+    (["run", "--config", "nosuch"], 3), (["simulate", "--seeds", "0-99999999999999999999"], 3),
+    (["simulate", "--replay", "minimal.json"], 3), (["reproduce", "--schedule", "minimal.json"], 3),
+    (["check", "missing.edn"], 3), (["check", "missing.jsonl", "--model", "register"], 3),
+    (["campaign", "c.toml", "--seeds", "0-99999999999999999999"], 3),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+def test_help_and_refused_input_start_without_the_heavy_libraries(tmp_path, argv, code):
+    """harness/commands/__init__.py: a command imports its engine once its input is accepted,
+    so `--help`, a usage error or a bad file is answered without pandas, Spark or paramiko."""
+    (tmp_path / "minimal.json").write_text(BAD_MINIMAL)
+    assert _heavy_after(tmp_path, argv) == (code, ["[]"])
+
+
+def test_a_command_that_runs_imports_its_engine(tmp_path):
+    """The must-fail twin of the probe above: it sees the libraries a real check imports."""
+    history = tmp_path / "history.jsonl"
+    history.write_text(json.dumps({"index": 0, "time": 0, "process": 0, "type": "invoke",
+                                   "f": "send", "partition": 0, "value": 1}) + "\n")
+    code, heavy = _heavy_after(tmp_path, ["check", str(history), "--in-process"])
+    assert "pandas" in heavy[0] and "pyarrow" in heavy[0], (code, heavy)

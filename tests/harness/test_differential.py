@@ -13,10 +13,10 @@ from harness import cli
 from harness.campaign import run_campaign
 from harness.campaign_spec import CampaignError, load_spec
 from harness.config import TestConfig, load_config, typed
+from harness.minimal import load_minimal
 from harness.report import report_path
 from harness.report.differential import compare, format_comparison, table
 from harness.reproduce import by_role, plan_file, room_for_waits, with_plan_faults
-from harness.shrink import load_minimal
 from harness.sim_run import as_simulated, simulate_into
 from harness.store import create_run_dir
 from harness.system_spec import on_system, parse_system, parse_systems

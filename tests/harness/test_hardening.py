@@ -22,8 +22,8 @@ import pytest
 from checkers import __main__ as checkers_main
 from checkers import ingest as ingest_mod
 from checkers import spark as spark_mod
-from checkers.check import check_path, exit_code, output_paths
-from checkers.exitcodes import UserError
+from checkers.check import check_path, output_paths
+from checkers.exitcodes import UserError, exit_code
 from checkers.ingest import HistoryError, ingest, validate
 from checkers.native_ingest import NativeUnsure, native_ingest
 from control import files

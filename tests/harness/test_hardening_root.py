@@ -32,7 +32,6 @@ from checkers.check import check_path
 from control.files import UnsafePathError
 from control.netns_provider import NetnsProvider
 from harness import cli, store
-from harness.commands import check as check_cmd
 from harness.config import load_config, typed
 from nemesis.lazyfs import mount as lazymount
 
@@ -343,7 +342,7 @@ def test_a_full_disk_is_one_line_exit_3_and_leaves_nothing_half_written(small_di
         fill(small_disk)
         return real(loss)
     monkeypatch.setattr(check_mod, "_loss_summary", fill_then_summarise)
-    monkeypatch.setattr(check_cmd, "check_path",
+    monkeypatch.setattr("checkers.check.check_path",
                         lambda p, **kw: check_path(p, backend="reference"))
     assert cli.main(["check", str(run)]) == 3
     err = capsys.readouterr().err

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.minimal import load_minimal
 from harness.reproduce import by_role
-from harness.shrink import load_minimal
 
 KAFKA_ONLY = Path(__file__).resolve().parents[2] / "campaigns" / "minimal" / "kafka"
 FILES = sorted(KAFKA_ONLY.glob("*.json"))

@@ -12,16 +12,15 @@ import pytest
 
 from harness.commands.simulate import campaign_config
 from harness.config import ConfigError, load_config, typed
+from harness.minimal import MINIMAL, replay_test
 from harness.report.story import Story, build_story
 from harness.shrink import (
-    MINIMAL,
     SHRUNK,
     Budget,
     Candidate,
     Evaluator,
     Outcome,
     ddmin,
-    replay_test,
     shrink,
     target_class,
 )

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness.config import with_sets
-from harness.shrink import load_minimal
+from harness.minimal import load_minimal
 from harness.simulate import simulate_test
 from harness.test import Plan, Test
 
