@@ -2,7 +2,9 @@
 config, a malformed minimal.json or a missing history. Each command is run in a fresh
 interpreter, as a user (or a test) runs it, alternating between this checkout and, with
 --before, another one, so both see the same machine; the median of --runs is printed with
-the heavy libraries the command had imported by its end.
+the heavy libraries the command had imported by its end. Compare checkouts whose sources are
+both compiled (`make bytecode`; with PYTHONDONTWRITEBYTECODE set, as here, a fresh worktree
+has none and compiles every module at each start): the header says which are.
 
     .venv/bin/python benchmarks/cli_startup.py --runs 7 --before /path/to/older/checkout
 """
@@ -45,6 +47,10 @@ def once(tree: Path, argv: list[str], scratch: Path) -> tuple[float, str]:
     return wall, done.stdout.splitlines()[-1].removeprefix("heavy:")
 
 
+def compiled(tree: Path) -> bool:
+    return any((tree / "harness" / "__pycache__").glob("cli.*.pyc"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
@@ -54,6 +60,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cli-startup-") as tmp:
         scratch = Path(tmp)
         (scratch / "minimal.json").write_text('{"format": 1, "config": {}, "schedule": "x"}')
+        print("bytecode: " + ", ".join(f"{name} {'yes' if compiled(tree) else 'NO'}"
+                                       for name, tree in trees.items()))
         print(f"{'command':42s}" + "".join(f"{name:>10s}" for name in trees)
               + ("     ratio" if args.before else "") + "  heavy libraries imported (this)")
         for label, argv in COMMANDS.items():
