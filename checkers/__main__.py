@@ -7,7 +7,6 @@ import json
 import sys
 from pathlib import Path
 
-from checkers.check import check_path
 from checkers.exitcodes import Parser, exit_code, guarded
 
 
@@ -21,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    # pandas, Arrow and Spark, imported here: not for --help or a usage error
+    from checkers.check import check_path
+
     results = check_path(args.path, args.spark_master)
     for err in results.get("errors", []):
         print(err, file=sys.stderr)
