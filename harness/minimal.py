@@ -1,7 +1,8 @@
 """A minimal reproduction's file, minimal.json: what `harness shrink` writes
 (harness/shrink.py) and what `harness simulate --replay`, `harness reproduce --schedule` and
-`harness run --plan` read (docs/formats.md). Kept apart from the shrinker so that reading one,
-and refusing a bad one, needs neither the simulator's search nor Spark."""
+`harness run --plan` read (docs/validation.md, "Minimal reproductions"). Kept apart from the
+shrinker so that reading one, and refusing a bad one, needs neither the simulator's search nor
+Spark."""
 
 from __future__ import annotations
 
