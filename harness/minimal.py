@@ -19,9 +19,11 @@ from nemesis.schedule import plan_entries
 
 MINIMAL = "minimal.json"
 FORMAT = 1
+# (its config, validated; its schedule as plan entries; the whole document)
+Minimal = tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]
 
 
-def load_minimal(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def load_minimal(path: Path) -> Minimal:
     """(config, plan entries, the whole document) of a minimal.json (or its folder)."""
     path = Path(path)
     if path.is_dir():

@@ -15,7 +15,7 @@ from control.files import check_regular_file
 from harness import store
 from harness.campaign import run_cell
 from harness.config import typed, validate, with_sets, with_values
-from harness.minimal import load_minimal
+from harness.minimal import Minimal, load_minimal
 from harness.report.outcome import LOSS_ANOMALIES
 from harness.runner import run_test
 from harness.sim_run import as_simulated, simulate_into
@@ -54,14 +54,15 @@ def reproduce(run_dir: Path) -> int:
     return 0 if same else 1
 
 
-def reproduce_schedule(path: Path, times: int = 1, system: SystemSpec | None = None,
-                       sets: Sequence[str] = ()) -> int:
+def reproduce_schedule(path: Path, minimal: Minimal, times: int = 1,
+                       system: SystemSpec | None = None, sets: Sequence[str] = ()) -> int:
     """`harness reproduce --schedule minimal.json --times N [--system S]`: run a minimal
     reproduction (from `harness shrink`) N times -- its config and seed, its schedule at its
     times -- and say how often the same anomaly class occurred. Without a system it runs on
     real hosts against the nodes it hit; with one, the config is moved onto that system and
-    each fault is aimed at the part its node played (nemesis.roles), cast again at run time."""
-    config, entries, doc = load_minimal(Path(path))
+    each fault is aimed at the part its node played (nemesis.roles), cast again at run time.
+    `minimal` is the file as harness.minimal.load_minimal read it."""
+    config, entries, doc = minimal
     if system is None:
         hosts = dict(doc.get("real_hosts") or {"provider": "netns"})
         config = validate({**config, "hosts": hosts}, source=str(path))

@@ -32,11 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if args.schedule is not None:
-        # a bad file is refused before the runners (and Spark) are imported; read again there
-        load_minimal(args.schedule)
+        minimal = load_minimal(args.schedule)  # a bad file: refused before the runners' imports
         from harness.reproduce import reproduce_schedule
 
-        return reproduce_schedule(args.schedule, args.times, args.system, args.sets)
+        return reproduce_schedule(args.schedule, minimal, args.times, args.system, args.sets)
     if args.sets:
         raise UserError("--set needs --schedule MINIMAL.json")
     if args.system is not None:
