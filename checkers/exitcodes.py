@@ -12,9 +12,11 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from enum import IntEnum
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
+
+T = TypeVar("T")
 
 
 class Exit(IntEnum):
@@ -52,6 +54,7 @@ class Parser(argparse.ArgumentParser):
 
 
 _terminating = False  # a SIGTERM came (terminate_as_interrupt): its interrupt exits 143
+_main_tasks: list[Any] = []  # the asyncio tasks run_interruptible runs now, innermost last
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -59,13 +62,44 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     if _terminating:  # a second SIGTERM while the first one's teardown runs: let it finish
         return
     _terminating = True
-    # Whatever Ctrl-C would do now: asyncio.run's own handler cancels its main task, so the
-    # coroutines' teardown runs as for Ctrl-C; elsewhere KeyboardInterrupt is raised here.
+    if _main_tasks:  # cancelled in its loop: its teardown runs in it, as for Ctrl-C
+        task = _main_tasks[-1]
+        task.get_loop().call_soon_threadsafe(task.cancel)
+        return
+    # Whatever Ctrl-C would do now; KeyboardInterrupt if SIGINT is ignored.
     on_sigint = signal.getsignal(signal.SIGINT)
     if callable(on_sigint):
         on_sigint(signal.SIGINT, frame)
     else:
         raise KeyboardInterrupt
+
+
+def run_interruptible(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run(main), which a SIGTERM (terminate_as_interrupt) cancels, so that its
+    teardown runs inside its task, to the end, and then raises KeyboardInterrupt.
+
+    asyncio.run does so for Ctrl-C, but only when SIGINT has Python's handler. A process a
+    shell starts in the background, as nohup and cron jobs are, inherits SIGINT ignored, and
+    a SIGTERM there used to raise KeyboardInterrupt at whatever line the loop was running
+    (inside a client's callback, say); asyncio.run then cancelled the main task in its final
+    sweep of tasks, which does not wait for the tasks a teardown starts: they were destroyed
+    pending, with tracebacks in the run's output."""
+    import asyncio  # here: the commands that never run a loop do not import it
+
+    async def registered() -> T:
+        task = asyncio.current_task()
+        _main_tasks.append(task)
+        try:
+            return await main
+        finally:
+            _main_tasks.remove(task)
+
+    try:
+        return asyncio.run(registered())
+    except asyncio.CancelledError:
+        if _terminating:
+            raise KeyboardInterrupt from None
+        raise
 
 
 def terminate_as_interrupt() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from checkers.exitcodes import run_interruptible
 from control import cleanup
 from control.cluster import Cluster
 from control.host import Host
@@ -81,7 +82,7 @@ def run_test(test: Test) -> Path:
             store.update_latest(test.results_root, run_dir)
             with cluster_phase(test, hosts, provider, run_dir, clock, toxiproxy,
                                system) as cluster:
-                asyncio.run(exercise(test, cluster, history, run_dir, clock, system))
+                run_interruptible(exercise(test, cluster, history, run_dir, clock, system))
     if test.check:
         verdict_step(run_dir, spark_master=test.config.checker.spark_master)
     return run_dir

@@ -74,9 +74,25 @@ class Client:
         self._stale = False
         self._controller: str | None = None
         self._batches: dict[tuple[str, int, str], _Batch] = {}
+        self._closed = False
 
     async def close(self) -> None:
+        """Close the connections; after this the client sends nothing. A batch still waiting
+        for its linger fails definitely (it was never sent), and an attempt that fails from
+        here on is not retried: otherwise a timer or a retry would open a new connection, in
+        a task nobody awaits, after its owner had gone (a run cancelled by Ctrl-C or SIGTERM
+        then ended with that task destroyed pending, a traceback on a clean teardown)."""
+        self._closed = True
+        batches, self._batches = self._batches, {}
+        for batch in batches.values():
+            if batch.timer is not None:
+                batch.timer.cancel()
+            _fail(batch, ProduceError(E.NETWORK_ERROR, True, "the client closed before sending it"))
         await self.pool.close()
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise ClientError(E.NETWORK_ERROR, "the client is closed")
 
     # ---- metadata ------------------------------------------------------------------------------
 
@@ -160,9 +176,10 @@ class Client:
 
     def send(self, topic: str, partition: int, value: str, acks: str, sent: Sent) -> None:
         """`produce` without a coroutine: `sent(the ProduceReply or the ProduceError)` is called
-        once, later, from the event loop (never if the loop shuts down first). A simulated
-        producer sends thousands a run, and a future and a task wake-up per send cost more
-        than the callback."""
+        once, later, from the event loop (never if the loop shuts down first; a definite
+        failure if the client closes before sending it). A simulated producer sends thousands
+        a run, and a future and a task wake-up per send cost more than the callback."""
+        self._refuse_if_closed()
         key = (topic, partition, str(acks))
         batch = self._batches.get(key)
         if batch is None:
@@ -208,6 +225,8 @@ class Client:
             return
         if isinstance(outcome, ProduceReply):
             _acknowledge(batch, outcome)
+        elif self._closed:
+            _fail(batch, ProduceError(outcome, True, "not retried: the client closed"))
         else:
             asyncio.get_running_loop().create_task(self._send_batch(batch, msg, deadline, outcome))
 
@@ -235,6 +254,8 @@ class Client:
                     raise ProduceError(error, definite=True)
                 await asyncio.sleep(self.retry_backoff_s)
                 refresh = True
+            if self._closed:  # this attempt is not made: nothing sent, nothing written
+                raise ProduceError(error or E.NETWORK_ERROR, True, "not sent: the client closed")
             try:
                 state = self._known_state(topic, partition, refresh)
                 if state is None:
@@ -282,6 +303,7 @@ class Client:
         records, sends without a task and settles from the answer's callback; a retry (an
         error a refresh may cure, no metadata yet) goes on as `fetch` does, in a task. A
         simulated consumer polls thousands of times a run, as producers send."""
+        self._refuse_if_closed()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.request_timeout_s
         want = _Fetch(topic, partition, offset, max_records, min_records, max_wait_ms)
@@ -302,6 +324,8 @@ class Client:
                 return
             if isinstance(reply, ConsumerFetchReply):
                 polled(reply)
+            elif self._closed:
+                polled(_fetch_error(reply))
             else:
                 self._poll_in_task(polled, deadline, want, reply)
 
@@ -329,6 +353,7 @@ class Client:
                     raise _fetch_error(reply)
                 await asyncio.sleep(self.retry_backoff_s)
                 refresh = True
+            self._refuse_if_closed()
             state = self._known_state(want.topic, want.partition, refresh)
             if state is None:
                 state = await self.partition_state(want.topic, want.partition, refresh)

@@ -37,6 +37,48 @@ def test_sigterm_is_a_ctrl_c_that_exits_143(tmp_path):
     assert proc.returncode == 143 and out.strip() == "harness: terminated", out
 
 
+# A main coroutine whose teardown starts a task it does not wait for, as a client's close
+# can (a retry, a late batch): asyncio cancels that task only if the teardown ran in the main
+# task, before asyncio.run's final sweep of what is left.
+_TEARDOWN = """
+import asyncio, signal, sys
+from checkers.exitcodes import guarded, run_interruptible, terminate_as_interrupt
+
+async def main():
+    print("ready", flush=True)
+    try:
+        await asyncio.sleep(60)
+    finally:
+        asyncio.get_running_loop().create_task(asyncio.sleep(30))
+        await asyncio.sleep(0.2)
+        print("teardown done", flush=True)
+
+if sys.argv[1] == "ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+terminate_as_interrupt()
+sys.exit(guarded("t", lambda: run_interruptible(main()) or 0))
+"""
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_cancels_an_asyncio_run_whose_teardown_then_runs_in_its_task(sigint):
+    """`harness run` under nohup, cron or a shell's `&` inherits SIGINT ignored, so asyncio.run
+    has no Ctrl-C handler to cancel its task with: a SIGTERM raised KeyboardInterrupt wherever
+    the loop was, and the teardown ran in asyncio's last sweep, leaving what it started
+    destroyed pending. Either way the teardown now runs in the task and nothing is left."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", _TEARDOWN, sigint], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, out
+    assert out.splitlines() == ["teardown done", "t: terminated"], out
+
+
 def _slot_of(marker: str) -> int | None:
     """The host slot whose namespaces run this run's processes (its sshds name the cluster
     directory, which is named after the run)."""
@@ -64,13 +106,19 @@ def _slot_leftovers(slot: int) -> list[str]:
     return found + [r for r in rules.splitlines() if slots.rule_comment(slot) in r.split()]
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.netns
 def test_a_sigterm_mid_workload_tears_down_and_exits_143(tmp_path):
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path)}
     cmd = [sys.executable, "-m", "harness.cli", "run", "--config", "fast", "--time-limit", "60",
            "--nemesis", "kill,partition", "--nodes", "4", "--seed", "3"]
+    # SIGINT ignored, as a run started by nohup, cron or a shell's `&` has it: the harder case
+    # (asyncio.run then has no handler of its own), which left tasks destroyed pending before.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+                            text=True, preexec_fn=_ignore_sigint)
     try:
         history = None
         deadline = time.monotonic() + 120

@@ -12,7 +12,7 @@ import pytest
 from support.history import read_history
 from support.local_cluster import LocalCluster
 
-from replication.client import Client, ProduceError
+from replication.client import Client, ClientError, ProduceError
 from workloads.history import HistoryWriter
 from workloads.kafka import KafkaWorkload, WorkloadParams
 
@@ -203,6 +203,34 @@ def test_the_workloads_consumers_poll_over_real_tcp(cluster, tmp_path):
     assert workload.stats["poll-ok"] == len(polls) > 10 and len(acked) > 100
     assert read and read <= {op["value"] for op in ops if op["f"] == "send"}
     assert len(read & acked) > len(acked) // 2, "the consumers read back little of what was acknowledged"
+
+
+def test_a_closed_client_sends_nothing_more(cluster):
+    """A run cancelled by Ctrl-C or SIGTERM closes its client while a batch may still wait for
+    its linger. That batch fails definitely and is never written: before, its timer sent it
+    after the close, over a new connection, from a task nobody awaited, which the interpreter
+    then destroyed pending (a traceback in a terminated run's output). Sending after the close
+    is refused."""
+    async def scenario() -> tuple[list, list[tuple[int, int]], Client]:
+        client = Client(cluster.address(2), linger_ms=200)
+        await client.produce(TOPIC, 0, "1")
+        outcomes: list = []
+        client.send(TOPIC, 0, "2", "all", outcomes.append)
+        await client.close()
+        await asyncio.sleep(0.6)  # three lingers: the batch's timer would have fired
+        reader = Client(cluster.address(1))
+        try:
+            records = await _read_all(reader)
+        finally:
+            await reader.close()
+        return outcomes, records, client
+
+    outcomes, records, client = asyncio.run(scenario())
+    assert [v for _o, v in records] == [1], records
+    assert len(outcomes) == 1 and isinstance(outcomes[0], ProduceError), outcomes
+    assert outcomes[0].definite and "closed" in str(outcomes[0])
+    with pytest.raises(ClientError, match="closed"):
+        client.send(TOPIC, 0, "3", "all", outcomes.append)
 
 
 def test_controller_restart_keeps_metadata_and_records(cluster):
