@@ -432,12 +432,16 @@ def test_latency_shifts_acknowledged_sends_by_the_set_amount_per_direction(heale
     p10, p90 = jittery[len(jittery) // 10], jittery[len(jittery) * 9 // 10]
     print(f"acks=1 send median: {base * 1000:.1f} ms, +150 ms inbound: {inbound * 1000:.1f} ms, "
           f"+60 ms outbound: {outbound * 1000:.1f} ms, 60 +- 40 ms outbound: p10 "
-          f"{p10 * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms")
+          f"{p10 * 1000:.1f} ms, median {_median(jittery) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms")
     # at least the set amount, and never twice it (each direction is delayed once)
     assert 0.140 <= inbound - base <= 0.240, (base, inbound)
     assert 0.055 <= outbound - base <= 0.105, (base, outbound)
-    # uniform jitter of +-40 ms: p10 near 28 ms, p90 near 92 ms
-    assert p10 - base <= 0.045 and p90 - base >= 0.075, (base, p10, p90)
+    # Uniform jitter of +-40 ms around the same 60: p10 near 28 ms and p90 near 92 ms, 64 ms
+    # apart. Held by the spread within this phase, not by p10 against the base: the base is
+    # measured seconds earlier, and a bound of 45 ms on p10 minus base failed once in a full
+    # suite on this shared machine (46.3 ms), where the spread is unmoved by a shift of all.
+    assert 0.045 <= _median(jittery) - base <= 0.105, (base, jittery)
+    assert 0.040 <= p90 - p10 <= 0.110, (p10, p90)
 
 
 @pytest.mark.netns
