@@ -28,6 +28,7 @@ from checkers import native_checks, reference, spark_checks, spark_native
 from checkers.definitions import EXAMPLES
 from checkers.exitcodes import UserError
 from checkers.forensics import forensics
+from checkers.history_paths import RUN_HISTORY, locate, output_paths, refuse_foreign_results
 from checkers.ingest import HistoryError, ingest
 from checkers.spark import (
     SessionAhead,
@@ -44,13 +45,11 @@ from checkers.txn.hook import drop_witnessed, merge, transactional
 from checkers.verdict import CheckOutput, add_invariants, classify_unread, records, results_dict
 from control.files import (
     atomic_outputs,
-    check_regular_file,
     make_private_tempdir,
     write_json_atomic,
 )
 from runformat.run_config import RunConfig, RunConfigError
 
-RUN_HISTORY = "history.jsonl"
 # Below `[checker] spark_min_ops` operations (0 by default: every check on Spark, the
 # contract of docs/architecture.md), and unless the Spark master is a cluster's, the checks
 # run in this process (checkers/reference.py, held to the Spark checks' exact results by the
@@ -63,44 +62,6 @@ LOSS_EXAMPLE_COLUMNS = [
     "kind", "partition", "offset", "value", "ack_time", "node", "epoch", "storage",
     "on_disk_at", "explanation",
 ]  # fmt: skip
-
-
-def locate(path: Path) -> tuple[Path, Path]:
-    """(history.jsonl, run folder) for a run folder or a bare history file."""
-    path = Path(path)
-    history = path / "history.jsonl" if path.is_dir() else path
-    if history.exists() and not history.is_dir():
-        check_regular_file(history)  # a FIFO or a device says what it is, and is never read
-    if not history.is_file():
-        raise FileNotFoundError(f"no history at {history}")
-    return history, history.parent
-
-
-def output_paths(history: Path) -> tuple[Path, Path]:
-    """(results, loss) files of `history`: results.json and loss.parquet for a run folder's
-    history.jsonl, else <stem>.results.json and <stem>.loss.parquet beside it."""
-    if history.name == RUN_HISTORY:
-        return history.parent / "results.json", history.parent / "loss.parquet"
-    stem = history.stem or history.name
-    return (history.with_name(f"{stem}.results.json"),
-            history.with_name(f"{stem}.loss.parquet"))
-
-
-def refuse_foreign_results(results_path: Path, history: Path) -> None:
-    """Raise UserError if `results_path` exists and records another history than `history`
-    (a run folder's results.json always belongs to its history.jsonl)."""
-    if history.name == RUN_HISTORY or not os.path.lexists(results_path):
-        return
-    try:
-        fd = os.open(results_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            owner = json.loads(f.read(64 << 20)).get("history")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        owner = None
-    if owner != history.name:
-        whose = f"the history {owner!r}" if isinstance(owner, str) else "no history of ours"
-        raise UserError(f"{results_path} exists and holds the results of {whose}, not of "
-                        f"{history.name}: not replacing it (move it away)")
 
 
 def load_config(run_dir: Path, notes: list[str]) -> RunConfig:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from checkers.exitcodes import Exit, UserError, exit_code
+from checkers.history_paths import locate, output_paths, refuse_foreign_results
 from checkers.linear.cli import add_model_options
 from checkers.linear.models import MODELS
 
@@ -74,7 +75,11 @@ def _jepsen_kafka(args: argparse.Namespace) -> int:
 
 
 def _kafka(path: Path, args: argparse.Namespace) -> int:
-    from checkers.check import RUN_HISTORY, check_path, output_paths
+    # a history that is not there, a FIFO or another history's results: refused before the
+    # checks (Spark, pandas) are imported, which check_path then does again
+    history, _ = locate(path)
+    refuse_foreign_results(output_paths(history)[0], history)
+    from checkers.check import check_path
 
     results = check_path(path, spark_master=args.spark_master,
                          backend="reference" if args.in_process else "spark",
@@ -82,7 +87,6 @@ def _kafka(path: Path, args: argparse.Namespace) -> int:
     for err in results.get("errors", []):
         print(err, file=sys.stderr)
     summary = {name: a.get("count") for name, a in results.get("anomalies", {}).items()}
-    history = path / RUN_HISTORY if path.is_dir() else path
     print(json.dumps({"valid": results.get("valid"), "anomalies": summary,
                       "results": str(output_paths(history)[0])}))
     return exit_code(results)

@@ -139,6 +139,7 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
                      (Path("results"), 8123)]
     assert cli.main(["report", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "report.html")
+    (tmp_path / "history.jsonl").touch()  # the command refuses a folder without one first
     assert cli.main(["check", str(tmp_path)]) == 1
     assert '"lost-write": 2' in capsys.readouterr().out
 
@@ -146,6 +147,7 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize(("valid", "code"), [(True, 0), (False, 1), ("unknown", 2), (None, 2)])
 def test_check_exit_codes_are_the_verdict(monkeypatch, tmp_path, valid, code):
     monkeypatch.setattr("checkers.check.check_path", lambda p, **kw: {"valid": valid, "anomalies": {}})
+    (tmp_path / "history.jsonl").touch()
     assert cli.main(["check", str(tmp_path)]) == code
 
 
@@ -175,6 +177,7 @@ def test_a_crash_inside_the_checker_exits_3_with_a_short_traceback(monkeypatch, 
     def check_path(path, **kw):
         return {}["valid"]  # a bug: KeyError
     monkeypatch.setattr("checkers.check.check_path", check_path)
+    (tmp_path / "history.jsonl").touch()
     assert cli.main(["check", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert err.startswith("harness: internal error: KeyError") and "check_path" in err
@@ -256,6 +259,7 @@ def _heavy_after(tmp_path: Path, argv: list[str]) -> tuple[int, list[str]]:
     (["run", "--config", "nosuch"], 3), (["simulate", "--seeds", "0-99999999999999999999"], 3),
     (["simulate", "--replay", "minimal.json"], 3), (["reproduce", "--schedule", "minimal.json"], 3),
     (["check", "missing.edn"], 3), (["check", "missing.jsonl", "--model", "register"], 3),
+    (["check", "missing.jsonl"], 3), (["check", "."], 3),
     (["campaign", "c.toml", "--seeds", "0-99999999999999999999"], 3),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_help_and_refused_input_start_without_the_heavy_libraries(tmp_path, argv, code):
