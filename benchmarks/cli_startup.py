@@ -28,7 +28,8 @@ COMMANDS = {
     "run, a config that does not exist": ["run", "--config", "nosuch"],
     "simulate --replay, a malformed file": ["simulate", "--replay", "minimal.json"],
     "reproduce --schedule, a malformed file": ["reproduce", "--schedule", "minimal.json"],
-    "check, a history that does not exist": ["check", "missing.edn"],
+    "check, a Jepsen history that does not exist": ["check", "missing.edn"],
+    "check, a history.jsonl that does not exist": ["check", "missing.jsonl"],
 }
 PROBE = ("import sys; from harness import cli; code = cli.main(sys.argv[1:]); "
          f"print('heavy:' + ','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))); "
