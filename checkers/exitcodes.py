@@ -95,11 +95,14 @@ def run_interruptible(main: Coroutine[Any, Any, T]) -> T:
             _main_tasks.remove(task)
 
     try:
-        return asyncio.run(registered())
+        result = asyncio.run(registered())
     except asyncio.CancelledError:
         if _terminating:
             raise KeyboardInterrupt from None
         raise
+    if _terminating:  # it came as `main` ended, or a teardown swallowed the cancellation
+        raise KeyboardInterrupt
+    return result
 
 
 def terminate_as_interrupt() -> None:
