@@ -48,6 +48,9 @@ async def main():
     print("ready", flush=True)
     try:
         await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        if sys.argv[2] != "swallowed":
+            raise
     finally:
         asyncio.get_running_loop().create_task(asyncio.sleep(30))
         await asyncio.sleep(0.2)
@@ -60,14 +63,16 @@ sys.exit(guarded("t", lambda: run_interruptible(main()) or 0))
 """
 
 
-@pytest.mark.parametrize("sigint", ["default", "ignored"])
-def test_sigterm_cancels_an_asyncio_run_whose_teardown_then_runs_in_its_task(sigint):
+@pytest.mark.parametrize(("sigint", "cancel"), [("default", "raised"), ("ignored", "raised"),
+                                               ("ignored", "swallowed")])
+def test_sigterm_cancels_an_asyncio_run_whose_teardown_then_runs_in_its_task(sigint, cancel):
     """`harness run` under nohup, cron or a shell's `&` inherits SIGINT ignored, so asyncio.run
     has no Ctrl-C handler to cancel its task with: a SIGTERM raised KeyboardInterrupt wherever
     the loop was, and the teardown ran in asyncio's last sweep, leaving what it started
-    destroyed pending. Either way the teardown now runs in the task and nothing is left."""
+    destroyed pending. Either way the teardown now runs in the task and nothing is left; a
+    run that swallows the cancellation still ends as terminated (no check after it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", _TEARDOWN, sigint], env=env,
+    proc = subprocess.Popen([sys.executable, "-c", _TEARDOWN, sigint, cancel], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
