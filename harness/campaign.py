@@ -167,14 +167,16 @@ def newest_unfinished(root: Path, name: str) -> Path | None:
 def run_campaign(file: Path, resume: bool = False, time_budget_s: float | None = None,
                  run_test: RunTest | None = None, results_root: Path | None = None,
                  seeds: str | None = None, only: list[str] | None = None,
-                 systems: list[SystemSpec] | None = None) -> Path:
+                 systems: list[SystemSpec] | None = None,
+                 spec: tuple[str, list[Cell]] | None = None) -> Path:
     """Run (or with `resume`, continue) the campaign in `file`; returns the campaign folder.
-    With `systems`, every cell runs once on each (docs/differential.md).
+    With `systems`, every cell runs once on each (docs/differential.md). `spec`: what
+    `load_spec(file, seeds, only, systems)` returned, when the caller has read it already.
 
     The last line printed is the path of the campaign's index.html."""
     file = Path(file)
     root = Path(results_root) if results_root is not None else default_results_dir()
-    name, cells = load_spec(file, seeds, only, systems)
+    name, cells = spec if spec is not None else load_spec(file, seeds, only, systems)
     if run_test is None:  # before any folder: a toxic cell on a machine without Toxiproxy
         for cell in cells:
             require_toxiproxy(typed(cell.resolved).hosts)

@@ -108,31 +108,20 @@ def load_spec(path: Path, seeds: str | None = None, only: list[str] | None = Non
         systems = _systems(data["systems"], path)
     configs = _only(_entries(data.get("config"), path, "config"), only, path)
     nemeses = _entries(data.get("nemesis"), path, "nemesis")
+    planned = [_plan(config, nemeses, seeds, common, path) for config in configs]
+    total = sum(len(mixes) * len(limits) * len(config_seeds) for _, _, config_seeds, mixes in planned)
+    if total > MAX_CELLS:  # before any cell is built: each takes a config's validation
+        raise CampaignError(f"{path}: more than {MAX_CELLS:,} cells ({total:,}): run fewer "
+                            "seeds at a time")
     cells = []
-    for config in configs:
-        expect = config.get("expect")
-        if expect not in EXPECTATIONS:
-            raise CampaignError(f"{path}: config {config['name']!r}: expect must be one of "
-                                f"{EXPECTATIONS}, got {expect!r}")
-        extra = sorted(set(config) - {"name", "expect", "set", "nemesis", "hosts", "seeds"})
-        if extra:
-            raise CampaignError(f"{path}: config {config['name']!r}: unknown key(s) {extra}; "
-                                "known: name, expect, set, nemesis, hosts, seeds")
-        sets = _overrides(config.get("set", {}), path, f"config {config['name']!r} set")
-        if "hosts" in config:
-            sets["hosts.provider"] = _hosts(config["hosts"], path, f"config {config['name']!r} hosts")
-        config_seeds = _seeds(config["seeds"], path) if "seeds" in config else seeds
-        mixes = _mixes_for(config, nemeses, path)
-        total = len(cells) + len(mixes) * len(limits) * len(config_seeds)
-        if total > MAX_CELLS:
-            raise CampaignError(f"{path}: more than {MAX_CELLS:,} cells ({total:,} by config "
-                                f"{config['name']!r}): run fewer seeds at a time")
+    for config, sets, config_seeds, mixes in planned:
+        expect = config["expect"]
         for nemesis in mixes:
             mix = {f"nemesis.{k}": v for k, v in nemesis.items() if k != "name"}
             for limit in limits:
                 for seed in config_seeds:
                     cell_id = f"{config['name']}/{nemesis['name']}/s{seed}/t{limit:g}"
-                    overrides = {**common, **sets, **mix, "seed": seed, "time_limit": limit,
+                    overrides = {**sets, **mix, "seed": seed, "time_limit": limit,
                                  "name": f"{name}-{config['name']}-{nemesis['name']}"}
                     resolved = load_config(base, overrides=overrides,
                                            overrides_source=f"{path} cell {cell_id}")
@@ -140,6 +129,26 @@ def load_spec(path: Path, seeds: str | None = None, only: list[str] | None = Non
                                 expect, resolved)
                     cells += _across(cell, systems, path) if systems else [cell]
     return name, cells
+
+
+def _plan(config: dict[str, Any], nemeses: list[dict[str, Any]], seeds: Sequence[int],
+          common: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any],
+                                                      Sequence[int], list[dict[str, Any]]]:
+    """One config of the file, checked: (it, its overrides over the file's, its seeds, its
+    nemesis mixes)."""
+    expect = config.get("expect")
+    if expect not in EXPECTATIONS:
+        raise CampaignError(f"{path}: config {config['name']!r}: expect must be one of "
+                            f"{EXPECTATIONS}, got {expect!r}")
+    extra = sorted(set(config) - {"name", "expect", "set", "nemesis", "hosts", "seeds"})
+    if extra:
+        raise CampaignError(f"{path}: config {config['name']!r}: unknown key(s) {extra}; "
+                            "known: name, expect, set, nemesis, hosts, seeds")
+    sets = _overrides(config.get("set", {}), path, f"config {config['name']!r} set")
+    if "hosts" in config:
+        sets["hosts.provider"] = _hosts(config["hosts"], path, f"config {config['name']!r} hosts")
+    config_seeds = _seeds(config["seeds"], path) if "seeds" in config else seeds
+    return config, {**common, **sets}, config_seeds, _mixes_for(config, nemeses, path)
 
 
 def _across(cell: Cell, systems: Sequence[SystemSpec], path: Path) -> list[Cell]:

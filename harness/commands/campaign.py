@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from checkers.exitcodes import Exit
+from harness import campaign_spec
 from harness.commands.argtypes import campaign_seeds, parse_duration, systems
 
 NAME = "campaign"
@@ -32,11 +33,13 @@ def main(args: argparse.Namespace) -> int:
     """Exit 1 on a regression night, or on a New finding (one no earlier night of this
     campaign had) in an `expect = "no-loss"` config, so a cron job or CI can alert on it;
     else 3 when a cell could not be run or checked, 2 when one is unknown, 0 on a pass."""
+    # a file that is not there or not a campaign: refused before the runner and the reports
+    spec = campaign_spec.load_spec(args.file, args.seeds, args.only, args.systems)
     from harness.campaign import run_campaign
     from harness.report.nightly import compare_nights
 
     folder = run_campaign(args.file, args.resume, args.time_budget,
-                          seeds=args.seeds, only=args.only, systems=args.systems)
+                          seeds=args.seeds, only=args.only, systems=args.systems, spec=spec)
     state = json.loads((Path(folder) / "campaign.json").read_text())
     diff = compare_nights(Path(folder))
     return night_exit(state, new_bad=diff is not None and bool(diff.new_in_no_loss))

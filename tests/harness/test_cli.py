@@ -105,6 +105,8 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     night = tmp_path / "night"
     night.mkdir()
     (night / "campaign.json").write_text('{"verdict": "regression"}')
+    spec = ("c", [])  # what the command read, handed to run_campaign
+    monkeypatch.setattr("harness.campaign_spec.load_spec", lambda *a: spec)
     monkeypatch.setattr("harness.campaign.run_campaign",
                         lambda *a, **kw: calls.append((*a, kw)) or night)
     monkeypatch.setattr("harness.reproduce.reproduce", lambda d: calls.append(d) or 0)
@@ -128,13 +130,14 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     (night / "campaign.json").write_text('{"verdict": "pass", "cells": [{"outcome": "ok"}]}')
     assert cli.main(["campaign", "c.toml", "--seeds", "1-10", "--config", "safe"]) == 0
     assert calls.pop() == (Path("c.toml"), False, None,
-                           {"seeds": "1-10", "only": ["safe"], "systems": None})
+                           {"seeds": "1-10", "only": ["safe"], "systems": None, "spec": spec})
     assert cli.main(["campaign", "c.toml", "--systems", "sim,kafka:3.9.1"]) == 0
     assert [s.label for s in calls.pop()[3]["systems"]] == ["sim", "kafka:3.9.1"]
     assert cli.main(["campaign", "c.toml", "--systems", "sim,sim"]) == 3
     assert cli.main(["reproduce", "r"]) == 0
     assert cli.main(["serve", "--port", "8123"]) == 0
-    assert calls == [(Path("c.toml"), True, 1800, {"seeds": None, "only": None, "systems": None}),
+    assert calls == [(Path("c.toml"), True, 1800,
+                      {"seeds": None, "only": None, "systems": None, "spec": spec}),
                      Path("r"),
                      (Path("results"), 8123)]
     assert cli.main(["report", str(tmp_path)]) == 0
@@ -261,6 +264,7 @@ def _heavy_after(tmp_path: Path, argv: list[str]) -> tuple[int, list[str]]:
     (["check", "missing.edn"], 3), (["check", "missing.jsonl", "--model", "register"], 3),
     (["check", "missing.jsonl"], 3), (["check", "."], 3),
     (["campaign", "c.toml", "--seeds", "0-99999999999999999999"], 3),
+    (["campaign", "missing.toml"], 3), (["campaign", "minimal.json"], 3),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_help_and_refused_input_start_without_the_heavy_libraries(tmp_path, argv, code):
     """harness/commands/__init__.py: a command imports its engine once its input is accepted,

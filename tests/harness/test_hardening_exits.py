@@ -65,6 +65,18 @@ def test_a_campaign_of_too_many_cells_is_refused_before_any_is_built(monkeypatch
         campaign_spec.load_spec(ROOT / "campaigns" / "quick.toml", seeds="1-100")
 
 
+def test_the_cell_cap_counts_every_config_before_building_a_cell(monkeypatch):
+    """quick.toml has two configs of one mix each: with as many seeds as the cap, the first
+    alone fits and the second goes over. Before, the first config's cells were all built (each
+    a config's validation: 100,000 seeds took minutes) before the second was counted."""
+    built = []
+    monkeypatch.setattr(campaign_spec, "MAX_CELLS", 3)
+    monkeypatch.setattr(campaign_spec, "load_config", lambda *a, **kw: built.append(a))
+    with pytest.raises(campaign_spec.CampaignError, match="more than 3 cells"):
+        campaign_spec.load_spec(ROOT / "campaigns" / "quick.toml", seeds="1-3")
+    assert built == []
+
+
 # -- histories: too deep, bad micro-ops, FIFOs ------------------------------------------------
 
 DEEP = "[" * 100_000 + "]" * 100_000 + "\n"
