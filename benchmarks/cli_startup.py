@@ -30,6 +30,7 @@ COMMANDS = {
     "reproduce --schedule, a malformed file": ["reproduce", "--schedule", "minimal.json"],
     "check, a Jepsen history that does not exist": ["check", "missing.edn"],
     "check, a history.jsonl that does not exist": ["check", "missing.jsonl"],
+    "campaign, a file that does not exist": ["campaign", "missing.toml"],
 }
 PROBE = ("import sys; from harness import cli; code = cli.main(sys.argv[1:]); "
          f"print('heavy:' + ','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))); "
