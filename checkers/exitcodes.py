@@ -79,11 +79,12 @@ def run_interruptible(main: Coroutine[Any, Any, T]) -> T:
     teardown runs inside its task, to the end, and then raises KeyboardInterrupt.
 
     asyncio.run does so for Ctrl-C, but only when SIGINT has Python's handler. A process a
-    shell starts in the background, as nohup and cron jobs are, inherits SIGINT ignored, and
-    a SIGTERM there used to raise KeyboardInterrupt at whatever line the loop was running
-    (inside a client's callback, say); asyncio.run then cancelled the main task in its final
-    sweep of tasks, which does not wait for the tasks a teardown starts: they were destroyed
-    pending, with tracebacks in the run's output."""
+    non-interactive shell starts in the background (`nohup harness run ... &` in a script, a
+    CI step that backgrounds it) inherits SIGINT ignored, and a SIGTERM there used to raise
+    KeyboardInterrupt at whatever line the loop was running (inside a client's callback,
+    say); asyncio.run then cancelled the main task in its final sweep of tasks, which does
+    not wait for the tasks a teardown starts: they were destroyed pending, with tracebacks in
+    the run's output."""
     import asyncio  # here: the commands that never run a loop do not import it
 
     async def registered() -> T:

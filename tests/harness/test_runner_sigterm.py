@@ -66,10 +66,10 @@ sys.exit(guarded("t", lambda: run_interruptible(main()) or 0))
 @pytest.mark.parametrize(("sigint", "cancel"), [("default", "raised"), ("ignored", "raised"),
                                                ("ignored", "swallowed")])
 def test_sigterm_cancels_an_asyncio_run_whose_teardown_then_runs_in_its_task(sigint, cancel):
-    """`harness run` under nohup, cron or a shell's `&` inherits SIGINT ignored, so asyncio.run
-    has no Ctrl-C handler to cancel its task with: a SIGTERM raised KeyboardInterrupt wherever
-    the loop was, and the teardown ran in asyncio's last sweep, leaving what it started
-    destroyed pending. Either way the teardown now runs in the task and nothing is left; a
+    """`harness run` put in the background by a script (`nohup ... &`) inherits SIGINT
+    ignored, so asyncio.run has no Ctrl-C handler to cancel its task with: a SIGTERM raised
+    KeyboardInterrupt wherever the loop was, and the teardown ran in asyncio's last sweep,
+    leaving what it started destroyed pending. Either way the teardown now runs in the task and nothing is left; a
     run that swallows the cancellation still ends as terminated (no check after it)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", _TEARDOWN, sigint, cancel], env=env,
@@ -120,7 +120,7 @@ def test_a_sigterm_mid_workload_tears_down_and_exits_143(tmp_path):
     env = {**os.environ, "HARNESS_RESULTS": str(tmp_path)}
     cmd = [sys.executable, "-m", "harness.cli", "run", "--config", "fast", "--time-limit", "60",
            "--nemesis", "kill,partition", "--nodes", "4", "--seed", "3"]
-    # SIGINT ignored, as a run started by nohup, cron or a shell's `&` has it: the harder case
+    # SIGINT ignored, as a run a script starts with `&` has it: the harder case
     # (asyncio.run then has no handler of its own), which left tasks destroyed pending before.
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, preexec_fn=_ignore_sigint)
