@@ -18,7 +18,7 @@ RUN_HISTORY = "history.jsonl"
 def locate(path: Path) -> tuple[Path, Path]:
     """(history.jsonl, run folder) for a run folder or a bare history file."""
     path = Path(path)
-    history = path / "history.jsonl" if path.is_dir() else path
+    history = path / RUN_HISTORY if path.is_dir() else path
     if history.exists() and not history.is_dir():
         check_regular_file(history)  # a FIFO or a device says what it is, and is never read
     if not history.is_file():
