@@ -105,10 +105,11 @@ def test_dispatch_arguments_and_exit_codes(monkeypatch, tmp_path, capsys):
     night = tmp_path / "night"
     night.mkdir()
     (night / "campaign.json").write_text('{"verdict": "regression"}')
-    spec = ("c", [])  # what the command read, handed to run_campaign
-    monkeypatch.setattr("harness.campaign_spec.load_spec", lambda *a: spec)
     monkeypatch.setattr("harness.campaign.run_campaign",
                         lambda *a, **kw: calls.append((*a, kw)) or night)
+    # after harness.campaign is imported (above), which binds the real one for itself
+    spec = ("c", [])  # what the command read, handed to run_campaign
+    monkeypatch.setattr("harness.campaign_spec.load_spec", lambda *a: spec)
     monkeypatch.setattr("harness.reproduce.reproduce", lambda d: calls.append(d) or 0)
     monkeypatch.setattr("harness.serve.serve", lambda d, p: calls.append((d, p)))
     monkeypatch.setattr("harness.report.report_path", lambda p: p / "report.html")
