@@ -54,7 +54,7 @@ class Parser(argparse.ArgumentParser):
 
 
 _terminating = False  # a SIGTERM came (terminate_as_interrupt): its interrupt exits 143
-_main_tasks: list[Any] = []  # the asyncio tasks run_interruptible runs now, innermost last
+_main_task: Any = None  # the asyncio task run_interruptible runs now (asyncio.run does not nest)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -62,9 +62,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     if _terminating:  # a second SIGTERM while the first one's teardown runs: let it finish
         return
     _terminating = True
-    if _main_tasks:  # cancelled in its loop: its teardown runs in it, as for Ctrl-C
-        task = _main_tasks[-1]
-        task.get_loop().call_soon_threadsafe(task.cancel)
+    if _main_task is not None:  # cancelled in its loop: its teardown runs in it, as for Ctrl-C
+        _main_task.get_loop().call_soon_threadsafe(_main_task.cancel)
         return
     # Whatever Ctrl-C would do now; KeyboardInterrupt if SIGINT is ignored.
     on_sigint = signal.getsignal(signal.SIGINT)
@@ -88,12 +87,12 @@ def run_interruptible(main: Coroutine[Any, Any, T]) -> T:
     import asyncio  # here: the commands that never run a loop do not import it
 
     async def registered() -> T:
-        task = asyncio.current_task()
-        _main_tasks.append(task)
+        global _main_task
+        _main_task = asyncio.current_task()
         try:
             return await main
         finally:
-            _main_tasks.remove(task)
+            _main_task = None
 
     try:
         result = asyncio.run(registered())
