@@ -1,5 +1,13 @@
 # The README's two commands are `make campaign` and `make test`; both bootstrap first.
-PY      ?= python3
+# The CPython the venv is made from: the distribution's own /usr/bin/python3 when it is 3.11 or
+# later (Debian builds it with profile-guided optimisation and LTO), else the python3 on the
+# PATH. A pyenv build without --enable-optimizations, which some machines put first on the
+# PATH, runs the simulator at about 0.75x (docs/simulation.md, "The interpreter").
+# `make PY=...` takes another; an existing .venv keeps its own (remove it to switch).
+ifeq ($(origin PY),undefined)
+PY := $(shell /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+        && echo /usr/bin/python3 || echo python3)
+endif
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.bootstrapped

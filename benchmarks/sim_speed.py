@@ -29,6 +29,11 @@ the checking's cost. `--interpreter pypy` simulates in one PyPy child (harness/p
 search's worker does) that lives through all the runs, so its JIT warms up; `--warmup N` first
 runs N seeds that are printed but left out of the medians (a long search's steady state). The
 check and the profile stay in this process. No assertions.
+
+It first prints what ran it: the interpreter (its version and the executable the venv was made
+from: a CPython built without profile-guided optimisation runs the simulator at about 0.75x,
+docs/simulation.md, "The interpreter"), the CPU and the load average, so that figures of
+different days and machines can be told apart.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ import contextlib
 import cProfile
 import io
 import json
+import os
+import platform
 import pstats
 import re
 import statistics
@@ -205,6 +212,16 @@ def pingpong(n: int) -> float:
     return out["us"]
 
 
+def what_ran(interpreter: str) -> str:
+    """The interpreter that simulates, the CPU and the load: figures depend on all three."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    python = (f"PyPy child ({pypy_binary()})" if interpreter == "pypy" else
+              f"CPython {platform.python_version()} ({getattr(sys, '_base_executable', sys.executable)})")
+    return f"{python}; {cpu}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}"
+
+
 def describe(config: dict[str, Any]) -> str:
     w = config["workload"]
     return (f"{config['nodes']} nodes, {config['topic']['partitions']} partition(s), RF "
@@ -273,6 +290,7 @@ def main() -> None:
             raise SystemExit("--interpreter pypy runs whole configured tests only (not --faults "
                              "tour, --profile or --pingpong)")
         _PYPY = PypySimulator(python)
+    print(what_ran(args.interpreter))
     if args.pingpong:
         print(f"simulated network alone: {pingpong(args.pingpong):.2f} us CPU per request/answer "
               "round trip (2 messages, a timeout timer, 2 loop events)")
