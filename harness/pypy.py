@@ -57,6 +57,11 @@ PYTHON_VERSION = (3, 11)  # the language level the project is written for
 NURSERY = "64MB"  # PYPY_GC_NURSERY of the simulating child, unless the environment sets one
 ENV_VAR = "HARNESS_PYPY"  # a PyPy to use instead of the launcher (or "none": never use PyPy)
 INTERPRETERS = ("auto", "pypy", "cpython")  # what a search may simulate under (harness.simulate)
+# "auto" simulates under PyPy only in a search that gives each worker this many seeds and does
+# not stop at its first failures: PyPy's first seeds are slower than CPython's. Against the
+# venv's CPython (Debian's, built with PGO) the two tie at about 27-32 seeds a worker, and
+# PyPy is 1.2x ahead at 64 (docs/simulation.md, "PyPy for searches").
+PYPY_MIN_SEEDS_PER_WORKER = 32
 
 
 class PypyError(RuntimeError):

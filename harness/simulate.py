@@ -38,7 +38,7 @@ from checkers.spark import get_session
 from control.files import owned_dir, write_json_atomic
 from harness import pypy, store
 from harness.config import TestConfig
-from harness.pypy import INTERPRETERS, PypyError, PypySimulator
+from harness.pypy import INTERPRETERS, PYPY_MIN_SEEDS_PER_WORKER, PypyError, PypySimulator
 from harness.sim_run import simulate_into, simulated, with_seed
 from harness.test import Test
 from harness.verdict import verdict_step
@@ -88,10 +88,6 @@ class SeedRow:
     before_loss: list[str] = field(default_factory=list)
 
 
-# "auto" simulates under PyPy only in a search that gives each worker this many seeds and does
-# not stop at its first failures: PyPy's first seeds are slower than CPython's; at 10 seeds a
-# worker the two tie, from 12-20 on PyPy is ahead (docs/simulation.md, "Speed").
-PYPY_MIN_SEEDS_PER_WORKER = 16
 _pypy: PypySimulator | None = None  # this process's PyPy child, kept warm across its seeds
 _pypy_broken = False  # "auto" fell back to CPython in this process after the child failed
 

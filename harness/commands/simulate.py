@@ -20,7 +20,7 @@ from harness.campaign_spec import load_spec, seed_range
 from harness.commands.argtypes import add_test_options
 from harness.config import TestConfig, from_args, parse_fault_list, typed, with_sets, with_values
 from harness.minimal import replay_test
-from harness.pypy import INTERPRETERS
+from harness.pypy import INTERPRETERS, PYPY_MIN_SEEDS_PER_WORKER
 from harness.sim_run import simulated
 from harness.test import Test
 
@@ -49,8 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interpreter", choices=INTERPRETERS, default="auto",
                         help="with --seeds: what simulates each seed (the checks stay on this "
                              "Python): auto (default: PyPy, installed by `make bootstrap`, for a "
-                             "search of at least 16 seeds per job without --stop-after, where its "
-                             "JIT pays off; else this Python), pypy or cpython")
+                             f"search of at least {PYPY_MIN_SEEDS_PER_WORKER} seeds per job without "
+                             "--stop-after, where its JIT pays off; else this Python), pypy or "
+                             "cpython")
     parser.add_argument("--campaign", type=Path, metavar="FILE.toml",
                         help="take the test from a campaign file's cell (with --cell)")
     parser.add_argument("--cell", metavar="CONFIG[/MIX]",
