@@ -35,7 +35,17 @@ PYPY := $(VENV)/bin/pypy-sim
 # classpaths, resolved by Maven from systems/kafka/pom.xml into .venv/kafka/<version>/libs.
 KAFKA_STAMP := $(VENV)/kafka/.versions
 
-bootstrap: $(STAMP) $(TOXIPROXY_STAMP) $(HISTINGEST) $(PYPY) $(KAFKA_STAMP) spark-archive
+bootstrap: $(STAMP) venv-interpreter $(TOXIPROXY_STAMP) $(HISTINGEST) $(PYPY) $(KAFKA_STAMP) spark-archive
+
+# A venv keeps the interpreter it was made from: when that is not the one PY names now (a venv
+# made before the Makefile chose the distribution's), say so, and how to switch.
+.PHONY: venv-interpreter
+venv-interpreter: $(STAMP)
+	@made=$$($(VPY) -c 'import os, sys; print(os.path.realpath(sys._base_executable))'); \
+	want=$$($(PY) -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null); \
+	if [ -n "$$want" ] && [ "$$made" != "$$want" ]; then \
+	  echo "make bootstrap: $(VENV) runs on $$made, not on $$want, which the Makefile picks (a CPython built with PGO: docs/simulation.md, \"The interpreter\"); remove $(VENV) and run make again to switch" >&2; \
+	fi
 
 $(STAMP): pyproject.toml
 	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
