@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # tests/support: scaffolding
 
 from support import spark_cluster  # noqa: E402
+from support.machine import what_ran  # noqa: E402
 
 from checkers import native_checks, reference, spark_checks, spark_native  # noqa: E402
 from checkers.ingest import ingest  # noqa: E402
@@ -521,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("--before-tools with --tables needs --before-tables (that build's tables)")
     if args.workdir and not args.workdir.is_dir():
         ap.error(f"--workdir {args.workdir}: not a directory")
-    print(f"load average at the start {os.getloadavg()}")
+    print(what_ran(), flush=True)
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.workdir)))
         master, workers = args.master, []

@@ -21,6 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
+from support.machine import what_ran  # noqa: E402
+
 HEAVY = ("pandas", "pyspark", "pyarrow", "numpy", "paramiko", "confluent_kafka", "jinja2",
          "matplotlib", "duckdb")
 COMMANDS = {
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--before", type=Path, help="another checkout to compare with")
     args = ap.parse_args()
+    print(what_ran(), flush=True)
     trees = {"this": ROOT, **({"before": args.before.resolve()} if args.before else {})}
     with tempfile.TemporaryDirectory(prefix="cli-startup-") as tmp:
         scratch = Path(tmp)

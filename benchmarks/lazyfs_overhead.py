@@ -26,6 +26,9 @@ from pathlib import Path
 
 from nemesis.lazyfs import LazyFSClient, MountOptions, spawn_daemon, unmount
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
+from support.machine import what_ran  # noqa: E402
+
 MODES = {"writeback": True, "direct-io": False}  # mode name -> MountOptions.writeback_cache
 
 WRITER = """
@@ -134,6 +137,7 @@ def main() -> int:
     parser.add_argument("--no-sync-backing", action="store_true",
                         help="mount with --no-sync-backing (fsync through the mount skips the backing fsync)")
     args = parser.parse_args()
+    print(what_ran(), flush=True)
     modes = args.modes.split(",")
     if any(m not in MODES for m in modes) or args.rounds < 1:
         parser.error(f"--modes takes {', '.join(MODES)}; --rounds must be >= 1")

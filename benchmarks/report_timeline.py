@@ -30,6 +30,9 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
+
+from support.machine import what_ran  # noqa: E402
 
 from harness.report.render import render_run  # noqa: E402
 
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--measure-only", action="store_true",
                     help="only open the pages already rendered under --workdir")
     args = ap.parse_args(argv)
+    print(what_ran(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         run = (args.workdir or Path(tmp)) / "bench" / "20260101T000000-s0"
         if args.measure_only:

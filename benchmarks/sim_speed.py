@@ -44,8 +44,6 @@ import contextlib
 import cProfile
 import io
 import json
-import os
-import platform
 import pstats
 import re
 import statistics
@@ -60,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/support: scaffolding
 
+from support.machine import what_ran  # noqa: E402
 from support.scenarios import tour  # noqa: E402
 
 from checkers.check import check_path  # noqa: E402
@@ -212,16 +211,6 @@ def pingpong(n: int) -> float:
     return out["us"]
 
 
-def what_ran(interpreter: str) -> str:
-    """The interpreter that simulates, the CPU and the load: figures depend on all three."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
-        cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
-    python = (f"PyPy child ({pypy_binary()})" if interpreter == "pypy" else
-              f"CPython {platform.python_version()} ({getattr(sys, '_base_executable', sys.executable)})")
-    return f"{python}; {cpu}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f}"
-
-
 def describe(config: dict[str, Any]) -> str:
     w = config["workload"]
     return (f"{config['nodes']} nodes, {config['topic']['partitions']} partition(s), RF "
@@ -290,7 +279,7 @@ def main() -> None:
             raise SystemExit("--interpreter pypy runs whole configured tests only (not --faults "
                              "tour, --profile or --pingpong)")
         _PYPY = PypySimulator(python)
-    print(what_ran(args.interpreter))
+    print(what_ran(f"PyPy child ({pypy_binary()})" if args.interpreter == "pypy" else None))
     if args.pingpong:
         print(f"simulated network alone: {pingpong(args.pingpong):.2f} us CPU per request/answer "
               "round trip (2 messages, a timeout timer, 2 loop events)")

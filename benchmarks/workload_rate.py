@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -41,6 +42,9 @@ import harness
 from harness.config import ConfigError, load_config
 from harness.runner import run_test
 from harness.test import Test
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # tests/support: scaffolding
+from support.machine import what_ran  # noqa: E402
 
 
 class _Op(msgspec.Struct):
@@ -163,6 +167,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every run")
     args = ap.parse_args()
+    print(what_ran(), flush=True)
     runs = _configs(ap, args)
     print(f"code: {CODE}")
     print(f"{'target/s':>9} {'producers':>9} {'acked/s':>9} {'p50 ms':>7} {'p99 ms':>7} "
