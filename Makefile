@@ -43,7 +43,7 @@ bootstrap: $(STAMP) venv-interpreter $(TOXIPROXY_STAMP) $(HISTINGEST) $(PYPY) $(
 venv-interpreter: $(STAMP)
 	@made=$$($(VPY) -c 'import os, sys; print(os.path.realpath(sys._base_executable))'); \
 	want=$$($(PY) -c 'import os, sys; print(os.path.realpath(sys.executable))' 2>/dev/null); \
-	if [ -n "$$want" ] && [ "$$made" != "$$want" ]; then \
+	if [ -n "$$made" ] && [ -n "$$want" ] && [ "$$made" != "$$want" ]; then \
 	  echo "make bootstrap: $(VENV) runs on $$made, not on $$want, which the Makefile picks (a CPython built with PGO: docs/simulation.md, \"The interpreter\"); remove $(VENV) and run make again to switch" >&2; \
 	fi
 

@@ -1,7 +1,8 @@
 """What ran a benchmark: the interpreter, the CPU and the load average. This project's figures
 depend on all three (the same tree ran 1.25-1.38x as fast under a CPython built with PGO as
-under one without, docs/simulation.md, "The interpreter"; its VMs' CPUs differ by 2x), so
-each benchmark of issue 36 prints this line before its figures."""
+under one without, docs/simulation.md, "The interpreter"; the VMs here differ by up to 2x
+from one another, and from one day to the next), so each benchmark of issue 36 prints this
+line before its figures."""
 
 from __future__ import annotations
 
