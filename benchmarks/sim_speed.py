@@ -279,7 +279,7 @@ def main() -> None:
             raise SystemExit("--interpreter pypy runs whole configured tests only (not --faults "
                              "tour, --profile or --pingpong)")
         _PYPY = PypySimulator(python)
-    print(what_ran(f"PyPy child ({pypy_binary()})" if args.interpreter == "pypy" else None))
+    print(what_ran(f"PyPy child ({_PYPY.python})" if _PYPY else None), flush=True)
     if args.pingpong:
         print(f"simulated network alone: {pingpong(args.pingpong):.2f} us CPU per request/answer "
               "round trip (2 messages, a timeout timer, 2 loop events)")
